@@ -1,0 +1,130 @@
+"""The one catalog of GPU and instance facts.
+
+Everything that depends on what a GPU or an instance type *is* reads it from here:
+the EFA interface layout, node labels, config validation, model-fit checks and the
+decode roofline. Nothing else in the kit repeats these numbers.
+
+Sources:
+- Instance rows: EC2 ``DescribeInstanceTypes`` (``GpuInfo``, ``NetworkInfo.EfaInfo``,
+  ``NetworkInfo.MaximumNetworkCards``, ``InstanceStorageInfo``), the same data moto
+  carries; ``tests/test_catalog.py`` cross-checks every row against moto.
+- GPU rows: NVIDIA data sheets (HBM bandwidth, dense BF16/FP8 tensor throughput).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU model, as the roofline and the fit checks need it."""
+
+    model: str
+    """Short name used in labels, e.g. ``H100``."""
+    memory_mib: int
+    """HBM per GPU exactly as EC2 reports it (``GpuInfo.Gpus[].MemoryInfo.SizeInMiB``)."""
+    hbm_tb_s: float
+    """Peak HBM bandwidth in TB/s: the decode roofline's denominator."""
+    bf16_tflops: float
+    """Dense BF16 tensor throughput."""
+    fp8_tflops: float | None
+    """Dense FP8 tensor throughput; ``None`` where the GPU has no FP8 tensor cores."""
+    nvlink_gb_s: float | None
+    """NVLink bandwidth per GPU in GB/s; ``None`` for PCIe-only parts."""
+
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_mib / 1024
+
+    @property
+    def memory_gb(self) -> float:
+        """Decimal gigabytes, the unit model sizes and the roofline examples use."""
+        return self.memory_mib * 1024 * 1024 / 1e9
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """One EC2 instance type that can host a GPU pool."""
+
+    instance_type: str
+    gpu: GpuSpec
+    gpu_count: int
+    host_memory_gib: int
+    efa_interfaces: int
+    """``NetworkInfo.EfaInfo.MaximumEfaInterfaces``; 0 means no EFA.
+
+    Read from ``EfaInfo``, never from ``MaximumNetworkCards``: eksctl shipped that bug.
+    """
+    network_cards: int
+    nvme_disks: int
+    nvme_disk_gb: int
+
+    @property
+    def family(self) -> str:
+        return self.instance_type.split(".", 1)[0]
+
+    @property
+    def efa(self) -> bool:
+        return self.efa_interfaces > 0
+
+    @property
+    def gpu_memory_gib(self) -> float:
+        return self.gpu.memory_gib * self.gpu_count
+
+    @property
+    def nvme_total_gb(self) -> int:
+        return self.nvme_disks * self.nvme_disk_gb
+
+
+H100 = GpuSpec("H100", memory_mib=81920, hbm_tb_s=3.35, bf16_tflops=989, fp8_tflops=1979, nvlink_gb_s=900)
+H200 = GpuSpec("H200", memory_mib=144384, hbm_tb_s=4.8, bf16_tflops=989, fp8_tflops=1979, nvlink_gb_s=900)
+A100_40 = GpuSpec("A100", memory_mib=40960, hbm_tb_s=1.555, bf16_tflops=312, fp8_tflops=None, nvlink_gb_s=600)
+B200 = GpuSpec("B200", memory_mib=183359, hbm_tb_s=8.0, bf16_tflops=2250, fp8_tflops=4500, nvlink_gb_s=1800)
+L40S = GpuSpec("L40S", memory_mib=45776, hbm_tb_s=0.864, bf16_tflops=362, fp8_tflops=733, nvlink_gb_s=None)
+A10G = GpuSpec("A10G", memory_mib=22888, hbm_tb_s=0.6, bf16_tflops=125, fp8_tflops=None, nvlink_gb_s=None)
+
+GPUS: Mapping[str, GpuSpec] = MappingProxyType(
+    {g.model: g for g in (H100, H200, A100_40, B200, L40S, A10G)}
+)
+
+
+def _row(
+    instance_type: str,
+    gpu: GpuSpec,
+    gpu_count: int,
+    host_memory_gib: int,
+    efa_interfaces: int,
+    network_cards: int,
+    nvme_disks: int,
+    nvme_disk_gb: int,
+) -> tuple[str, InstanceSpec]:
+    return instance_type, InstanceSpec(
+        instance_type, gpu, gpu_count, host_memory_gib, efa_interfaces, network_cards, nvme_disks, nvme_disk_gb
+    )
+
+
+INSTANCES: Mapping[str, InstanceSpec] = MappingProxyType(
+    dict(
+        (
+            _row("p5.48xlarge", H100, 8, 2048, efa_interfaces=32, network_cards=32, nvme_disks=8, nvme_disk_gb=3800),
+            _row("p5e.48xlarge", H200, 8, 2048, efa_interfaces=32, network_cards=32, nvme_disks=8, nvme_disk_gb=3800),
+            _row("p5en.48xlarge", H200, 8, 2048, efa_interfaces=16, network_cards=16, nvme_disks=8, nvme_disk_gb=3800),
+            _row("p4d.24xlarge", A100_40, 8, 1152, efa_interfaces=4, network_cards=4, nvme_disks=8, nvme_disk_gb=1000),
+            _row("p6-b200.48xlarge", B200, 8, 2048, efa_interfaces=8, network_cards=8, nvme_disks=8, nvme_disk_gb=3800),
+            _row("g6e.xlarge", L40S, 1, 32, efa_interfaces=0, network_cards=1, nvme_disks=1, nvme_disk_gb=250),
+            _row("g5.xlarge", A10G, 1, 16, efa_interfaces=0, network_cards=1, nvme_disks=1, nvme_disk_gb=250),
+        )
+    )
+)
+
+
+def instance(instance_type: str) -> InstanceSpec:
+    """The catalog row for ``instance_type``; ``KeyError`` names the known types."""
+    try:
+        return INSTANCES[instance_type]
+    except KeyError:
+        raise KeyError(f"unknown GPU instance type {instance_type!r}; known: {', '.join(INSTANCES)}") from None
