@@ -1,0 +1,183 @@
+"""Typed sections of the environment config, shared by the stacks and the components.
+
+Each section is a frozen pydantic model. Keys are camelCase in the stack files
+(``instanceType``) and snake_case in Python (``instance_type``). Every field has a
+default that encodes the low-latency profile, or it is required for a stated reason.
+Cross-section rules (a pool's zone must be one of the network's zones) live in
+``stacks.environment``; rules about one section live here.
+"""
+
+from __future__ import annotations
+
+import difflib
+from ipaddress import IPv4Network
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from components._catalog import INSTANCES
+
+StrInput = Annotated[Any, "pulumi.Input[str]"]
+"""A string or a ``pulumi.Output[str]``: pydantic cannot validate Outputs, so it passes them through."""
+
+DnsLabel = Annotated[str, Field(pattern=r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$")]
+
+
+class Spec(BaseModel):
+    """Base of every config section: frozen, camelCase keys, unknown keys refused."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        validate_default=True,
+    )
+
+
+class Args(BaseModel):
+    """Base of every component's ``XArgs``: frozen, unknown fields refused, Pulumi inputs allowed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+
+def config_error(message: str, *, allowed: str, fix: str) -> PydanticCustomError:
+    """A validation error that carries what is allowed and how to fix it."""
+    return PydanticCustomError("inferstack", message, {"allowed": allowed, "fix": fix})
+
+
+def did_you_mean(value: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(value, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class NetworkSpec(Spec):
+    """The VPC: one private and one public subnet per availability zone."""
+
+    cidr: IPv4Network = IPv4Network("10.0.0.0/16")
+    """VPC CIDR; private subnets get the larger share, since every pod takes a VPC IP."""
+    availability_zones: tuple[str, ...] = Field(default=(), min_length=2)
+    """At least two zones: the EKS control plane requires subnets in two."""
+    nat_gateways: Literal["single", "per-zone"] = "per-zone"
+    """``per-zone`` keeps a zone's egress alive when another zone fails."""
+
+
+ControlPlaneLog = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]
+
+
+class ClusterSpec(Spec):
+    """The EKS control plane."""
+
+    kubernetes_version: str = Field(default="1.33", pattern=r"^1\.\d{2}$")
+    endpoint_public_access_cidrs: tuple[IPv4Network, ...] = ()
+    """Empty: the API endpoint is private only. A public endpoint needs an explicit allowlist."""
+    admin_role_arns: tuple[str, ...] = ()
+    """IAM roles given cluster-admin through access entries (API authentication mode)."""
+    log_types: tuple[ControlPlaneLog, ...] = ("api", "audit", "authenticator", "controllerManager", "scheduler")
+
+    @field_validator("endpoint_public_access_cidrs")
+    @classmethod
+    def _no_open_world(cls, cidrs: tuple[IPv4Network, ...]) -> tuple[IPv4Network, ...]:
+        if any(c.prefixlen == 0 for c in cidrs):
+            raise config_error(
+                "0.0.0.0/0 opens the Kubernetes API to the internet",
+                allowed="specific CIDRs such as your office or VPN range (e.g. 203.0.113.0/24)",
+                fix="list only the networks that run `pulumi up` or kubectl, or leave it empty for a private endpoint",
+            )
+        return cidrs
+
+
+class ScalingSpec(Spec):
+    """Node-count bounds shared by the system pool and the GPU pools."""
+
+    min_size: int = Field(default=0, ge=0)
+    max_size: int = Field(default=1, ge=1)
+    desired_size: int | None = Field(default=None, ge=0)
+    """Initial node count; defaults to ``min_size``. Later changes are ignored so autoscalers own it."""
+
+    @property
+    def initial_size(self) -> int:
+        return self.min_size if self.desired_size is None else self.desired_size
+
+
+class SystemPoolSpec(ScalingSpec):
+    """CPU nodes for controllers, the gateway, the cache and observability."""
+
+    instance_type: str = "m7i.2xlarge"
+    min_size: int = Field(default=2, ge=1)
+    max_size: int = Field(default=6, ge=1)
+    root_volume_gib: int = Field(default=100, ge=20)
+
+
+CapacityType = Literal["on-demand", "spot", "odcr", "capacity-block"]
+
+
+class CapacitySpec(Spec):
+    """Where a GPU pool's instances come from."""
+
+    type: CapacityType = "on-demand"
+    """``odcr``: an On-Demand Capacity Reservation; ``capacity-block``: EC2 Capacity Blocks for ML."""
+    reservation_id: str | None = Field(default=None, pattern=r"^cr-[0-9a-f]{8,17}$")
+    """The ``cr-…`` id; required for ``odcr`` and ``capacity-block``."""
+
+    @property
+    def reserved(self) -> bool:
+        return self.type in ("odcr", "capacity-block")
+
+
+class GpuPoolSpec(ScalingSpec):
+    """One GPU node pool: one instance type, one zone when EFA is on."""
+
+    name: DnsLabel
+    """Required: it names the node group, its label and the models' pool reference."""
+    instance_type: str
+    """Required: the GPU is the pool's whole point. One of the catalog's types."""
+    zone: str | None = None
+    """Defaults to the network's first zone. EFA pools live in one zone (placement group)."""
+    efa: bool | None = None
+    """Defaults to on for instance types that have EFA."""
+    placement_group: bool | None = None
+    """Cluster placement group. Defaults to on with EFA, off with a reservation (it may conflict)."""
+    capacity: CapacitySpec = CapacitySpec()
+    root_volume_gib: int = Field(default=200, ge=50)
+    """Root gp3 volume. Images and model caches go to the NVMe RAID0 array, not here."""
+
+    @field_validator("instance_type")
+    @classmethod
+    def _known_instance_type(cls, value: str) -> str:
+        if value not in INSTANCES:
+            raise config_error(
+                f"unknown GPU instance type {value!r}",
+                allowed=", ".join(INSTANCES),
+                fix=f"use a catalog instance type{did_you_mean(value, list(INSTANCES))}",
+            )
+        return value
+
+    @property
+    def spec(self) -> Any:
+        """The catalog row (``components._catalog.InstanceSpec``)."""
+        return INSTANCES[self.instance_type]
+
+    @property
+    def efa_enabled(self) -> bool:
+        return self.spec.efa if self.efa is None else self.efa
+
+    @property
+    def placement_group_enabled(self) -> bool:
+        if self.placement_group is not None:
+            return self.placement_group
+        # terraform-aws-eks #3730: a forced cluster placement group conflicts with ODCRs and
+        # Capacity Blocks that were not created in that group (insufficient capacity).
+        return self.efa_enabled and not self.capacity.reserved
+
+
+class ModelStoreSpec(Spec):
+    """S3 bucket for weights and engines, and ECR repositories for the kit's images."""
+
+    protect: bool = True
+    """Protect the bucket from deletion by ``pulumi destroy``."""
+    force_destroy: bool = False
+    """Allow deleting a non-empty bucket. Keep off outside throwaway stacks."""
+    image_repositories: tuple[DnsLabel, ...] = ("gateway", "model-loader")

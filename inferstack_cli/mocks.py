@@ -1,0 +1,182 @@
+"""Deterministic answers for Pulumi's mock engine: what ``inferstack plan`` and the tests run against.
+
+Every resource gets a stable id derived from its URN, plus the outputs that cross-references
+need (ARNs, endpoints, names). Every invoke the program makes is answered here; an invoke
+this module does not know is an error, so a new data source cannot silently plan as ``None``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import hashlib
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+from google.protobuf import json_format
+from pulumi.runtime.mocks import MockCallArgs, MockMonitor, MockResourceArgs
+
+ACCOUNT_ID = "123456789012"
+"""AWS's documentation account id: obviously not real, so a plan can never be mistaken for one."""
+MOCK_AMI_RELEASE = "1.33.0-20251101"
+
+_SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+_RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
+_SIG_KEY = "4dabf18193072939515e22adb298388d"
+
+
+def _digest(text: str, length: int = 17) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+@dataclass
+class Registration:
+    urn: str
+    type: str
+    name: str
+    parent: str | None
+    custom: bool
+    inputs: dict[str, Any]
+    """Wire-format (camelCase) inputs, secrets masked as ``[secret]``, resource references as URNs."""
+
+
+def wire(value: Any) -> Any:
+    """Normalize a deserialized-to-JSON protobuf value for the plan: mask secrets, refs → URNs, ints."""
+    if isinstance(value, dict):
+        sig = value.get(_SIG_KEY)
+        if sig == _SECRET_SIG:
+            return "[secret]"
+        if sig == _RESOURCE_SIG:
+            return value.get("urn")
+        return {k: wire(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [wire(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+class RecordingMonitor(MockMonitor):
+    """A mock monitor that also records each registration with its parent and wire-format inputs."""
+
+    def __init__(self, mocks: PlanMocks) -> None:
+        super().__init__(mocks)
+        self.registrations: list[Registration] = []
+        self._lock = threading.Lock()
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            inputs = wire(json_format.MessageToDict(request.object)) if request.object else {}
+            with self._lock:
+                self.registrations.append(
+                    Registration(
+                        urn=response.urn,
+                        type=request.type,
+                        name=request.name,
+                        parent=request.parent or None,
+                        custom=bool(request.custom),
+                        inputs=inputs,
+                    )
+                )
+        return response
+
+
+@dataclass
+class PlanMocks(pulumi.runtime.Mocks):
+    region: str = "us-east-1"
+    invokes: list[str] = field(default_factory=list)
+
+    def new_resource(self, args: MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
+        if not args.custom:
+            return None, {}
+        token = args.typ
+        name = args.name
+        digest = _digest(f"{token}::{name}")
+        state: dict[str, Any] = dict(args.inputs)
+        service = token.split(":")[1].split("/")[0] if token.startswith("aws:") else ""
+        arn = f"arn:aws:{service}:{self.region}:{ACCOUNT_ID}:{name}"
+        rid = f"{name}-{digest[:8]}"
+
+        if token == "aws:ec2/vpc:Vpc":
+            rid = f"vpc-{digest}"
+        elif token == "aws:ec2/subnet:Subnet":
+            rid = f"subnet-{digest}"
+        elif token == "aws:ec2/securityGroup:SecurityGroup":
+            rid = f"sg-{digest}"
+        elif token == "aws:ec2/launchTemplate:LaunchTemplate":
+            rid = f"lt-{digest}"
+            state["latestVersion"] = 1
+        elif token == "aws:ec2/placementGroup:PlacementGroup":
+            state["name"] = args.inputs.get("name") or f"{name}-{digest[:7]}"
+        elif token in ("aws:iam/role:Role", "aws:iam/policy:Policy"):
+            kind = token.rsplit(":", 1)[1].lower()
+            state["name"] = args.inputs.get("name") or f"{name}-{digest[:7]}"
+            arn = f"arn:aws:iam::{ACCOUNT_ID}:{kind}/{state['name']}"
+        elif token == "aws:kms/key:Key":
+            rid = f"{digest[:8]}-{digest[8:12]}-4{digest[12:15]}-8{digest[:3]}-{digest[3:15]}"
+            arn = f"arn:aws:kms:{self.region}:{ACCOUNT_ID}:key/{rid}"
+        elif token == "aws:eks/cluster:Cluster":
+            state["endpoint"] = f"https://{digest.upper()[:16]}.gr7.{self.region}.eks.amazonaws.com"
+            state["certificateAuthority"] = {"data": base64.b64encode(b"mock-ca-" + digest.encode()).decode()}
+            state["vpcConfig"] = {**args.inputs.get("vpcConfig", {}), "clusterSecurityGroupId": f"sg-{digest}"}
+            arn = f"arn:aws:eks:{self.region}:{ACCOUNT_ID}:cluster/{args.inputs.get('name', name)}"
+            rid = args.inputs.get("name", name)
+        elif token == "aws:eks/nodeGroup:NodeGroup":
+            state["nodeGroupName"] = args.inputs.get("nodeGroupName") or f"{name}-{digest[:7]}"
+        elif token == "aws:eks/accessEntry:AccessEntry":
+            state["principalArn"] = args.inputs.get("principalArn")
+        elif token == "aws:s3/bucket:Bucket":
+            bucket = args.inputs.get("bucket") or f"{name}-{digest[:7]}"
+            state["bucket"] = bucket
+            arn = f"arn:aws:s3:::{bucket}"
+            rid = bucket
+        elif token == "aws:ecr/repository:Repository":
+            repo = args.inputs.get("name", name)
+            state["repositoryUrl"] = f"{ACCOUNT_ID}.dkr.ecr.{self.region}.amazonaws.com/{repo}"
+            arn = f"arn:aws:ecr:{self.region}:{ACCOUNT_ID}:repository/{repo}"
+        elif token == "aws:elasticache/replicationGroup:ReplicationGroup":
+            state["primaryEndpointAddress"] = f"master.{name}.{digest[:6]}.use1.cache.amazonaws.com"
+            state["configurationEndpointAddress"] = f"clustercfg.{name}.{digest[:6]}.use1.cache.amazonaws.com"
+        state.setdefault("arn", arn)
+        state.setdefault("id", rid)
+        return rid, state
+
+    def call(self, args: MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+        self.invokes.append(args.token)
+        token = args.token
+        if token == "aws:ssm/getParameter:getParameter":
+            # The EKS-optimized AMI parameters: the plan shows a fixed, recognisable release.
+            return {"name": args.args["name"], "value": MOCK_AMI_RELEASE, "type": "String"}, []
+        if token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"accountId": ACCOUNT_ID, "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/plan", "userId": "PLAN"}, []
+        if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            return {"names": [f"{self.region}{z}" for z in "abc"], "zoneIds": [f"use1-az{i}" for i in (1, 2, 4)]}, []
+        if token == "aws:index/getRegion:getRegion":
+            return {"name": self.region, "region": self.region}, []
+        if token == "aws:iam/getPolicyDocument:getPolicyDocument":
+            return {"json": json.dumps(_policy_document(args.args), sort_keys=True)}, []
+        raise NotImplementedError(
+            f"inferstack plan has no mock for the invoke {token!r}; add it to inferstack_cli/mocks.py"
+        )
+
+
+def _policy_document(args: dict[str, Any]) -> dict[str, Any]:
+    """Render ``getPolicyDocument`` statements as the IAM JSON AWS would return."""
+    statements = []
+    for st in args.get("statements") or []:
+        out: dict[str, Any] = {"Effect": st.get("effect", "Allow")}
+        if st.get("sid"):
+            out["Sid"] = st["sid"]
+        if st.get("actions"):
+            out["Action"] = st["actions"]
+        if st.get("resources"):
+            out["Resource"] = st["resources"]
+        for p in st.get("principals") or []:
+            out.setdefault("Principal", {})[p["type"]] = p["identifiers"]
+        for c in st.get("conditions") or []:
+            out.setdefault("Condition", {}).setdefault(c["test"], {})[c["variable"]] = c["values"]
+        statements.append(out)
+    return {"Version": "2012-10-17", "Statement": statements}

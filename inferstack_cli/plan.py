@@ -1,0 +1,139 @@
+"""Run the stack program under Pulumi's mock engine and collect what it would create.
+
+No provisioning logic lives here: the program is ``stacks.program.run``, the same one
+``pulumi up`` runs. This module only feeds it a stack's config and records the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from pulumi.runtime import settings
+from pulumi.runtime.stack import wait_for_rpcs
+
+from inferstack_cli.mocks import PlanMocks, RecordingMonitor, Registration
+from stacks import program
+from stacks.environment import CONFIG_KEY, ConfigError, ConfigIssue, Environment, load_environment
+
+PROJECT = "inferstack"
+
+
+@dataclass
+class Plan:
+    project: str
+    stack: str
+    tier: str
+    environment: Environment
+    resources: list[Registration]
+    outputs: dict[str, Any]
+    violations: list[dict[str, Any]] = field(default_factory=list)
+    renders: dict[str, str] = field(default_factory=dict)
+    """Relative path → text of every rendered artifact (user data, manifests, templates)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "project": self.project,
+            "stack": self.stack,
+            "tier": self.tier,
+            "resources": [
+                {"urn": r.urn, "type": r.type, "name": r.name, "parent": r.parent, "inputs": r.inputs}
+                for r in self.resources
+            ],
+            "outputs": self.outputs,
+            "violations": self.violations,
+        }
+
+    def of_type(self, token: str) -> list[Registration]:
+        return [r for r in self.resources if r.type == token]
+
+    def counts(self) -> Counter[str]:
+        return Counter(r.type for r in self.resources)
+
+
+def stack_config_path(stack: str, stacks_dir: Path) -> Path:
+    return stacks_dir / f"Pulumi.{stack}.yaml"
+
+
+def read_stack_config(stack: str, stacks_dir: Path) -> dict[str, Any]:
+    path = stack_config_path(stack, stacks_dir)
+    source = program.stack_file(stack)
+    if not path.is_file():
+        known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in stacks_dir.glob("Pulumi.*.yaml"))
+        raise ConfigError(
+            source,
+            [ConfigIssue("--stack", repr(stack), ", ".join(known) or "no stacks found", f"create {source} or pick a known stack")],
+        )
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "the file"
+        raise ConfigError(source, [ConfigIssue(where, "invalid YAML", "a YAML mapping", f"fix the syntax: {err}")]) from None
+    config = document.get("config") if isinstance(document, dict) else None
+    if not isinstance(config, dict):
+        raise ConfigError(source, [ConfigIssue("config", "nothing", "a mapping of config keys", "add a `config:` section")])
+    return config
+
+
+def _config_values(config: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """Pulumi config as the engine passes it: strings, objects as JSON, secure values masked."""
+    values: dict[str, str] = {}
+    secret_keys: list[str] = []
+    for key, value in config.items():
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            values[key] = "[secret]"
+            secret_keys.append(key)
+        elif isinstance(value, str):
+            values[key] = value
+        else:
+            values[key] = json.dumps(value)
+    return values, secret_keys
+
+
+async def _resolve(value: Any) -> Any:
+    output = pulumi.Output.from_input(value)
+    if await output.is_secret():
+        return "[secret]"
+    return await output.future()
+
+
+def run_plan(stack: str, stacks_dir: Path = program.STACKS_DIR) -> Plan:
+    """Plan ``stack`` offline. Raises ``ConfigError`` for bad config, before any resource exists."""
+    config = read_stack_config(stack, stacks_dir)
+    env = load_environment(config.get(CONFIG_KEY), program.stack_file(stack))
+    values, secret_keys = _config_values(config)
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    mocks = PlanMocks(region=env.region)
+    monitor = RecordingMonitor(mocks)
+    try:
+        pulumi.runtime.set_all_config(values, secret_keys)
+        pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+        program.run()
+        loop.run_until_complete(wait_for_rpcs())
+        root = settings.get_root_resource()
+        exported = dict(getattr(root, "outputs", {}) or {})
+        outputs = {k: loop.run_until_complete(_resolve(v)) for k, v in exported.items()}
+        loop.run_until_complete(wait_for_rpcs())
+    finally:
+        settings.reset_options()
+        pulumi.runtime.set_all_config({})
+        loop.close()
+        asyncio.set_event_loop(None)
+
+    return Plan(
+        project=PROJECT,
+        stack=stack,
+        tier=env.tier,
+        environment=env,
+        resources=list(monitor.registrations),
+        outputs=outputs,
+    )

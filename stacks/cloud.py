@@ -1,0 +1,95 @@
+"""The cloud tier (AWS EKS): compose the components; no provisioning logic of its own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+
+from components.aws_eks_cluster import EksCluster, EksClusterArgs
+from components.aws_gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
+from components.aws_iam import NodeRole, NodeRoleArgs, PodIdentityRole, PodIdentityRoleArgs
+from components.aws_model_store import ModelStore, ModelStoreArgs, read_policy
+from components.aws_network import Network, NetworkArgs
+from components.aws_system_node_group import SystemNodeGroup, SystemNodeGroupArgs
+from stacks.environment import Environment
+
+SERVING_NAMESPACE = "inferstack-serving"
+MODEL_LOADER_SERVICE_ACCOUNT = "model-loader"
+
+
+def compose(env: Environment, stack: str) -> dict[str, Any]:
+    """Build the cloud tier for ``env``; return the stack outputs."""
+    cluster_name = f"inferstack-{stack}"
+    tags = {"inferstack:stack": stack, "managed-by": "pulumi", **env.tags}
+
+    network = Network(
+        "network", NetworkArgs(spec=env.network, region=env.region, cluster_name=cluster_name, tags=tags)
+    )
+    zones = list(env.network.availability_zones)
+    cluster = EksCluster(
+        cluster_name,
+        EksClusterArgs(
+            spec=env.cluster,
+            region=env.region,
+            vpc_id=network.vpc_id,
+            subnet_ids=[network.private_subnet_ids[z] for z in zones],
+            tags=tags,
+        ),
+    )
+    node_role = NodeRole("nodes", NodeRoleArgs(tags=tags))
+    system = SystemNodeGroup(
+        "system",
+        SystemNodeGroupArgs(
+            spec=env.system_pool,
+            cluster_name=cluster.cluster_name,
+            node_role_arn=node_role.role_arn,
+            subnet_ids=[network.private_subnet_ids[z] for z in zones],
+            kubernetes_version=env.cluster.kubernetes_version,
+            tags=tags,
+        ),
+    )
+    cluster.add_node_addons([system.node_group])
+
+    pools = {}
+    for pool in env.gpu_pools:
+        zone = pool.zone or zones[0]
+        pools[pool.name] = GpuNodeGroup(
+            f"gpu-{pool.name}",
+            GpuNodeGroupArgs(
+                pool=pool,
+                zone=zone,
+                cluster_name=cluster.cluster_name,
+                kubernetes_version=env.cluster.kubernetes_version,
+                cluster_security_group_id=cluster.cluster_security_group_id,
+                vpc_id=network.vpc_id,
+                subnet_id=network.private_subnet_ids[zone],
+                node_role_arn=node_role.role_arn,
+                tags=tags,
+            ),
+        )
+
+    store = ModelStore("models", ModelStoreArgs(spec=env.model_store, repository_prefix=cluster_name, tags=tags))
+    loader = PodIdentityRole(
+        "model-loader",
+        PodIdentityRoleArgs(
+            cluster_name=cluster.cluster_name,
+            namespace=SERVING_NAMESPACE,
+            service_account=MODEL_LOADER_SERVICE_ACCOUNT,
+            policy_json=read_policy(store.bucket_arn, store.key_arn),
+            tags=tags,
+        ),
+    )
+
+    return {
+        "tier": "cloud",
+        "region": env.region,
+        "vpc_id": network.vpc_id,
+        "cluster_name": cluster.cluster_name,
+        "cluster_endpoint": cluster.cluster_endpoint,
+        "kubeconfig": cluster.kubeconfig,
+        "gpu_node_groups": {name: group.node_group_name for name, group in pools.items()},
+        "model_bucket": store.bucket_name,
+        "image_repositories": store.repository_urls,
+        "model_loader_role_arn": loader.role_arn,
+    }

@@ -1,0 +1,312 @@
+"""The one environment config key, ``inferstack:environment``, and its validation.
+
+``load_environment`` turns the raw object from a stack file into an ``Environment``
+or raises ``ConfigError`` with one ``ConfigIssue`` per problem. Each issue names
+the stack file, the key path, the value received, what is allowed, and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from components.specs import (
+    ClusterSpec,
+    GpuPoolSpec,
+    ModelStoreSpec,
+    NetworkSpec,
+    Spec,
+    SystemPoolSpec,
+)
+
+CONFIG_KEY = "inferstack:environment"
+TIERS = ("cloud",)
+"""Tiers this version provides. on-prem and edge are planned, not shipped: see README."""
+
+
+class Environment(Spec):
+    """Everything one stack provisions."""
+
+    tier: Literal["cloud"]
+    """Required: it selects the tier plug-in (``cloud``)."""
+    region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
+    """Required on the cloud tier: the AWS region everything lives in."""
+    network: NetworkSpec
+    cluster: ClusterSpec = ClusterSpec()
+    system_pool: SystemPoolSpec = SystemPoolSpec()
+    gpu_pools: tuple[GpuPoolSpec, ...] = Field(min_length=1)
+    """Required: a serving platform without GPU capacity has nothing to serve with."""
+    model_store: ModelStoreSpec = ModelStoreSpec()
+    tags: dict[str, str] = {}
+    """Extra tags on every AWS resource that takes tags."""
+
+    def pool(self, name: str) -> GpuPoolSpec:
+        return next(p for p in self.gpu_pools if p.name == name)
+
+
+@dataclass(frozen=True)
+class ConfigIssue:
+    path: str
+    received: str
+    allowed: str
+    fix: str
+
+    def render(self, source: str) -> str:
+        return f"{source}: {self.path}: got {self.received}; allowed: {self.allowed}; fix: {self.fix}"
+
+
+class ConfigError(Exception):
+    """Bad config. ``str()`` gives one line per issue, with no traceback to read."""
+
+    def __init__(self, source: str, issues: list[ConfigIssue]) -> None:
+        self.source = source
+        self.issues = issues
+        super().__init__("\n".join(i.render(source) for i in issues))
+
+
+def load_environment(raw: Any, source: str) -> Environment:
+    """Validate the raw ``inferstack:environment`` object; raise ``ConfigError`` on any problem."""
+    if raw is None:
+        raise ConfigError(source, [ConfigIssue(CONFIG_KEY, "nothing", "an object", f"add `{CONFIG_KEY}:` under `config:`")])
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise ConfigError(source, [ConfigIssue(CONFIG_KEY, repr(raw)[:60], "an object", f"fix the JSON: {err}")]) from None
+    if isinstance(raw, dict) and raw.get("tier") not in TIERS:
+        tier = raw.get("tier")
+        raise ConfigError(
+            source,
+            [
+                ConfigIssue(
+                    f"{CONFIG_KEY}.tier",
+                    _show(tier),
+                    ", ".join(TIERS) + " (onprem and edge are not provided by this version)",
+                    "set `tier: cloud`" + _did_you_mean(str(tier), list(TIERS)) if tier else "add `tier: cloud`",
+                )
+            ],
+        )
+    try:
+        env = Environment.model_validate(raw)
+    except ValidationError as err:
+        errors = err.errors()
+        # A list that failed item validation is also reported "too short"; the item errors say it all.
+        locs = [tuple(e["loc"]) for e in errors]
+        errors = [
+            e for e in errors
+            if not (e["type"] == "too_short" and any(len(o) > len(e["loc"]) and o[: len(e["loc"])] == tuple(e["loc"]) for o in locs))
+        ]
+        raise ConfigError(source, [_issue_from_pydantic(e) for e in errors]) from None
+    issues = cross_checks(env)
+    if issues:
+        raise ConfigError(source, issues)
+    return env
+
+
+def cross_checks(env: Environment) -> list[ConfigIssue]:
+    """Rules that span sections or fields; run after the structure is valid."""
+    issues: list[ConfigIssue] = []
+    zones = env.network.availability_zones
+    names = [p.name for p in env.gpu_pools]
+    for i, pool in enumerate(env.gpu_pools):
+        at = f"{CONFIG_KEY}.gpuPools[{i}]"
+        spec = pool.spec
+        if names.count(pool.name) > 1:
+            issues.append(ConfigIssue(f"{at}.name", repr(pool.name), "a name unique among gpuPools", "rename one pool"))
+        if pool.efa and not spec.efa:
+            efa_types = ", ".join(t for t, s in _instances().items() if s.efa)
+            issues.append(
+                ConfigIssue(
+                    f"{at}.efa",
+                    f"true for {pool.instance_type} (no EFA interfaces)",
+                    f"efa: true only on {efa_types}",
+                    "remove `efa` (it is derived) or pick an EFA instance type",
+                )
+            )
+        if pool.zone is not None and pool.zone not in zones:
+            issues.append(
+                ConfigIssue(
+                    f"{at}.zone",
+                    repr(pool.zone),
+                    "one of network.availabilityZones: " + ", ".join(zones),
+                    "set the zone to one of the network's zones" + _did_you_mean(pool.zone, list(zones)),
+                )
+            )
+        if pool.min_size > pool.max_size:
+            issues.append(
+                ConfigIssue(
+                    f"{at}.minSize",
+                    f"{pool.min_size} (maxSize is {pool.max_size})",
+                    f"0 ≤ minSize ≤ maxSize ({pool.max_size})",
+                    "lower minSize or raise maxSize",
+                )
+            )
+        if pool.desired_size is not None and not pool.min_size <= pool.desired_size <= pool.max_size:
+            issues.append(
+                ConfigIssue(
+                    f"{at}.desiredSize",
+                    str(pool.desired_size),
+                    f"between minSize ({pool.min_size}) and maxSize ({pool.max_size})",
+                    "set desiredSize inside the bounds, or remove it (defaults to minSize)",
+                )
+            )
+        if pool.capacity.reserved and not pool.capacity.reservation_id:
+            issues.append(
+                ConfigIssue(
+                    f"{at}.capacity.reservationId",
+                    f"nothing (capacity.type is {pool.capacity.type!r})",
+                    "the reservation's id, e.g. cr-0123456789abcdef0",
+                    "add `reservationId: cr-…` from the EC2 console or `aws ec2 describe-capacity-reservations`",
+                )
+            )
+        if pool.capacity.reservation_id and not pool.capacity.reserved:
+            issues.append(
+                ConfigIssue(
+                    f"{at}.capacity.type",
+                    f"{pool.capacity.type!r} with reservationId {pool.capacity.reservation_id}",
+                    "odcr or capacity-block when a reservationId is set",
+                    "set `type: odcr` or `type: capacity-block`, or remove reservationId",
+                )
+            )
+        if pool.capacity.type == "capacity-block" and pool.min_size != pool.max_size:
+            issues.append(
+                ConfigIssue(
+                    f"{at}.minSize",
+                    f"{pool.min_size} with maxSize {pool.max_size} on a Capacity Block",
+                    "minSize == maxSize == the block's instance count",
+                    "set minSize and maxSize to the number of instances in the block",
+                )
+            )
+        if pool.placement_group and not pool.efa_enabled:
+            issues.append(
+                ConfigIssue(
+                    f"{at}.placementGroup",
+                    "true without EFA",
+                    "a cluster placement group only for EFA pools",
+                    "remove `placementGroup`, or use an EFA instance type",
+                )
+            )
+    sys_pool = env.system_pool
+    if sys_pool.min_size > sys_pool.max_size:
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.systemPool.minSize",
+                f"{sys_pool.min_size} (maxSize is {sys_pool.max_size})",
+                f"1 ≤ minSize ≤ maxSize ({sys_pool.max_size})",
+                "lower minSize or raise maxSize",
+            )
+        )
+    for zone in zones:
+        if not zone.startswith(env.region):
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.network.availabilityZones",
+                    repr(zone),
+                    f"zones of region {env.region} (e.g. {env.region}a)",
+                    "list zones of the stack's region",
+                )
+            )
+    if env.network.cidr.prefixlen > 20:
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.network.cidr",
+                str(env.network.cidr),
+                "a /16 to /20 network",
+                "use a larger CIDR: every pod takes a VPC address with the VPC CNI",
+            )
+        )
+    return issues
+
+
+def _instances() -> dict[str, Any]:
+    from components._catalog import INSTANCES
+
+    return dict(INSTANCES)
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _did_you_mean(value: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(value, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = CONFIG_KEY
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The pydantic model that owns the last key of ``loc``, following aliases and list items."""
+    model: Any = Environment
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
+        if field is None:
+            return None
+        annotation = field.annotation
+        args = getattr(annotation, "__args__", ())
+        candidates = [annotation, *args]
+        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if model is None:
+            return None
+    return model if isinstance(model, type) else None
+
+
+_TYPE_FIXES = {
+    "int": ("a whole number", "write it without quotes or decimals, e.g. 2"),
+    "bool": ("true or false", "write true or false without quotes"),
+    "string": ("a string", "quote the value"),
+    "tuple": ("a list", "write a YAML list, e.g. [a, b]"),
+    "list": ("a list", "write a YAML list, e.g. [a, b]"),
+    "dict": ("a mapping", "write `key: value` pairs"),
+    "model": ("a mapping", "write `key: value` pairs"),
+    "ip_v4_network": ("an IPv4 CIDR such as 10.0.0.0/16", "write the network address with its prefix length"),
+}
+
+
+def _issue_from_pydantic(error: Any) -> ConfigIssue:
+    loc = tuple(error["loc"])
+    path = _path(loc)
+    kind = error["type"]
+    received = _show(error.get("input")) if kind != "missing" else "nothing"
+    ctx = error.get("ctx") or {}
+    if kind == "inferstack":
+        return ConfigIssue(path, received, ctx["allowed"], ctx["fix"])
+    if kind == "extra_forbidden":
+        model = _model_at(loc)
+        keys = [f.alias or n for n, f in model.model_fields.items()] if model else []
+        return ConfigIssue(
+            path,
+            f"unknown key {str(loc[-1])!r}",
+            ", ".join(keys) or "no other keys",
+            "remove the key" + (_did_you_mean(str(loc[-1]), keys).replace(" (", ", or rename it (") if keys else ""),
+        )
+    if kind == "missing":
+        return ConfigIssue(path, "nothing", "a value (this key is required)", f"add `{loc[-1]}`; see the README's config reference")
+    if kind == "literal_error":
+        expected = ctx.get("expected", "")
+        return ConfigIssue(path, received, expected, "use one of the allowed values")
+    if kind == "string_pattern_mismatch":
+        return ConfigIssue(path, received, f"a value matching {ctx.get('pattern')}", "see the README's config reference")
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        return ConfigIssue(path, received, error["msg"].replace("Input should be ", ""), "change the number")
+    if kind in ("too_short", "too_long"):
+        return ConfigIssue(path, received, error["msg"].replace("Input should have", "a list with"), "add or remove items")
+    for prefix, (allowed, fix) in _TYPE_FIXES.items():
+        if kind.startswith(prefix):
+            return ConfigIssue(path, received, allowed, fix)
+    return ConfigIssue(path, received, error["msg"], "see the README's config reference")
+

@@ -1,0 +1,43 @@
+"""The one Pulumi program: ``pulumi up`` (via ``__main__.py``) and ``inferstack plan`` both run ``run()``."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pulumi
+
+from stacks.environment import CONFIG_KEY, ConfigError, Environment, load_environment
+
+STACKS_DIR = Path(__file__).resolve().parent
+TIER_MODULES: dict[str, str] = {"cloud": "stacks.cloud"}
+"""Tier plug-ins, imported lazily so one tier never needs another's SDK (edge never imports pulumi_aws)."""
+
+
+def stack_file(stack: str) -> str:
+    return f"stacks/Pulumi.{stack}.yaml"
+
+
+def environment() -> Environment:
+    """Read and validate ``inferstack:environment`` from the running stack's config."""
+    raw = pulumi.Config("inferstack").get_object(CONFIG_KEY.split(":", 1)[1])
+    return load_environment(raw, stack_file(pulumi.get_stack()))
+
+
+def run() -> None:
+    env = environment()
+    compose: Callable[[Environment, str], dict[str, Any]] = importlib.import_module(TIER_MODULES[env.tier]).compose
+    for key, value in compose(env, pulumi.get_stack()).items():
+        pulumi.export(key, value)
+
+
+def main() -> None:
+    """Entry for ``pulumi up``: config errors print one line each, no traceback, exit code 2."""
+    try:
+        run()
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        raise SystemExit(2) from None
