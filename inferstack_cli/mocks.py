@@ -7,6 +7,7 @@ this module does not know is an error, so a new data source cannot silently plan
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import hashlib
@@ -38,6 +39,7 @@ class Registration:
     name: str
     parent: str | None
     custom: bool
+    protect: bool
     inputs: dict[str, Any]
     """Wire-format (camelCase) inputs, secrets masked as ``[secret]``, resource references as URNs."""
 
@@ -65,8 +67,38 @@ class RecordingMonitor(MockMonitor):
         super().__init__(mocks)
         self.registrations: list[Registration] = []
         self._lock = threading.Lock()
+        self._thread_loops: list[asyncio.AbstractEventLoop] = []
+
+    def _own_thread_loop(self) -> None:
+        """Give this executor thread an event loop we can close later.
+
+        The mock monitor runs in executor threads and opens a loop in each one it needs
+        (``_ensure_event_loop``) without ever closing it; creating it here lets ``close``
+        end them, instead of leaking one per thread.
+        """
+        try:
+            asyncio.get_event_loop()
+        except RuntimeError:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            with self._lock:
+                self._thread_loops.append(loop)
+
+    def close(self) -> None:
+        for loop in self._thread_loops:
+            loop.close()
+        self._thread_loops.clear()
+
+    def Invoke(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
+        self._own_thread_loop()
+        return super().Invoke(request)
+
+    def ReadResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
+        self._own_thread_loop()
+        return super().ReadResource(request)
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
+        self._own_thread_loop()
         response = super().RegisterResource(request)
         if request.type != "pulumi:pulumi:Stack":
             inputs = wire(json_format.MessageToDict(request.object)) if request.object else {}
@@ -78,6 +110,7 @@ class RecordingMonitor(MockMonitor):
                         name=request.name,
                         parent=request.parent or None,
                         custom=bool(request.custom),
+                        protect=bool(request.protect),
                         inputs=inputs,
                     )
                 )

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,36 +106,52 @@ async def _resolve(value: Any) -> Any:
     return await output.future()
 
 
+@contextmanager
+def mock_engine(stack: str, config: dict[str, str], secret_keys: list[str], region: str) -> Iterator[MockEngine]:
+    """Pulumi's mock engine with a fresh event loop, torn down afterwards (facts.md's gotchas)."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    mocks = PlanMocks(region=region)
+    monitor = RecordingMonitor(mocks)
+    try:
+        pulumi.runtime.set_all_config(config, secret_keys)
+        pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+        yield MockEngine(loop, monitor)
+    finally:
+        settings.reset_options()
+        pulumi.runtime.set_all_config({})
+        # The mock monitor runs in executor threads that each open an event loop; end them with ours.
+        loop.run_until_complete(loop.shutdown_default_executor())
+        monitor.close()
+        loop.close()
+        asyncio.set_event_loop(None)
+
+
+@dataclass
+class MockEngine:
+    loop: asyncio.AbstractEventLoop
+    monitor: RecordingMonitor
+
+    def settle(self) -> list[Registration]:
+        """Wait for every outstanding registration; return all recorded so far."""
+        self.loop.run_until_complete(wait_for_rpcs())
+        return list(self.monitor.registrations)
+
+    def resolve(self, value: Any) -> Any:
+        """The plain value of an input or output (``[secret]`` for secrets)."""
+        result = self.loop.run_until_complete(_resolve(value))
+        self.settle()
+        return result
+
+
 def run_plan(stack: str, stacks_dir: Path = program.STACKS_DIR) -> Plan:
     """Plan ``stack`` offline. Raises ``ConfigError`` for bad config, before any resource exists."""
     config = read_stack_config(stack, stacks_dir)
     env = load_environment(config.get(CONFIG_KEY), program.stack_file(stack))
     values, secret_keys = _config_values(config)
-
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    mocks = PlanMocks(region=env.region)
-    monitor = RecordingMonitor(mocks)
-    try:
-        pulumi.runtime.set_all_config(values, secret_keys)
-        pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+    with mock_engine(stack, values, secret_keys, env.region) as engine:
         program.run()
-        loop.run_until_complete(wait_for_rpcs())
+        resources = engine.settle()
         root = settings.get_root_resource()
-        exported = dict(getattr(root, "outputs", {}) or {})
-        outputs = {k: loop.run_until_complete(_resolve(v)) for k, v in exported.items()}
-        loop.run_until_complete(wait_for_rpcs())
-    finally:
-        settings.reset_options()
-        pulumi.runtime.set_all_config({})
-        loop.close()
-        asyncio.set_event_loop(None)
-
-    return Plan(
-        project=PROJECT,
-        stack=stack,
-        tier=env.tier,
-        environment=env,
-        resources=list(monitor.registrations),
-        outputs=outputs,
-    )
+        outputs = {k: engine.resolve(v) for k, v in (getattr(root, "outputs", None) or {}).items()}
+    return Plan(project=PROJECT, stack=stack, tier=env.tier, environment=env, resources=resources, outputs=outputs)

@@ -1,0 +1,126 @@
+"""``inferstack``: the command line. A thin layer: parse, call the planner, print, exit."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from inferstack_cli import render
+from inferstack_cli.plan import Plan, run_plan
+from stacks import program
+from stacks.environment import ConfigError
+
+EXIT_CONFIG = 2
+EXIT_VIOLATION = 3
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=False)).rstrip()  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def _gpu_rows(plan: Plan) -> list[list[str]]:
+    templates = {r.parent: r for r in plan.of_type("aws:ec2/launchTemplate:LaunchTemplate")}
+    components = {r.name: r.urn for r in plan.of_type("inferstack:aws_gpu_node_group:GpuNodeGroup")}
+    rows = []
+    for pool in plan.environment.gpu_pools:
+        spec = pool.spec
+        template = templates.get(components.get(f"gpu-{pool.name}"))
+        interfaces = (template.inputs.get("networkInterfaces") if template else None) or []
+        efa = sum(1 for i in interfaces if i.get("interfaceType") == "efa-only")
+        efa_text = f"1 ENA + {efa} efa-only" if efa else "off"
+        placement = "cluster PG" if pool.placement_group_enabled else "no PG"
+        capacity = pool.capacity.type + (f" {pool.capacity.reservation_id}" if pool.capacity.reservation_id else "")
+        rows.append(
+            [
+                pool.name,
+                pool.instance_type,
+                f"{spec.gpu_count}x {spec.gpu.model} {spec.gpu.memory_gib:.0f}GiB",
+                efa_text,
+                f"{spec.nvme_disks}x{spec.nvme_disk_gb}GB RAID0",
+                f"{pool.zone or plan.environment.network.availability_zones[0]} ({placement})",
+                capacity,
+                f"{pool.min_size}..{pool.max_size} (start {pool.initial_size})",
+            ]
+        )
+    return rows
+
+
+def summary(plan: Plan, seconds: float) -> str:
+    counts = plan.counts()
+    custom = sum(n for t, n in counts.items() if not t.startswith("inferstack:"))
+    parts = [
+        f"inferstack plan: stack {plan.stack} (tier {plan.tier}, region {plan.environment.region}) "
+        f"— {custom} resources in {sum(n for t, n in counts.items() if t.startswith('inferstack:'))} components, "
+        f"planned offline in {seconds:.2f}s",
+        "",
+        "Resources by type:",
+        _table([[t, str(n)] for t, n in sorted(counts.items())], ["type", "count"]),
+        "",
+        "GPU pools:",
+        _table(
+            _gpu_rows(plan),
+            ["pool", "instance", "GPUs/node", "EFA", "NVMe", "zone", "capacity", "nodes min..max"],
+        ),
+        "",
+        "Outputs:",
+    ]
+    for key, value in plan.outputs.items():
+        parts.append(f"  {key}: {json.dumps(value) if not isinstance(value, str) else value}")
+    parts.append("")
+    if plan.violations:
+        parts.append(f"Policy violations ({len(plan.violations)}):")
+        parts += [f"  [{v['enforcement']}] {v['policy']}: {v['message']} ({v['urn']})" for v in plan.violations]
+    else:
+        parts.append("Policy pack: no violations.")
+    return "\n".join(parts)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from policies.rules import check
+
+    started = time.perf_counter()
+    try:
+        plan = run_plan(args.stack, Path(args.stacks_dir) if args.stacks_dir else program.STACKS_DIR)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return EXIT_CONFIG
+    for resource in plan.resources:
+        plan.violations += check(resource.type, resource.inputs, resource.urn, resource.name)
+    seconds = time.perf_counter() - started
+    print(summary(plan, seconds))
+    if args.json:
+        Path(args.json).write_text(json.dumps(plan.to_json(), indent=2, sort_keys=False) + "\n")
+        print(f"\nPlan JSON: {args.json}")
+    if args.render:
+        written = render.write(render.renders(plan.resources), Path(args.render))
+        print(f"Rendered {len(written)} files under {args.render}")
+    return EXIT_VIOLATION if any(v["enforcement"] == "mandatory" for v in plan.violations) else 0
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="inferstack", description="inferstack: plan LLM serving platforms offline.")
+    sub = top.add_subparsers(dest="command", required=True)
+    plan = sub.add_parser("plan", help="run the stack program under Pulumi's mock engine: no credentials, no CLI")
+    plan.add_argument("--stack", required=True, help="stack name: reads stacks/Pulumi.<stack>.yaml")
+    plan.add_argument("--json", metavar="FILE", help="write the machine-readable plan (format in the README)")
+    plan.add_argument("--render", metavar="DIR", help="write every rendered artifact (user data, manifests)")
+    plan.add_argument("--stacks-dir", metavar="DIR", help="where the Pulumi.<stack>.yaml files live (default: bundled)")
+    plan.set_defaults(func=cmd_plan)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    # pulumi-aws marks deprecated resources at import; they are not the user's concern in a plan.
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

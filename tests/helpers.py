@@ -1,0 +1,42 @@
+"""Small helpers the unit tests share: find resources in a plan, decode user data."""
+
+from __future__ import annotations
+
+import base64
+import email
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from inferstack_cli.mocks import Registration
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bundled_stacks() -> list[str]:
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
+
+
+def raw_environment(stack: str) -> dict[str, Any]:
+    """A deep copy of a bundled stack's ``inferstack:environment`` object, to edit in a test."""
+    config = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]
+    return dict(config["inferstack:environment"])
+
+
+def only(resources: list[Registration], token: str, name: str | None = None) -> Registration:
+    found = [r for r in resources if r.type == token and (name is None or r.name == name)]
+    assert len(found) == 1, f"expected one {token} {name or ''}, found {[r.name for r in found]}"
+    return found[0]
+
+
+def children(resources: list[Registration], parent: Registration) -> list[Registration]:
+    return [r for r in resources if r.parent == parent.urn]
+
+
+def user_data_node_config(launch_template: Registration) -> tuple[str, dict[str, Any]]:
+    """Decode a launch template's user data: (content type of the part, parsed NodeConfig)."""
+    message = email.message_from_string(base64.b64decode(launch_template.inputs["userData"]).decode())
+    assert message.is_multipart(), "user data must be MIME multi-part for EKS to merge it"
+    (part,) = message.get_payload()
+    return part.get_content_type(), yaml.safe_load(part.get_payload())
