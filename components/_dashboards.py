@@ -33,6 +33,8 @@ ENGINE_POD_LABEL: Final = "inferstack.io/engine"
 """Pod label every serving pod carries, value = ``vllm`` | ``triton``; the monitors select on it."""
 MODEL_LABEL: Final = "inferstack_model"
 """Prometheus target label copied from ``MODEL_POD_LABEL`` by the engine PodMonitors."""
+BY_MODEL: Final = f"namespace, {MODEL_LABEL}"
+"""Grouping that identifies one model: the same name may serve in two namespaces (two stacks)."""
 
 # --- gateway (images/gateway must export exactly these) ---------------------------------------------------
 
@@ -158,7 +160,7 @@ def ttft_quantile(engine: Engine, quantile: float, *matchers: str, window: str =
     """TTFT quantile in seconds per model, for ``engine``."""
     m = ENGINE_METRICS[engine]
     expr = (
-        f"histogram_quantile({quantile:g}, sum by (le, {MODEL_LABEL}) "
+        f"histogram_quantile({quantile:g}, sum by (le, {BY_MODEL}) "
         f"(rate({selector(m.ttft_bucket, m.client_matchers, *matchers)}[{window}])))"
     )
     return expr if m.ttft_scale == 1.0 else f"{expr} * {m.ttft_scale:g}"
@@ -170,14 +172,14 @@ def itl_quantile(engine: Engine, quantile: float, *matchers: str, window: str = 
     if m.itl_bucket is None:
         return None
     return (
-        f"histogram_quantile({quantile:g}, sum by (le, {MODEL_LABEL}) "
+        f"histogram_quantile({quantile:g}, sum by (le, {BY_MODEL}) "
         f"(rate({selector(m.itl_bucket, *matchers)}[{window}])))"
     )
 
 
 def queue_depth(engine: Engine, *matchers: str) -> str:
     """Requests waiting for a batch slot, summed per model."""
-    return f"sum by ({MODEL_LABEL}) ({selector(ENGINE_METRICS[engine].queue, *matchers)})"
+    return f"sum by ({BY_MODEL}) ({selector(ENGINE_METRICS[engine].queue, *matchers)})"
 
 
 def kv_cache_usage(engine: Engine, *matchers: str) -> str:
@@ -185,8 +187,8 @@ def kv_cache_usage(engine: Engine, *matchers: str) -> str:
     m = ENGINE_METRICS[engine]
     used = selector(m.kv_used, *matchers)
     if m.kv_capacity is None:
-        return f"max by ({MODEL_LABEL}) ({used})"
-    return f"sum by ({MODEL_LABEL}) ({used}) / sum by ({MODEL_LABEL}) ({selector(m.kv_capacity, *matchers)})"
+        return f"max by ({BY_MODEL}) ({used})"
+    return f"sum by ({BY_MODEL}) ({used}) / sum by ({BY_MODEL}) ({selector(m.kv_capacity, *matchers)})"
 
 
 # --- Grafana JSON model -------------------------------------------------------------------------------
@@ -343,7 +345,7 @@ def serving_dashboard() -> dict[str, Any]:
             _per_engine(
                 "",
                 lambda e: (
-                    f"sum by ({MODEL_LABEL}) (rate("
+                    f"sum by ({BY_MODEL}) (rate("
                     f"{selector(ENGINE_METRICS[e].requests_total, ENGINE_METRICS[e].client_matchers, *f)}[1m]))"
                 ),
             ),
@@ -353,7 +355,7 @@ def serving_dashboard() -> dict[str, Any]:
             "Requests waiting for a batch slot: the signal KEDA scales the model on.",
             "short",
             _per_engine("waiting", lambda e: queue_depth(e, *f))
-            + _per_engine("running", lambda e: f"sum by ({MODEL_LABEL}) ({selector(ENGINE_METRICS[e].running, *f)})"),
+            + _per_engine("running", lambda e: f"sum by ({BY_MODEL}) ({selector(ENGINE_METRICS[e].running, *f)})"),
         ),
         _Panel(
             "KV-cache usage",
