@@ -114,7 +114,7 @@ class EksCluster(pulumi.ComponentResource):
                 "subnet_ids": args.subnet_ids,
                 "endpoint_private_access": True,
                 "endpoint_public_access": bool(public_cidrs),
-                "public_access_cidrs": public_cidrs or None,
+                **({"public_access_cidrs": public_cidrs} if public_cidrs else {}),
             },
             encryption_config={"provider": {"key_arn": key.arn}, "resources": ["secrets"]},
             enabled_cluster_log_types=list(spec.log_types),

@@ -149,7 +149,7 @@ class GpuPoolSpec(ScalingSpec):
     def _known_instance_type(cls, value: str) -> str:
         if value not in INSTANCES:
             raise config_error(
-                f"unknown GPU instance type {value!r}",
+                "not in the GPU catalog",
                 allowed=", ".join(INSTANCES),
                 fix=f"use a catalog instance type{did_you_mean(value, list(INSTANCES))}",
             )

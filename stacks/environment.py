@@ -284,7 +284,7 @@ def _issue_from_pydantic(error: Any) -> ConfigIssue:
     received = _show(error.get("input")) if kind != "missing" else "nothing"
     ctx = error.get("ctx") or {}
     if kind == "inferstack":
-        return ConfigIssue(path, received, ctx["allowed"], ctx["fix"])
+        return ConfigIssue(path, f"{received} ({error['msg']})", ctx["allowed"], ctx["fix"])
     if kind == "extra_forbidden":
         model = _model_at(loc)
         keys = [f.alias or n for n, f in model.model_fields.items()] if model else []

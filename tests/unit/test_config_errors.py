@@ -1,0 +1,120 @@
+"""One test per config error class: the message names file, key path, value, what is allowed, and the fix."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from helpers import ROOT, raw_environment
+from stacks.environment import ConfigError, load_environment
+
+SOURCE = "stacks/Pulumi.prod.yaml"
+
+
+def errors_for(edit: Any) -> list[str]:
+    env = copy.deepcopy(raw_environment("prod"))
+    edit(env)
+    with pytest.raises(ConfigError) as caught:
+        load_environment(env, SOURCE)
+    lines = str(caught.value).splitlines()
+    assert all(line.startswith(f"{SOURCE}: inferstack:environment") for line in lines)
+    assert all("; allowed: " in line and "; fix: " in line for line in lines)
+    return lines
+
+
+def test_unknown_key_is_reported_with_a_did_you_mean() -> None:
+    lines = errors_for(lambda e: e["network"].update(natGateway="single"))
+    assert lines == [
+        f"{SOURCE}: inferstack:environment.network.natGateway: got unknown key 'natGateway'; "
+        "allowed: cidr, availabilityZones, natGateways; fix: remove the key, or rename it (did you mean 'natGateways'?)"
+    ]
+
+
+def test_wrong_value_type_names_the_expected_type() -> None:
+    (line,) = errors_for(lambda e: e["gpuPools"][0].update(maxSize="four"))
+    assert "inferstack:environment.gpuPools[0].maxSize: got 'four'; allowed: a whole number" in line
+
+
+def test_unknown_instance_type_lists_the_catalog_and_suggests_the_closest() -> None:
+    (line,) = errors_for(lambda e: e["gpuPools"][0].update(instanceType="p5.49xlarge"))
+    assert "gpuPools[0].instanceType: got 'p5.49xlarge'" in line
+    assert "p5en.48xlarge" in line and "g6e.xlarge" in line
+    assert "did you mean 'p5.48xlarge'?" in line
+
+
+def test_efa_on_an_instance_type_without_efa() -> None:
+    def edit(e: dict[str, Any]) -> None:
+        e["gpuPools"][0].update(instanceType="g6e.xlarge", efa=True)
+
+    (line,) = errors_for(edit)
+    assert "gpuPools[0].efa: got true for g6e.xlarge (no EFA interfaces)" in line
+    assert "efa: true only on p5.48xlarge" in line
+    assert "fix: remove `efa`" in line
+
+
+def test_pool_zone_outside_the_network() -> None:
+    (line,) = errors_for(lambda e: e["gpuPools"][1].update(zone="us-east-1f"))
+    assert "gpuPools[1].zone: got 'us-east-1f'; allowed: one of network.availabilityZones: us-east-1a, us-east-1b, us-east-1c" in line
+
+
+def test_min_greater_than_max() -> None:
+    (line,) = errors_for(lambda e: e["gpuPools"][0].update(minSize=5, maxSize=4))
+    assert "gpuPools[0].minSize: got 5 (maxSize is 4); allowed: 0 ≤ minSize ≤ maxSize (4); fix: lower minSize or raise maxSize" in line
+
+
+def test_capacity_block_without_a_reservation_id() -> None:
+    (line,) = errors_for(lambda e: e["gpuPools"][1]["capacity"].pop("reservationId"))
+    assert "gpuPools[1].capacity.reservationId: got nothing (capacity.type is 'capacity-block')" in line
+    assert "add `reservationId: cr-…`" in line
+
+
+def test_unknown_tier() -> None:
+    (line,) = errors_for(lambda e: e.update(tier="clod"))
+    assert line == (
+        f"{SOURCE}: inferstack:environment.tier: got 'clod'; allowed: cloud (onprem and edge are not provided by "
+        "this version); fix: set `tier: cloud` (did you mean 'cloud'?)"
+    )
+
+
+def test_every_problem_gets_its_own_line() -> None:
+    def edit(e: dict[str, Any]) -> None:
+        e["gpuPools"][0].update(instanceType="p5.49xlarge")
+        e["gpuPools"][1].update(zone="eu-west-1a")
+        e["systemPool"]["maxSize"] = "six"
+
+    lines = errors_for(edit)
+    assert len(lines) == 2, "structural errors first: the zone check runs once the structure is valid"
+    assert any(".instanceType:" in line for line in lines) and any(".systemPool.maxSize:" in line for line in lines)
+
+
+def test_public_endpoint_open_to_the_world_is_refused() -> None:
+    (line,) = errors_for(lambda e: e.setdefault("cluster", {}).update(endpointPublicAccessCidrs=["0.0.0.0/0"]))
+    assert "cluster.endpointPublicAccessCidrs" in line and "0.0.0.0/0 opens the Kubernetes API" in line
+
+
+def test_plan_exits_2_with_one_line_per_problem_and_no_traceback(tmp_path: Path) -> None:
+    # GIVEN a stack file with two mistakes
+    document = yaml.safe_load((ROOT / "stacks" / "Pulumi.prod.yaml").read_text())
+    env = document["config"]["inferstack:environment"]
+    env["gpuPools"][0]["instanceType"] = "p5.49xlarge"
+    env["network"]["cidrr"] = "10.0.0.0/16"
+    (tmp_path / "Pulumi.broken.yaml").write_text(yaml.safe_dump(document))
+    # WHEN inferstack plan runs on it
+    result = subprocess.run(
+        [sys.executable, "-m", "inferstack_cli.main", "plan", "--stack", "broken", "--stacks-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    # THEN it exits 2, prints exactly one line per problem, and no traceback
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 2
+    assert all(line.startswith("stacks/Pulumi.broken.yaml: inferstack:environment.") for line in lines)
+    assert "Traceback" not in result.stderr + result.stdout

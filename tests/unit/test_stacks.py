@@ -1,0 +1,89 @@
+"""Whole-stack tests: each bundled stack plans offline, passes the policy pack, and has what it promises."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from helpers import bundled_stacks, only
+from inferstack_cli import render
+from inferstack_cli.main import main
+from inferstack_cli.plan import Plan
+from policies.rules import check
+
+PlanOf = Callable[[str], Plan]
+
+
+@pytest.mark.parametrize("stack", bundled_stacks())
+def test_bundled_stack_plans_with_no_policy_violations(plan_of: PlanOf, stack: str) -> None:
+    plan = plan_of(stack)
+    violations = [v for r in plan.resources for v in check(r.type, r.inputs, r.urn, r.name)]
+    assert violations == []
+    assert plan.outputs["cluster_name"] == f"inferstack-{stack}"
+    assert plan.outputs["kubeconfig"] == "[secret]"
+
+
+@pytest.mark.parametrize("stack", bundled_stacks())
+def test_every_resource_except_components_has_a_parent(plan_of: PlanOf, stack: str) -> None:
+    plan = plan_of(stack)
+    components = {r.urn for r in plan.resources if not r.custom}
+    orphans = [r.name for r in plan.resources if r.custom and r.parent not in components]
+    assert orphans == []
+
+
+def test_prod_has_an_h100_and_an_h200_efa_pool_each_in_one_zone(plan_of: PlanOf) -> None:
+    plan = plan_of("prod")
+    groups = {r.inputs["labels"]["inferstack.io/pool"]: r.inputs for r in plan.of_type("aws:eks/nodeGroup:NodeGroup") if "taints" in r.inputs}
+    assert groups["h100"]["instanceTypes"] == ["p5.48xlarge"]
+    assert groups["h200"]["instanceTypes"] == ["p5en.48xlarge"]
+    assert all(len(g["subnetIds"]) == 1 for g in groups.values())
+    assert groups["h200"]["capacityType"] == "CAPACITY_BLOCK"
+    efa_counts = sorted(
+        sum(i["interfaceType"] == "efa-only" for i in r.inputs["networkInterfaces"])
+        for r in plan.of_type("aws:ec2/launchTemplate:LaunchTemplate")
+        if r.inputs.get("networkInterfaces")
+    )
+    assert efa_counts == [16, 32]
+    # Only the on-demand pool is forced into a placement group: the Capacity Block pool is not.
+    assert len(plan.of_type("aws:ec2/placementGroup:PlacementGroup")) == 1
+
+
+def test_dev_gpu_pool_can_scale_to_zero_without_efa(plan_of: PlanOf) -> None:
+    plan = plan_of("dev")
+    gpu = [r.inputs for r in plan.of_type("aws:eks/nodeGroup:NodeGroup") if "taints" in r.inputs]
+    assert [g["instanceTypes"] for g in gpu] == [["g6e.xlarge"]]
+    assert gpu[0]["scalingConfig"]["minSize"] == 0
+    assert not plan.of_type("aws:ec2/placementGroup:PlacementGroup")
+
+
+def test_plan_json_matches_the_documented_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--stack", "prod", "--json", str(out)]) == 0
+    plan = json.loads(out.read_text())
+    assert set(plan) == {"project", "stack", "tier", "resources", "outputs", "violations"}
+    assert (plan["project"], plan["stack"], plan["tier"]) == ("inferstack", "prod", "cloud")
+    assert all(set(r) == {"urn", "type", "name", "parent", "inputs"} for r in plan["resources"])
+    template = next(r for r in plan["resources"] if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate" and r["inputs"].get("networkInterfaces"))
+    assert "metadataOptions" in template["inputs"], "inputs are wire-format camelCase"
+    assert template["urn"].startswith("urn:pulumi:prod::inferstack::")
+    assert plan["violations"] == []
+    summary = capsys.readouterr().out
+    assert "p5.48xlarge" in summary and "1 ENA + 32 efa-only" in summary and "1 ENA + 16 efa-only" in summary
+    assert "capacity-block cr-0a1b2c3d4e5f60718" in summary
+
+
+def test_render_writes_the_user_data_of_every_launch_template(plan_of: PlanOf, tmp_path: Path) -> None:
+    plan = plan_of("prod")
+    written = render.write(render.renders(plan.resources), tmp_path)
+    names = sorted(p.relative_to(tmp_path).as_posix() for p in written)
+    assert names == ["user-data/gpu-h100.mime", "user-data/gpu-h200.mime"]
+    assert "strategy: RAID0" in (tmp_path / "user-data/gpu-h100.mime").read_text()
+
+
+def test_plan_fails_with_exit_3_on_a_mandatory_violation(plan_of: PlanOf) -> None:
+    plan = plan_of("prod")
+    template = only([r for r in plan.resources if r.name == "gpu-h100"], "aws:ec2/launchTemplate:LaunchTemplate")
+    bad = {**template.inputs, "metadataOptions": {"httpTokens": "optional"}}
+    assert [v["policy"] for v in check(template.type, bad, template.urn)] == ["imdsv2-required"]
