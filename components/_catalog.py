@@ -13,9 +13,9 @@ Sources:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,6 @@ class GpuSpec:
     """Dense FP8 tensor throughput; ``None`` where the GPU has no FP8 tensor cores."""
     nvlink_gb_s: float | None
     """NVLink bandwidth per GPU in GB/s; ``None`` for PCIe-only parts."""
-
 
     @property
     def memory_gib(self) -> float:
@@ -87,9 +86,7 @@ B200 = GpuSpec("B200", memory_mib=183359, hbm_tb_s=8.0, bf16_tflops=2250, fp8_tf
 L40S = GpuSpec("L40S", memory_mib=45776, hbm_tb_s=0.864, bf16_tflops=362, fp8_tflops=733, nvlink_gb_s=None)
 A10G = GpuSpec("A10G", memory_mib=22888, hbm_tb_s=0.6, bf16_tflops=125, fp8_tflops=None, nvlink_gb_s=None)
 
-GPUS: Mapping[str, GpuSpec] = MappingProxyType(
-    {g.model: g for g in (H100, H200, A100_40, B200, L40S, A10G)}
-)
+GPUS: Mapping[str, GpuSpec] = MappingProxyType({g.model: g for g in (H100, H200, A100_40, B200, L40S, A10G)})
 
 
 def _row(

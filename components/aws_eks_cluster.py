@@ -10,7 +10,7 @@ import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from components.aws_iam import assume_role_policy
-from components.specs import Args, StrInput, ClusterSpec
+from components.specs import Args, ClusterSpec, StrInput
 
 # Installed before any node joins: networking, kube-proxy and Pod Identity must be ready for the first pod.
 NODELESS_ADDONS = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
@@ -30,7 +30,9 @@ class EksClusterArgs(Args):
     tags: dict[str, str] = Field(default_factory=dict)
 
 
-def kubeconfig(name: pulumi.Input[str], endpoint: pulumi.Input[str], ca_data: pulumi.Input[str], region: str) -> pulumi.Output[str]:
+def kubeconfig(
+    name: pulumi.Input[str], endpoint: pulumi.Input[str], ca_data: pulumi.Input[str], region: str
+) -> pulumi.Output[str]:
     """A kubeconfig that authenticates with ``aws eks get-token``: no long-lived credentials inside."""
 
     def build(args: list[str]) -> str:
@@ -88,7 +90,9 @@ class EksCluster(pulumi.ComponentResource):
             tags=args.tags,
             opts=child,
         )
-        role = aws.iam.Role(f"{name}-cluster", assume_role_policy=assume_role_policy("eks.amazonaws.com"), tags=args.tags, opts=child)
+        role = aws.iam.Role(
+            f"{name}-cluster", assume_role_policy=assume_role_policy("eks.amazonaws.com"), tags=args.tags, opts=child
+        )
         policy = aws.iam.RolePolicyAttachment(
             f"{name}-cluster", role=role.name, policy_arn="arn:aws:iam::aws:policy/AmazonEKSClusterPolicy", opts=child
         )
@@ -124,7 +128,12 @@ class EksCluster(pulumi.ComponentResource):
 
         for i, admin_arn in enumerate(spec.admin_role_arns):
             entry = aws.eks.AccessEntry(
-                f"{name}-admin-{i}", cluster_name=cluster.name, principal_arn=admin_arn, type="STANDARD", tags=args.tags, opts=child
+                f"{name}-admin-{i}",
+                cluster_name=cluster.name,
+                principal_arn=admin_arn,
+                type="STANDARD",
+                tags=args.tags,
+                opts=child,
             )
             aws.eks.AccessPolicyAssociation(
                 f"{name}-admin-{i}",

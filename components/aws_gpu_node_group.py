@@ -22,7 +22,7 @@ from pydantic import Field
 from components._catalog import InstanceSpec
 from components._efa import efa_interface_layout
 from components._node import encode_user_data, metadata_options, render_user_data, root_volume
-from components.specs import Args, StrInput, GpuPoolSpec
+from components.specs import Args, GpuPoolSpec, StrInput
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
 LABEL_PREFIX = "inferstack.io"
@@ -63,7 +63,8 @@ def node_group_capacity_type(pool: GpuPoolSpec) -> str:
 
 def ami_release_parameter(kubernetes_version: str) -> str:
     """SSM parameter with the recommended AL2023 NVIDIA AMI release for a Kubernetes version."""
-    return f"/aws/service/eks/optimized-ami/{kubernetes_version}/amazon-linux-2023/x86_64/nvidia/recommended/release_version"
+    base = f"/aws/service/eks/optimized-ami/{kubernetes_version}/amazon-linux-2023/x86_64/nvidia"
+    return f"{base}/recommended/release_version"
 
 
 class GpuNodeGroupArgs(Args):
@@ -142,15 +143,20 @@ class GpuNodeGroup(pulumi.ComponentResource):
             placement=placement,
             capacity_reservation_specification=reservation,
             instance_market_options=market,
-            tag_specifications=[{"resource_type": kind, "tags": {**tags, "Name": name}} for kind in ("instance", "volume")],
+            tag_specifications=[
+                {"resource_type": kind, "tags": {**tags, "Name": name}} for kind in ("instance", "volume")
+            ],
             update_default_version=True,
             tags=tags,
             opts=child,
         )
 
-        release = args.ami_release_version or aws.ssm.get_parameter_output(
-            name=ami_release_parameter(args.kubernetes_version), opts=pulumi.InvokeOutputOptions(parent=self)
-        ).value
+        release = (
+            args.ami_release_version
+            or aws.ssm.get_parameter_output(
+                name=ami_release_parameter(args.kubernetes_version), opts=pulumi.InvokeOutputOptions(parent=self)
+            ).value
+        )
         node_group = aws.eks.NodeGroup(
             name,
             cluster_name=args.cluster_name,

@@ -52,7 +52,10 @@ class NodeRole(pulumi.ComponentResource):
         )
         for arn in NODE_POLICIES:
             aws.iam.RolePolicyAttachment(
-                f"{name}-{arn.rsplit('/', 1)[1]}", role=role.name, policy_arn=arn, opts=pulumi.ResourceOptions(parent=self)
+                f"{name}-{arn.rsplit('/', 1)[1]}",
+                role=role.name,
+                policy_arn=arn,
+                opts=pulumi.ResourceOptions(parent=self),
             )
         self.role_arn = role.arn
         self.role_name = role.name
@@ -80,7 +83,9 @@ class PodIdentityRole(pulumi.ComponentResource):
         role = aws.iam.Role(
             name,
             # EKS Pod Identity: the agent assumes the role and tags the session (sts:TagSession).
-            assume_role_policy=assume_role_policy("pods.eks.amazonaws.com", actions=("sts:AssumeRole", "sts:TagSession")),
+            assume_role_policy=assume_role_policy(
+                "pods.eks.amazonaws.com", actions=("sts:AssumeRole", "sts:TagSession")
+            ),
             tags=args.tags,
             opts=child,
         )

@@ -8,7 +8,7 @@ import pulumi
 import pulumi_aws as aws
 from pydantic import Field
 
-from components.specs import Args, StrInput, ModelStoreSpec
+from components.specs import Args, ModelStoreSpec
 
 
 class ModelStoreArgs(Args):
@@ -76,7 +76,10 @@ class ModelStore(pulumi.ComponentResource):
             bucket=bucket.id,
             rules=[
                 {
-                    "apply_server_side_encryption_by_default": {"sse_algorithm": "aws:kms", "kms_master_key_id": key.arn},
+                    "apply_server_side_encryption_by_default": {
+                        "sse_algorithm": "aws:kms",
+                        "kms_master_key_id": key.arn,
+                    },
                     # Bucket keys cut KMS requests per object: loaders read thousands of shards.
                     "bucket_key_enabled": True,
                 }

@@ -94,7 +94,9 @@ class Network(pulumi.ComponentResource):
             )
             self.public_subnet_ids[zone] = public.id
             if spec.nat_gateways == "per-zone" or not nat_ids:
-                eip = aws.ec2.Eip(f"{name}-nat-{zone}", domain="vpc", tags={**tags, "Name": f"{name}-nat-{zone}"}, opts=child)
+                eip = aws.ec2.Eip(
+                    f"{name}-nat-{zone}", domain="vpc", tags={**tags, "Name": f"{name}-nat-{zone}"}, opts=child
+                )
                 nat = aws.ec2.NatGateway(
                     f"{name}-{zone}",
                     allocation_id=eip.id,
@@ -125,7 +127,9 @@ class Network(pulumi.ComponentResource):
                 tags={**tags, "Name": f"{name}-private-{zone}"},
                 opts=child,
             )
-            aws.ec2.RouteTableAssociation(f"{name}-private-{zone}", subnet_id=private.id, route_table_id=rt.id, opts=child)
+            aws.ec2.RouteTableAssociation(
+                f"{name}-private-{zone}", subnet_id=private.id, route_table_id=rt.id, opts=child
+            )
             private_route_tables.append(rt.id)
             self.private_subnet_ids[zone] = private.id
 
@@ -142,5 +146,9 @@ class Network(pulumi.ComponentResource):
         self.vpc_id = vpc.id
         self.vpc_cidr = str(spec.cidr)
         self.register_outputs(
-            {"vpc_id": self.vpc_id, "private_subnet_ids": self.private_subnet_ids, "public_subnet_ids": self.public_subnet_ids}
+            {
+                "vpc_id": self.vpc_id,
+                "private_subnet_ids": self.private_subnet_ids,
+                "public_subnet_ids": self.public_subnet_ids,
+            }
         )

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import hashlib
+import json
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,15 +89,15 @@ class RecordingMonitor(MockMonitor):
             loop.close()
         self._thread_loops.clear()
 
-    def Invoke(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
+    def Invoke(self, request: Any) -> Any:
         self._own_thread_loop()
         return super().Invoke(request)
 
-    def ReadResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
+    def ReadResource(self, request: Any) -> Any:
         self._own_thread_loop()
         return super().ReadResource(request)
 
-    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
+    def RegisterResource(self, request: Any) -> Any:
         self._own_thread_loop()
         response = super().RegisterResource(request)
         if request.type != "pulumi:pulumi:Stack":

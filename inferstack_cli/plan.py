@@ -70,17 +70,28 @@ def read_stack_config(stack: str, stacks_dir: Path) -> dict[str, Any]:
         known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in stacks_dir.glob("Pulumi.*.yaml"))
         raise ConfigError(
             source,
-            [ConfigIssue("--stack", repr(stack), ", ".join(known) or "no stacks found", f"create {source} or pick a known stack")],
+            [
+                ConfigIssue(
+                    "--stack",
+                    repr(stack),
+                    ", ".join(known) or "no stacks found",
+                    f"create {source} or pick a known stack",
+                )
+            ],
         )
     try:
         document = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "the file"
-        raise ConfigError(source, [ConfigIssue(where, "invalid YAML", "a YAML mapping", f"fix the syntax: {err}")]) from None
+        raise ConfigError(
+            source, [ConfigIssue(where, "invalid YAML", "a YAML mapping", f"fix the syntax: {err}")]
+        ) from None
     config = document.get("config") if isinstance(document, dict) else None
     if not isinstance(config, dict):
-        raise ConfigError(source, [ConfigIssue("config", "nothing", "a mapping of config keys", "add a `config:` section")])
+        raise ConfigError(
+            source, [ConfigIssue("config", "nothing", "a mapping of config keys", "add a `config:` section")]
+        )
     return config
 
 

@@ -27,7 +27,7 @@ def _manifest(resource: Registration) -> dict[str, Any] | None:
     inputs = resource.inputs
     if "apiVersion" not in inputs or "kind" not in inputs:
         return None
-    ordered = {k: inputs[k] for k in ("apiVersion", "kind", "metadata") if k in inputs}
+    ordered: dict[str, Any] = {k: inputs[k] for k in ("apiVersion", "kind", "metadata") if k in inputs}
     ordered.update({k: v for k, v in inputs.items() if k not in ordered})
     return ordered
 

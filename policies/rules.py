@@ -123,10 +123,14 @@ def _gpu_taint(props: dict[str, Any], report: ReportViolation) -> None:
         return
     taints = props.get("taints") or []
     if not any(t.get("key") == "nvidia.com/gpu" and t.get("effect") == "NO_SCHEDULE" for t in taints):
-        report("GPU node groups must carry the taint nvidia.com/gpu=true:NoSchedule, so CPU pods never land there", None)
+        report(
+            "GPU node groups must carry the taint nvidia.com/gpu=true:NoSchedule, so CPU pods never land there", None
+        )
 
 
-def _policy(name: str, description: str, resource_type: str, check: Callable[[dict[str, Any], ReportViolation], None]) -> ResourceValidationPolicy:
+def _policy(
+    name: str, description: str, resource_type: str, check: Callable[[dict[str, Any], ReportViolation], None]
+) -> ResourceValidationPolicy:
     return ResourceValidationPolicy(
         name=name, description=description, validate=_for(resource_type, check), enforcement_level=MANDATORY
     )
@@ -134,10 +138,21 @@ def _policy(name: str, description: str, resource_type: str, check: Callable[[di
 
 POLICIES: list[ResourceValidationPolicy] = [
     _policy("imdsv2-required", "Launch templates require IMDSv2.", "aws:ec2/launchTemplate:LaunchTemplate", _imdsv2),
-    _policy("ebs-encrypted", "Node volumes are encrypted at rest.", "aws:ec2/launchTemplate:LaunchTemplate", _ebs_encrypted),
-    _policy("no-public-node-ip", "Node interfaces get no public IPs.", "aws:ec2/launchTemplate:LaunchTemplate", _no_public_ip_template),
-    _policy("no-public-subnet-ip", "Subnets do not map public IPs on launch.", "aws:ec2/subnet:Subnet", _no_public_ip_subnet),
-    _policy("eks-private-endpoint", "The EKS endpoint is private or allowlisted.", "aws:eks/cluster:Cluster", _eks_endpoint),
+    _policy(
+        "ebs-encrypted", "Node volumes are encrypted at rest.", "aws:ec2/launchTemplate:LaunchTemplate", _ebs_encrypted
+    ),
+    _policy(
+        "no-public-node-ip",
+        "Node interfaces get no public IPs.",
+        "aws:ec2/launchTemplate:LaunchTemplate",
+        _no_public_ip_template,
+    ),
+    _policy(
+        "no-public-subnet-ip", "Subnets do not map public IPs on launch.", "aws:ec2/subnet:Subnet", _no_public_ip_subnet
+    ),
+    _policy(
+        "eks-private-endpoint", "The EKS endpoint is private or allowlisted.", "aws:eks/cluster:Cluster", _eks_endpoint
+    ),
     _policy("eks-secrets-kms", "EKS secrets are encrypted with KMS.", "aws:eks/cluster:Cluster", _eks_secrets),
     _policy(
         "s3-public-access-blocked",
@@ -152,8 +167,15 @@ POLICIES: list[ResourceValidationPolicy] = [
         _bucket_kms,
     ),
     _policy("ecr-immutable-scanned", "ECR tags are immutable and scanned.", "aws:ecr/repository:Repository", _ecr),
-    _policy("iam-no-wildcard-inline", "No inline policy allows Action *.", "aws:iam/rolePolicy:RolePolicy", _no_wildcard_policy),
-    _policy("iam-no-wildcard-managed", "No managed policy allows Action *.", "aws:iam/policy:Policy", _no_wildcard_policy),
+    _policy(
+        "iam-no-wildcard-inline",
+        "No inline policy allows Action *.",
+        "aws:iam/rolePolicy:RolePolicy",
+        _no_wildcard_policy,
+    ),
+    _policy(
+        "iam-no-wildcard-managed", "No managed policy allows Action *.", "aws:iam/policy:Policy", _no_wildcard_policy
+    ),
     _policy(
         "iam-no-admin-attachment",
         "No role carries AdministratorAccess.",

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pulumi
-
 from components.aws_eks_cluster import EksCluster, EksClusterArgs
 from components.aws_gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
 from components.aws_iam import NodeRole, NodeRoleArgs, PodIdentityRole, PodIdentityRoleArgs
@@ -23,9 +21,7 @@ def compose(env: Environment, stack: str) -> dict[str, Any]:
     cluster_name = f"inferstack-{stack}"
     tags = {"inferstack:stack": stack, "managed-by": "pulumi", **env.tags}
 
-    network = Network(
-        "network", NetworkArgs(spec=env.network, region=env.region, cluster_name=cluster_name, tags=tags)
-    )
+    network = Network("network", NetworkArgs(spec=env.network, region=env.region, cluster_name=cluster_name, tags=tags))
     zones = list(env.network.availability_zones)
     cluster = EksCluster(
         cluster_name,

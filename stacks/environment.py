@@ -41,7 +41,7 @@ class Environment(Spec):
     gpu_pools: tuple[GpuPoolSpec, ...] = Field(min_length=1)
     """Required: a serving platform without GPU capacity has nothing to serve with."""
     model_store: ModelStoreSpec = ModelStoreSpec()
-    tags: dict[str, str] = {}
+    tags: dict[str, str] = Field(default_factory=dict)
     """Extra tags on every AWS resource that takes tags."""
 
     def pool(self, name: str) -> GpuPoolSpec:
@@ -71,12 +71,16 @@ class ConfigError(Exception):
 def load_environment(raw: Any, source: str) -> Environment:
     """Validate the raw ``inferstack:environment`` object; raise ``ConfigError`` on any problem."""
     if raw is None:
-        raise ConfigError(source, [ConfigIssue(CONFIG_KEY, "nothing", "an object", f"add `{CONFIG_KEY}:` under `config:`")])
+        raise ConfigError(
+            source, [ConfigIssue(CONFIG_KEY, "nothing", "an object", f"add `{CONFIG_KEY}:` under `config:`")]
+        )
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
         except json.JSONDecodeError as err:
-            raise ConfigError(source, [ConfigIssue(CONFIG_KEY, repr(raw)[:60], "an object", f"fix the JSON: {err}")]) from None
+            raise ConfigError(
+                source, [ConfigIssue(CONFIG_KEY, repr(raw)[:60], "an object", f"fix the JSON: {err}")]
+            ) from None
     if isinstance(raw, dict) and raw.get("tier") not in TIERS:
         tier = raw.get("tier")
         raise ConfigError(
@@ -97,8 +101,12 @@ def load_environment(raw: Any, source: str) -> Environment:
         # A list that failed item validation is also reported "too short"; the item errors say it all.
         locs = [tuple(e["loc"]) for e in errors]
         errors = [
-            e for e in errors
-            if not (e["type"] == "too_short" and any(len(o) > len(e["loc"]) and o[: len(e["loc"])] == tuple(e["loc"]) for o in locs))
+            e
+            for e in errors
+            if not (
+                e["type"] == "too_short"
+                and any(len(o) > len(e["loc"]) and o[: len(e["loc"])] == tuple(e["loc"]) for o in locs)
+            )
         ]
         raise ConfigError(source, [_issue_from_pydantic(e) for e in errors]) from None
     issues = cross_checks(env)
@@ -295,18 +303,23 @@ def _issue_from_pydantic(error: Any) -> ConfigIssue:
             "remove the key" + (_did_you_mean(str(loc[-1]), keys).replace(" (", ", or rename it (") if keys else ""),
         )
     if kind == "missing":
-        return ConfigIssue(path, "nothing", "a value (this key is required)", f"add `{loc[-1]}`; see the README's config reference")
+        return ConfigIssue(
+            path, "nothing", "a value (this key is required)", f"add `{loc[-1]}`; see the README's config reference"
+        )
     if kind == "literal_error":
         expected = ctx.get("expected", "")
         return ConfigIssue(path, received, expected, "use one of the allowed values")
     if kind == "string_pattern_mismatch":
-        return ConfigIssue(path, received, f"a value matching {ctx.get('pattern')}", "see the README's config reference")
+        return ConfigIssue(
+            path, received, f"a value matching {ctx.get('pattern')}", "see the README's config reference"
+        )
     if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
         return ConfigIssue(path, received, error["msg"].replace("Input should be ", ""), "change the number")
     if kind in ("too_short", "too_long"):
-        return ConfigIssue(path, received, error["msg"].replace("Input should have", "a list with"), "add or remove items")
+        return ConfigIssue(
+            path, received, error["msg"].replace("Input should have", "a list with"), "add or remove items"
+        )
     for prefix, (allowed, fix) in _TYPE_FIXES.items():
         if kind.startswith(prefix):
             return ConfigIssue(path, received, allowed, fix)
     return ConfigIssue(path, received, error["msg"], "see the README's config reference")
-

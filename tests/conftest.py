@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
 from inferstack_cli.plan import MockEngine, Plan, mock_engine, run_plan
 
 ROOT = Path(__file__).resolve().parent.parent

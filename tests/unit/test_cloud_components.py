@@ -20,7 +20,10 @@ def cluster(engine: MockEngine, **spec: object) -> EksCluster:
     return EksCluster(
         "c",
         EksClusterArgs(
-            spec=ClusterSpec.model_validate(spec), region="us-east-1", vpc_id="vpc-1", subnet_ids=["subnet-a", "subnet-b"]
+            spec=ClusterSpec.model_validate(spec),
+            region="us-east-1",
+            vpc_id="vpc-1",
+            subnet_ids=["subnet-a", "subnet-b"],
         ),
     )
 
@@ -107,7 +110,9 @@ def test_subnet_split_gives_private_quarters_and_small_public_subnets() -> None:
 def test_node_role_has_only_the_minimal_managed_policies(engine: MockEngine) -> None:
     NodeRole("nodes", NodeRoleArgs())
     resources = engine.settle()
-    attached = {r.inputs["policyArn"] for r in resources if r.type == "aws:iam/rolePolicyAttachment:RolePolicyAttachment"}
+    attached = {
+        r.inputs["policyArn"] for r in resources if r.type == "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
+    }
     assert attached == set(NODE_POLICIES)
     trust = json.loads(only(resources, "aws:iam/role:Role").inputs["assumeRolePolicy"])
     assert trust["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
@@ -118,13 +123,18 @@ def test_model_store_bucket_is_versioned_kms_encrypted_private_and_protected(eng
     resources = engine.settle()
     bucket = only(resources, "aws:s3/bucket:Bucket")
     assert bucket.protect is True
-    assert only(resources, "aws:s3/bucketVersioning:BucketVersioning").inputs["versioningConfiguration"]["status"] == "Enabled"
+    assert (
+        only(resources, "aws:s3/bucketVersioning:BucketVersioning").inputs["versioningConfiguration"]["status"]
+        == "Enabled"
+    )
     (rule,) = only(
         resources, "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
     ).inputs["rules"]
     assert rule["applyServerSideEncryptionByDefault"]["sseAlgorithm"] == "aws:kms"
     block = only(resources, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock").inputs
-    assert all(block[k] is True for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"))
+    assert all(
+        block[k] is True for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets")
+    )
     policy = json.loads(only(resources, "aws:s3/bucketPolicy:BucketPolicy").inputs["policy"])
     assert policy["Statement"][0]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from helpers import ROOT, raw_environment
 from stacks.environment import ConfigError, load_environment
 
@@ -59,12 +60,18 @@ def test_efa_on_an_instance_type_without_efa() -> None:
 
 def test_pool_zone_outside_the_network() -> None:
     (line,) = errors_for(lambda e: e["gpuPools"][1].update(zone="us-east-1f"))
-    assert "gpuPools[1].zone: got 'us-east-1f'; allowed: one of network.availabilityZones: us-east-1a, us-east-1b, us-east-1c" in line
+    assert (
+        "gpuPools[1].zone: got 'us-east-1f'; "
+        "allowed: one of network.availabilityZones: us-east-1a, us-east-1b, us-east-1c" in line
+    )
 
 
 def test_min_greater_than_max() -> None:
     (line,) = errors_for(lambda e: e["gpuPools"][0].update(minSize=5, maxSize=4))
-    assert "gpuPools[0].minSize: got 5 (maxSize is 4); allowed: 0 ≤ minSize ≤ maxSize (4); fix: lower minSize or raise maxSize" in line
+    assert (
+        "gpuPools[0].minSize: got 5 (maxSize is 4); "
+        "allowed: 0 ≤ minSize ≤ maxSize (4); fix: lower minSize or raise maxSize" in line
+    )
 
 
 def test_capacity_block_without_a_reservation_id() -> None:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from helpers import ROOT, bundled_stacks
 from inferstack_cli import render
 from inferstack_cli.plan import Plan

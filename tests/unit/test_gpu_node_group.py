@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from components.aws_gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
 from components.specs import GpuPoolSpec
 from helpers import children, only, user_data_node_config
@@ -38,12 +39,18 @@ def build(engine: MockEngine, **pool: Any) -> list[Any]:
     ("instance_type", "efa_only"),
     [("p5.48xlarge", 32), ("p5e.48xlarge", 32), ("p5en.48xlarge", 16), ("p4d.24xlarge", 4), ("p6-b200.48xlarge", 8)],
 )
-def test_efa_layout_is_one_ena_primary_then_one_efa_only_per_card(engine: MockEngine, instance_type: str, efa_only: int) -> None:
+def test_efa_layout_is_one_ena_primary_then_one_efa_only_per_card(
+    engine: MockEngine, instance_type: str, efa_only: int
+) -> None:
     # GIVEN an EFA instance type, WHEN the pool is built
     interfaces = only(build(engine, instanceType=instance_type), LT).inputs["networkInterfaces"]
     # THEN card 0/device 0 is ENA, card 0/device 1 is efa-only, and every other card has efa-only at device 0
     assert interfaces[0] == {**interfaces[0], "networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"}
-    assert (interfaces[1]["networkCardIndex"], interfaces[1]["deviceIndex"], interfaces[1]["interfaceType"]) == (0, 1, "efa-only")
+    assert (interfaces[1]["networkCardIndex"], interfaces[1]["deviceIndex"], interfaces[1]["interfaceType"]) == (
+        0,
+        1,
+        "efa-only",
+    )
     assert [(i["networkCardIndex"], i["deviceIndex"]) for i in interfaces[2:]] == [(c, 0) for c in range(1, efa_only)]
     assert sum(i["interfaceType"] == "efa-only" for i in interfaces) == efa_only
     assert len(interfaces) == 1 + efa_only
@@ -55,7 +62,9 @@ def test_efa_interfaces_carry_the_cluster_and_self_referencing_efa_groups(engine
     assert efa_sg.inputs["ingress"][0]["self"] is True and efa_sg.inputs["ingress"][0]["protocol"] == "-1"
     template = only(resources, LT).inputs
     assert "vpcSecurityGroupIds" not in template, "EC2 refuses groups on both the template and its interfaces"
-    assert all(len(i["securityGroups"]) == 2 and "sg-cluster" in i["securityGroups"] for i in template["networkInterfaces"])
+    assert all(
+        len(i["securityGroups"]) == 2 and "sg-cluster" in i["securityGroups"] for i in template["networkInterfaces"]
+    )
 
 
 def test_instance_without_efa_gets_no_interfaces_and_no_placement_group(engine: MockEngine) -> None:
@@ -76,7 +85,9 @@ def test_efa_pool_launches_into_its_cluster_placement_group(engine: MockEngine) 
 
 
 def test_reserved_pool_gets_no_forced_placement_group(engine: MockEngine) -> None:
-    resources = build(engine, instanceType="p5.48xlarge", capacity={"type": "odcr", "reservationId": "cr-0123456789abcdef0"})
+    resources = build(
+        engine, instanceType="p5.48xlarge", capacity={"type": "odcr", "reservationId": "cr-0123456789abcdef0"}
+    )
     assert not [r for r in resources if r.type == PG]
     template = only(resources, LT).inputs
     assert "placement" not in template
@@ -87,17 +98,27 @@ def test_reserved_pool_gets_no_forced_placement_group(engine: MockEngine) -> Non
 
 def test_capacity_block_sets_market_type_and_node_group_capacity_type(engine: MockEngine) -> None:
     resources = build(
-        engine, instanceType="p5en.48xlarge", minSize=2, maxSize=2, capacity={"type": "capacity-block", "reservationId": "cr-0a1b2c3d4e5f60718"}
+        engine,
+        instanceType="p5en.48xlarge",
+        minSize=2,
+        maxSize=2,
+        capacity={"type": "capacity-block", "reservationId": "cr-0a1b2c3d4e5f60718"},
     )
     template = only(resources, LT).inputs
     assert template["instanceMarketOptions"] == {"marketType": "capacity-block"}
-    assert template["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] == "cr-0a1b2c3d4e5f60718"
+    assert (
+        template["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"]
+        == "cr-0a1b2c3d4e5f60718"
+    )
     assert only(resources, NG).inputs["capacityType"] == "CAPACITY_BLOCK"
 
 
 def test_placement_group_can_be_forced_on_with_a_reservation(engine: MockEngine) -> None:
     resources = build(
-        engine, instanceType="p5.48xlarge", placementGroup=True, capacity={"type": "odcr", "reservationId": "cr-0123456789abcdef0"}
+        engine,
+        instanceType="p5.48xlarge",
+        placementGroup=True,
+        capacity={"type": "odcr", "reservationId": "cr-0123456789abcdef0"},
     )
     assert only(resources, PG)
 

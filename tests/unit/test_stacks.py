@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from helpers import bundled_stacks, only
 from inferstack_cli import render
 from inferstack_cli.main import main
@@ -35,7 +36,11 @@ def test_every_resource_except_components_has_a_parent(plan_of: PlanOf, stack: s
 
 def test_prod_has_an_h100_and_an_h200_efa_pool_each_in_one_zone(plan_of: PlanOf) -> None:
     plan = plan_of("prod")
-    groups = {r.inputs["labels"]["inferstack.io/pool"]: r.inputs for r in plan.of_type("aws:eks/nodeGroup:NodeGroup") if "taints" in r.inputs}
+    groups = {
+        r.inputs["labels"]["inferstack.io/pool"]: r.inputs
+        for r in plan.of_type("aws:eks/nodeGroup:NodeGroup")
+        if "taints" in r.inputs
+    }
     assert groups["h100"]["instanceTypes"] == ["p5.48xlarge"]
     assert groups["h200"]["instanceTypes"] == ["p5en.48xlarge"]
     assert all(len(g["subnetIds"]) == 1 for g in groups.values())
@@ -65,7 +70,11 @@ def test_plan_json_matches_the_documented_format(tmp_path: Path, capsys: pytest.
     assert set(plan) == {"project", "stack", "tier", "resources", "outputs", "violations"}
     assert (plan["project"], plan["stack"], plan["tier"]) == ("inferstack", "prod", "cloud")
     assert all(set(r) == {"urn", "type", "name", "parent", "inputs"} for r in plan["resources"])
-    template = next(r for r in plan["resources"] if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate" and r["inputs"].get("networkInterfaces"))
+    template = next(
+        r
+        for r in plan["resources"]
+        if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate" and r["inputs"].get("networkInterfaces")
+    )
     assert "metadataOptions" in template["inputs"], "inputs are wire-format camelCase"
     assert template["urn"].startswith("urn:pulumi:prod::inferstack::")
     assert plan["violations"] == []
