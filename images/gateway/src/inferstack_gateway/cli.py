@@ -1,0 +1,50 @@
+"""`inferstack-gateway --config FILE`: validate the config and serve it with uvicorn (uvloop + httptools)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from inferstack_gateway.config import ConfigError, load_config
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="inferstack-gateway", description=__doc__)
+    parser.add_argument("--config", required=True, help="gateway YAML config (see config.example.yaml)")
+    parser.add_argument("--check", action="store_true", help="validate the config and exit")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+        # Imported after validation: a config error should print fast and without the server's import cost.
+        from inferstack_gateway.app import Gateway
+
+        app = Gateway(config)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if args.check:
+        print(f"{args.config}: ok ({len(config.models)} models, {len(config.upstreams)} upstreams)")
+        return 0
+
+    import uvicorn
+
+    from inferstack_gateway import logs
+
+    logs.configure(config.server.log_level)
+    uvicorn.run(
+        app,
+        host=config.server.host,
+        port=config.server.port,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        access_log=False,  # the gateway writes its own structured access log
+        log_config=None,
+        server_header=False,
+        timeout_graceful_shutdown=30,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

