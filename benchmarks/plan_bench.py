@@ -7,6 +7,7 @@ Each figure is the median of several in-process plans (imports are warm after th
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import platform
 import statistics
@@ -68,9 +69,7 @@ def main() -> None:
                 {"case": f"{pools} x p5.48xlarge pools", "pools": pools, "resources": count, "seconds": seconds}
             )
 
-    per_pool = [
-        (b["seconds"] - a["seconds"]) / (b["pools"] - a["pools"]) for a, b in zip(rows[1:], rows[2:], strict=False)
-    ]
+    per_pool = [(b["seconds"] - a["seconds"]) / (b["pools"] - a["pools"]) for a, b in itertools.pairwise(rows[1:])]
     result = {
         "date": date.today().isoformat(),
         "machine": f"{platform.machine()} {platform.processor() or ''} python {platform.python_version()}".strip(),

@@ -11,6 +11,7 @@ import os
 import shutil
 
 import pytest
+
 from helpers import ROOT
 
 pytestmark = pytest.mark.cloud
