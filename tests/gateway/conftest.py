@@ -150,10 +150,12 @@ def gateway(
     embeddings_server.reset()
     prefix = f"t{sha256(request.node.nodeid)[:10]}:"
 
-    def make(upstream: StandIn | None = None, *, redis_url: str | None = None, **overrides: Any) -> GatewayHandle:
+    def make(
+        upstream: StandIn | None = None, *, redis_url: str | None = None, namespace: str = "", **overrides: Any
+    ) -> GatewayHandle:
         base: dict[str, Any] = {
             "server": {"access_log": False},
-            "redis": {"url": redis_url or redis_server.url, "key_prefix": prefix, "timeout_ms": 1000},
+            "redis": {"url": redis_url or redis_server.url, "key_prefix": f"{prefix}{namespace}", "timeout_ms": 1000},
             "embeddings": {"url": embeddings_server.url, "timeout_ms": 5000},
             # Generous budgets: a loaded 2-core CI box must not turn a hit into a skipped lookup.
             "budgets": {"exact_cache_ms": 1000, "semantic_cache_ms": 5000, "upstream_ttft_ms": 5000},

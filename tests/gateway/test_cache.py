@@ -1,0 +1,267 @@
+"""Section 2: exact and semantic caching, with the real Redis and the real embedding model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from gateway_harness import API_KEY_B, GatewayHandle, StandIn, wait_for
+
+# Cosine distances measured with all-MiniLM-L6-v2 (sentence-transformers, CPU).
+PARAPHRASE = ("What is the capital of France?", "What's France's capital city?")  # 0.056
+NEAR_MISS = ("How do I reset my password?", "How do I delete my password?")  # 0.191: different meaning
+OTHER_COUNTRY = ("Capital of France?", "Capital of Germany?")  # 0.29
+
+
+def ask(gw: GatewayHandle, content: str, *, api_key: str | None = None, **kwargs: Any) -> tuple[str, str]:
+    """(answer, x-inferstack-cache) for a temperature-0 single-turn chat."""
+    client = gw.client(api_key) if api_key else gw.client()
+    kwargs.setdefault("temperature", 0)
+    raw = client.chat.completions.with_raw_response.create(
+        model="local", messages=[{"role": "user", "content": content}], **kwargs
+    )
+    return raw.parse().choices[0].message.content, raw.headers["x-inferstack-cache"]
+
+
+def stored(gw: GatewayHandle, kind: str = "exact") -> bool:
+    return gw.metric("inferstack_gateway_cache_writes_total", kind=kind, outcome="stored") > 0
+
+
+def test_exact_hit_returns_the_first_answer_without_reaching_the_upstream(gateway: Any, upstreams: Any) -> None:
+    upstream: StandIn = upstreams("up")
+    gw = gateway(upstream)
+    first, result = ask(gw, "Say hi")
+    assert result == "miss"
+    assert wait_for(lambda: stored(gw))
+    second, result = ask(gw, "Say hi")
+    assert (second, result) == (first, "hit")
+    assert len(upstream.requests) == 1
+
+
+def test_whitespace_and_key_order_do_not_defeat_the_exact_cache(gateway: Any, upstreams: Any) -> None:
+    upstream = upstreams("up")
+    gw = gateway(upstream)
+    first, _ = ask(gw, "Say hi", max_tokens=16)
+    assert wait_for(lambda: stored(gw))
+    body = orjson.dumps({"max_tokens": 16, "temperature": 0.0, "messages": [{"content": "  Say hi\n", "role": "user"}],
+                         "model": "local"})  # fmt: skip
+    status, headers, raw = gw.http(
+        "POST", "/v1/chat/completions", body, {"authorization": f"Bearer {gw.client().api_key}"}
+    )
+    assert (status, headers["x-inferstack-cache"]) == (200, "hit")
+    assert orjson.loads(raw)["choices"][0]["message"]["content"] == first
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"max_tokens": 7}, {"top_p": 0.5}, {"stop": ["\n"]}, {"seed": 3}, {"response_format": {"type": "json_object"}},
+     {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}],
+    ids=lambda c: next(iter(c)),
+)  # fmt: skip
+def test_output_changing_parameters_are_part_of_the_key(gateway: Any, upstreams: Any, change: dict[str, Any]) -> None:
+    upstream = upstreams("up")
+    gw = gateway(upstream)
+    ask(gw, "Say hi")
+    assert wait_for(lambda: stored(gw))
+    answer, result = ask(gw, "Say hi", **change)
+    assert result == "miss" and answer.startswith("up#2")
+
+
+def test_streamed_request_is_served_from_a_cached_non_streamed_answer_as_sse(gateway: Any, upstreams: Any) -> None:
+    upstream = upstreams("up", tokens=3)
+    gw = gateway(upstream)
+    first, _ = ask(gw, "Say hi")
+    assert wait_for(lambda: stored(gw))
+    with gw.client().chat.completions.with_streaming_response.create(
+        model="local", messages=[{"role": "user", "content": "Say hi"}], temperature=0, stream=True,
+        stream_options={"include_usage": True},
+    ) as response:  # fmt: skip
+        assert response.headers["x-inferstack-cache"] == "hit"
+        chunks = list(response.parse())
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == first
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 3
+    assert len(upstream.requests) == 1
+
+
+def test_a_streamed_answer_is_cached_after_the_stream_finished(gateway: Any, upstreams: Any) -> None:
+    upstream = upstreams("up", tokens=4)
+    gw = gateway(upstream)
+    stream = gw.client().chat.completions.create(
+        model="local", messages=[{"role": "user", "content": "Say hi"}], temperature=0, stream=True
+    )
+    streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert wait_for(lambda: stored(gw))
+    assert ask(gw, "Say hi") == (streamed, "hit")
+
+
+def test_exact_entries_carry_the_route_ttl(gateway: Any, upstreams: Any, redis_server: Any) -> None:
+    gw = gateway(upstreams("up"), models={"local": {"tier": "small", "cache": {"ttl_s": 120}}})
+    ask(gw, "Say hi")
+    assert wait_for(lambda: stored(gw))
+    prefix = gw.app.config.redis.key_prefix
+    (key,) = redis_server.command("KEYS", f"{prefix}x:*")
+    assert 0 < redis_server.command("TTL", key) <= 120
+
+
+def test_non_zero_temperature_bypasses_the_cache_unless_opted_in(gateway: Any, upstreams: Any) -> None:
+    upstream = upstreams("up")
+    gw = gateway(upstream)
+    assert ask(gw, "Say hi", temperature=0.8)[1] == "bypass"
+    assert ask(gw, "Say hi", temperature=0.8)[1] == "bypass"
+    opt_in = {"x-inferstack-cache-opt-in": "true"}
+    first, result = ask(gw, "Say hi", temperature=0.8, extra_headers=opt_in)
+    assert result == "miss"
+    assert wait_for(lambda: stored(gw))
+    assert ask(gw, "Say hi", temperature=0.8, extra_headers=opt_in) == (first, "hit")
+
+
+def test_cache_control_no_store_bypasses_the_cache(gateway: Any, upstreams: Any) -> None:
+    gw = gateway(upstreams("up"))
+    ask(gw, "Say hi")
+    assert wait_for(lambda: stored(gw))
+    assert ask(gw, "Say hi", extra_headers={"cache-control": "no-store"})[1] == "bypass"
+
+
+def test_policy_always_caches_any_temperature_and_never_caches_nothing(gateway: Any, upstreams: Any) -> None:
+    upstream = upstreams("up")
+    gw = gateway(
+        upstream,
+        tiers={"small": {"upstreams": ["main"]}},
+        models={"local": {"tier": "small", "cache": {"policy": "always"}},
+                "nocache": {"tier": "small", "cache": {"policy": "never"}}},
+    )  # fmt: skip
+    assert ask(gw, "Say hi", temperature=1.2)[1] == "miss"
+    raw = gw.client().chat.completions.with_raw_response.create(
+        model="nocache", messages=[{"role": "user", "content": "Say hi"}], temperature=0
+    )
+    assert raw.headers["x-inferstack-cache"] == "bypass"
+
+
+def test_one_tenant_never_receives_another_tenants_entry(gateway: Any, upstreams: Any) -> None:
+    upstream = upstreams("up")
+    gw = gateway(upstream)
+    answer_a, _ = ask(gw, PARAPHRASE[0])
+    assert wait_for(lambda: stored(gw, "semantic"))
+    # A paraphrase (semantic candidate) and the same text (exact candidate) from tenant B never get A's answer.
+    answer_b, result = ask(gw, PARAPHRASE[1], api_key=API_KEY_B)
+    assert result == "miss" and answer_b != answer_a
+    answer_b2, _ = ask(gw, PARAPHRASE[0], api_key=API_KEY_B)
+    assert answer_b2 != answer_a
+    assert ask(gw, PARAPHRASE[0]) == (answer_a, "hit")
+
+
+def test_prompt_and_model_versions_partition_the_cache(gateway: Any, upstreams: Any) -> None:
+    upstream = upstreams("up")
+    gw = gateway(upstream)
+    ask(gw, PARAPHRASE[0])
+    assert wait_for(lambda: stored(gw, "semantic"))
+    assert ask(gw, PARAPHRASE[0], extra_headers={"x-inferstack-prompt-version": "v2"})[1] == "miss"
+    assert ask(gw, PARAPHRASE[1], extra_headers={"x-inferstack-prompt-version": "v2"})[1] in ("miss", "semantic")
+    bumped = gateway(
+        upstream, models={"local": {"tier": "small", "version": "2", "cache": {"semantic": {"enabled": True}}}}
+    )
+    assert ask(bumped, PARAPHRASE[0])[1] == "miss"
+
+
+def test_paraphrase_is_a_semantic_hit(gateway: Any, upstreams: Any) -> None:
+    upstream = upstreams("up")
+    gw = gateway(upstream)
+    first, _ = ask(gw, PARAPHRASE[0])
+    assert wait_for(lambda: stored(gw, "semantic"))
+    assert ask(gw, PARAPHRASE[1]) == (first, "semantic")
+    assert len(upstream.requests) == 1
+
+
+@pytest.mark.parametrize("pair", [NEAR_MISS, OTHER_COUNTRY], ids=["delete-vs-reset-password", "germany-vs-france"])
+def test_near_misses_are_not_served_from_the_semantic_cache(
+    gateway: Any, upstreams: Any, pair: tuple[str, str]
+) -> None:
+    upstream = upstreams("up")
+    gw = gateway(upstream)
+    first, _ = ask(gw, pair[0])
+    assert wait_for(lambda: stored(gw, "semantic"))
+    second, result = ask(gw, pair[1])
+    assert result == "miss" and second != first
+
+
+def test_the_threshold_is_per_route_and_a_loose_one_serves_wrong_answers(gateway: Any, upstreams: Any) -> None:
+    # "Capital of Germany?" vs "Capital of France?" is ~0.29 with MiniLM: a miss at the strict default (0.1), but
+    # a route configured with max_distance 0.35 serves France's answer for Germany. That is why the default is strict.
+    strict = gateway(upstreams("strict"))
+    france, _ = ask(strict, OTHER_COUNTRY[0])
+    assert wait_for(lambda: stored(strict, "semantic"))
+    assert ask(strict, OTHER_COUNTRY[1])[1] == "miss"
+    loose = gateway(
+        upstreams("loose"),
+        namespace="loose:",
+        models={"local": {"tier": "small", "cache": {"semantic": {"enabled": True, "max_distance": 0.35}}}},
+    )
+    france, _ = ask(loose, OTHER_COUNTRY[0])
+    assert wait_for(lambda: stored(loose, "semantic"))
+    assert ask(loose, OTHER_COUNTRY[1]) == (france, "semantic")
+
+
+def test_multi_turn_requests_skip_the_semantic_cache(gateway: Any, upstreams: Any, embeddings_server: Any) -> None:
+    gw = gateway(upstreams("up"))
+    messages = [
+        {"role": "user", "content": PARAPHRASE[0]},
+        {"role": "assistant", "content": "Paris."},
+        {"role": "user", "content": "And its population?"},
+    ]
+    raw = gw.client().chat.completions.with_raw_response.create(model="local", messages=messages, temperature=0)
+    assert raw.headers["x-inferstack-cache"] == "miss"
+    assert wait_for(lambda: stored(gw))
+    assert embeddings_server.control.calls == 0
+    assert not stored(gw, "semantic")
+
+
+def test_the_system_prompt_partitions_the_semantic_cache(gateway: Any, upstreams: Any) -> None:
+    gw = gateway(upstreams("up"))
+    ask(gw, PARAPHRASE[0])
+    assert wait_for(lambda: stored(gw, "semantic"))
+    raw = gw.client().chat.completions.with_raw_response.create(
+        model="local", temperature=0,
+        messages=[{"role": "system", "content": "Answer in French."}, {"role": "user", "content": PARAPHRASE[1]}],
+    )  # fmt: skip
+    assert raw.headers["x-inferstack-cache"] == "miss"
+
+
+@pytest.mark.parametrize("mode", ["truncate", "error500"])
+def test_truncated_and_failed_answers_are_never_cached(gateway: Any, upstreams: Any, mode: str) -> None:
+    upstream = upstreams("up", mode=mode, tokens=4)
+    gw = gateway(upstream)
+    import openai
+
+    with pytest.raises(openai.APIError):
+        stream = gw.client().chat.completions.create(
+            model="local", messages=[{"role": "user", "content": "Say hi"}], temperature=0, stream=True
+        )
+        list(stream)
+    upstream.mode = "ok"
+    assert ask(gw, "Say hi")[1] == "miss"
+    assert len(upstream.requests) == 2
+
+
+def test_a_cancelled_stream_is_not_cached(gateway: Any, upstreams: Any) -> None:
+    upstream = upstreams("up", tokens=50, itl_s=0.02)
+    gw = gateway(upstream)
+    with gw.client().chat.completions.with_streaming_response.create(
+        model="local", messages=[{"role": "user", "content": "Say hi"}], temperature=0, stream=True
+    ) as response:
+        next(response.iter_bytes())
+    assert wait_for(lambda: upstream.aborted == 1)
+    assert gw.metric("inferstack_gateway_cache_writes_total", kind="exact", outcome="stored") == 0
+    assert ask(gw, "Say hi")[1] == "miss"
+
+
+def test_semantic_entries_live_in_an_index_of_vector_and_tag_fields_only(
+    gateway: Any, upstreams: Any, redis_server: Any
+) -> None:
+    gw = gateway(upstreams("up"))
+    ask(gw, PARAPHRASE[0])
+    assert wait_for(lambda: stored(gw, "semantic"))
+    info = redis_server.command("FT.INFO", f"{gw.app.config.redis.key_prefix}semantic")
+    attributes = info[info.index(b"attributes") + 1]
+    types = sorted(attr[attr.index(b"type") + 1] for attr in attributes)
+    assert types == [b"TAG", b"TAG", b"VECTOR"]
