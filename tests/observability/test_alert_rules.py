@@ -1,0 +1,198 @@
+"""PrometheusRules: per-model SLO thresholds, engine-specific metrics, platform alerts, golden render."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from components._alerts import FATAL_XIDS, ModelSlo, prometheus_rule
+from crdcheck import validate
+
+
+def _rules(rule: dict[str, Any], group: str) -> list[dict[str, Any]]:
+    return next(g["rules"] for g in rule["spec"]["groups"] if g["name"] == group)
+
+
+def _alerts(rule: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    return [r for g in rule["spec"]["groups"] for r in g["rules"] if r.get("alert") == name]
+
+
+def _for_model(alerts: list[dict[str, Any]], model: str) -> dict[str, Any]:
+    matches = [a for a in alerts if f'"{model}"' in a["expr"]]
+    assert len(matches) == 1, matches
+    return matches[0]
+
+
+@pytest.mark.parametrize(("model", "threshold_s"), [("llama-8b", "0.11"), ("llama-70b-trt", "0.165")])
+def test_ttft_burn_fires_at_target_times_1_1_for_5m(fleet: list[ModelSlo], model: str, threshold_s: str) -> None:
+    # GIVEN models with TTFT p99 targets of 100 ms and 150 ms
+    # WHEN the rules are rendered
+    alert = _for_model(_alerts(prometheus_rule(fleet), "InferstackTTFTSLOBurn"), model)
+    # THEN each alert compares that model's p99 with its own target x 1.1, in seconds, held 5 minutes
+    assert alert["expr"] == (
+        f'inferstack_model:ttft_seconds:p99_rate5m{{namespace="serving",inferstack_model="{model}"}} > {threshold_s}'
+    )
+    assert alert["for"] == "5m"
+
+
+@pytest.mark.parametrize(
+    ("engine", "source"),
+    [
+        ("vllm", "vllm:time_to_first_token_seconds_bucket"),
+        ("triton", 'nv_inference_first_response_histogram_ms_bucket{model=~"ensemble|tensorrt_llm_bls"}'),
+    ],
+)
+def test_ttft_p99_is_recorded_from_each_engine(engine: str, source: str) -> None:
+    # GIVEN the recording rules
+    recorded = [
+        r
+        for r in _rules(prometheus_rule([]), "inferstack.recording")
+        if r["record"] == "inferstack_model:ttft_seconds:p99_rate5m" and r["labels"]["engine"] == engine
+    ]
+    # WHEN / THEN the engine's histogram feeds the shared series, in seconds
+    assert len(recorded) == 1
+    assert f"rate({source}[5m])" in recorded[0]["expr"]
+
+
+def test_triton_milliseconds_become_seconds() -> None:
+    # GIVEN Triton's first-response histogram in milliseconds
+    # WHEN its TTFT p99 is recorded
+    triton = next(
+        r
+        for r in _rules(prometheus_rule([]), "inferstack.recording")
+        if r["record"].startswith("inferstack_model:ttft") and r["labels"]["engine"] == "triton"
+    )
+    # THEN it is scaled to seconds like vLLM's
+    assert triton["expr"].endswith(" * 0.001")
+
+
+def test_itl_burn_only_where_the_engine_exports_itl(fleet: list[ModelSlo]) -> None:
+    # GIVEN a vLLM and a Triton model
+    # WHEN the rules are rendered
+    itl = _alerts(prometheus_rule(fleet), "InferstackITLSLOBurn")
+    # THEN only vLLM models get an ITL alert (Triton exports no inter-token histogram)
+    assert _for_model(itl, "llama-8b")["expr"].endswith("> 0.022")
+    assert not [a for a in itl if '"llama-70b-trt"' in a["expr"]]
+
+
+def test_sustained_queue_alert(fleet: list[ModelSlo]) -> None:
+    # GIVEN a model with the default per-replica queue alert level
+    # WHEN the rules are rendered
+    alert = _for_model(_alerts(prometheus_rule(fleet), "InferstackQueueSustained"), "llama-8b")
+    # THEN it fires when more than 4 requests wait per replica for 10 minutes
+    assert alert["expr"].endswith('inferstack_model="llama-8b"} > 4')
+    assert alert["for"] == "10m"
+
+
+def test_zero_ready_replicas_for_a_deployment(fleet: list[ModelSlo]) -> None:
+    # GIVEN a model served by a Deployment
+    # WHEN the rules are rendered
+    alert = _for_model(_alerts(prometheus_rule(fleet), "InferstackModelUnavailable"), "llama-8b")
+    # THEN it fires when none is available while some are wanted (a model scaled to zero stays quiet)
+    assert alert["expr"] == (
+        '(kube_deployment_status_replicas_available{namespace="serving",deployment="llama-8b"} == 0) and '
+        '(kube_deployment_spec_replicas{namespace="serving",deployment="llama-8b"} > 0)'
+    )
+    assert alert["labels"] == {"severity": "critical", "inferstack_model": "llama-8b"}
+
+
+def test_zero_ready_groups_for_a_leaderworkerset(fleet: list[ModelSlo]) -> None:
+    # GIVEN a multi-node model served by a LeaderWorkerSet
+    # WHEN the rules are rendered
+    alert = _for_model(_alerts(prometheus_rule(fleet), "InferstackModelUnavailable"), "llama-405b")
+    # THEN readiness is read from its leader StatefulSet
+    assert alert["expr"].startswith(
+        '(kube_statefulset_status_replicas_ready{namespace="serving",statefulset="llama-405b"} == 0)'
+    )
+
+
+def test_fatal_xids_page() -> None:
+    # GIVEN the platform alerts
+    alert = _alerts(prometheus_rule([]), "InferstackGpuXidFatal")[0]
+    # WHEN / THEN every XID needing a reset or drain is matched, and the alert is critical
+    for code in FATAL_XIDS:
+        assert f"max_over_time(DCGM_FI_DEV_XID_ERRORS[5m]) == {code})" in alert["expr"]
+    assert alert["labels"]["severity"] == "critical"
+
+
+def test_any_xid_warns() -> None:
+    # GIVEN the platform alerts
+    # WHEN / THEN any non-zero XID raises a warning
+    alert = _alerts(prometheus_rule([]), "InferstackGpuXidError")[0]
+    assert (alert["expr"], alert["labels"]["severity"]) == ("max_over_time(DCGM_FI_DEV_XID_ERRORS[5m]) > 0", "warning")
+
+
+def test_cache_unavailable() -> None:
+    # GIVEN the platform alerts
+    # WHEN / THEN redis_up == 0 for a minute is critical
+    alert = _alerts(prometheus_rule([]), "InferstackCacheDown")[0]
+    assert (alert["expr"], alert["for"], alert["labels"]["severity"]) == ("redis_up == 0", "1m", "critical")
+
+
+def test_input_order_does_not_change_the_manifest(fleet: list[ModelSlo]) -> None:
+    # GIVEN the same models listed in two orders
+    # WHEN the rules are rendered
+    # THEN the manifests are identical
+    assert prometheus_rule(fleet) == prometheus_rule(list(reversed(fleet)))
+
+
+def test_duplicate_model_is_refused(fleet: list[ModelSlo]) -> None:
+    # GIVEN a model listed twice in one namespace
+    # WHEN / THEN rendering refuses
+    with pytest.raises(ValueError, match="listed twice"):
+        prometheus_rule([*fleet, fleet[0]])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"engine": "tgi"}, "ModelSlo.engine"),
+        ({"ttft_p99_ms": 0}, "ModelSlo.ttft_p99_ms"),
+        ({"namespace": "Serving"}, "ModelSlo.namespace"),
+        ({"workload_kind": "StatefulSet"}, "ModelSlo.workload_kind"),
+    ],
+)
+def test_invalid_slo_names_the_field(overrides: dict[str, Any], message: str) -> None:
+    # GIVEN an SLO outside the allowed values
+    args: dict[str, Any] = {"name": "m", "engine": "vllm", "ttft_p99_ms": 100, "itl_p99_ms": 20, "namespace": "s"}
+    # WHEN / THEN construction fails naming the field
+    with pytest.raises(ValueError, match=message):
+        ModelSlo(**(args | overrides))
+
+
+def test_validates_against_prometheus_operator_crd(fleet: list[ModelSlo]) -> None:
+    # GIVEN the rules for a fleet
+    # WHEN checked strictly against prometheus-operator v0.93.0's PrometheusRule CRD
+    # THEN they are valid
+    assert validate(prometheus_rule(fleet)) == []
+
+
+def test_every_expression_parses_as_promql(fleet: list[ModelSlo]) -> None:
+    promql_parser = pytest.importorskip("promql_parser")
+    # GIVEN every rule expression
+    # WHEN Prometheus' grammar parses it
+    # THEN none is malformed
+    for group in prometheus_rule(fleet)["spec"]["groups"]:
+        for rule in group["rules"]:
+            promql_parser.parse(rule["expr"])
+
+
+def test_golden(fleet: list[ModelSlo], golden: Callable[[str, Any], None]) -> None:
+    # GIVEN the reference fleet
+    # WHEN the rules are rendered
+    # THEN they equal the reviewed golden file
+    golden("prometheusrule", prometheus_rule(fleet))
+
+
+def test_golden_check_fails_on_any_change(
+    fleet: list[ModelSlo], golden: Callable[[str, Any], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the golden rules and a render that differs by one threshold (never rewritten, even under refresh)
+    monkeypatch.delenv("UPDATE_SNAPSHOT", raising=False)
+    changed = prometheus_rule([ModelSlo("llama-8b", "vllm", 101, 20, "serving"), *fleet[1:]])
+    # WHEN it is compared with the golden file
+    # THEN the comparison fails
+    with pytest.raises(AssertionError, match="differs from"):
+        golden("prometheusrule", changed)

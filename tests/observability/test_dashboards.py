@@ -1,0 +1,182 @@
+"""Grafana dashboards: the metrics they chart, their shape, their ConfigMap, golden renders."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from components._dashboards import (
+    DASHBOARDS,
+    GatewayMetrics,
+    cache_dashboard,
+    dashboard_configmap,
+    gpu_dashboard,
+    serving_dashboard,
+)
+
+KUBERNETES_VERSION = "1.33"
+
+
+def _exprs(dashboard: dict[str, Any]) -> list[str]:
+    return [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+
+
+def _panel(dashboard: dict[str, Any], title: str) -> dict[str, Any]:
+    return next(p for p in dashboard["panels"] if p["title"] == title)
+
+
+def _panel_exprs(dashboard: dict[str, Any], title: str) -> str:
+    return "\n".join(t["expr"] for t in _panel(dashboard, title)["targets"])
+
+
+@pytest.mark.parametrize(
+    ("panel", "needles"),
+    [
+        (
+            "Time to first token",
+            [
+                "histogram_quantile(0.5, sum by (le, namespace, inferstack_model) "
+                "(rate(vllm:time_to_first_token_seconds_bucket{",
+                "histogram_quantile(0.99, sum by (le, namespace, inferstack_model) "
+                "(rate(vllm:time_to_first_token_seconds_bucket{",
+                "histogram_quantile(0.5, sum by (le, namespace, inferstack_model) "
+                "(rate(nv_inference_first_response_histogram_ms_bucket{",
+                "histogram_quantile(0.99, sum by (le, namespace, inferstack_model) "
+                "(rate(nv_inference_first_response_histogram_ms_bucket{",
+            ],
+        ),
+        ("Inter-token latency", ["(0.5, ", "(0.99, ", "vllm:inter_token_latency_seconds_bucket{"]),
+        ("Queue depth", ["vllm:num_requests_waiting{", 'nv_trt_llm_request_metrics{request_type="waiting",']),
+        ("KV-cache usage", ["vllm:kv_cache_usage_perc{", 'kv_cache_block_type="used"', 'kv_cache_block_type="max"']),
+        ("Request rate", ["rate(vllm:request_success_total{", "rate(nv_inference_request_success{"]),
+        ("Replicas", ["kube_deployment_status_replicas_available", "kube_statefulset_status_replicas_ready"]),
+    ],
+)
+def test_serving_dashboard_charts_each_engine(panel: str, needles: list[str]) -> None:
+    # GIVEN the serving dashboard
+    # WHEN a panel's queries are read
+    exprs = _panel_exprs(serving_dashboard(), panel)
+    # THEN they read the named metrics of both engines
+    for needle in needles:
+        assert needle in exprs
+
+
+def test_serving_panels_filter_by_model_and_namespace() -> None:
+    # GIVEN the serving dashboard's per-model panels (the replica panel reads kube-state-metrics: no model label)
+    panels = [p for p in serving_dashboard()["panels"] if p["title"] != "Replicas"]
+    exprs = [t["expr"] for p in panels for t in p["targets"]]
+    # WHEN / THEN every query honours the model and namespace variables
+    assert all('inferstack_model=~"$model"' in e and 'namespace=~"$namespace"' in e for e in exprs)
+
+
+def test_cache_hit_rate_counts_exact_and_semantic_hits_over_cacheable_requests() -> None:
+    # GIVEN the gateway & cache dashboard
+    # WHEN the hit-rate query is read
+    expr = _panel_exprs(cache_dashboard(), "Cache hit rate")
+    # THEN hits of both caches are divided by every request that was looked up (bypass excluded)
+    assert expr == (
+        f'sum by (model) (rate({GatewayMetrics.REQUESTS_TOTAL}{{model=~"$model",cache=~"hit|semantic"}}[5m])) / '
+        f'sum by (model) (rate({GatewayMetrics.REQUESTS_TOTAL}{{model=~"$model",cache!="bypass"}}[5m]))'
+    )
+
+
+@pytest.mark.parametrize(
+    ("panel", "metric", "unit"),
+    [
+        ("GPU utilization", "DCGM_FI_DEV_GPU_UTIL", "percent"),
+        ("GPU memory used", "DCGM_FI_DEV_FB_USED", "mbytes"),
+        ("GPU temperature", "DCGM_FI_DEV_GPU_TEMP", "celsius"),
+    ],
+)
+def test_gpu_dashboard_reads_dcgm(panel: str, metric: str, unit: str) -> None:
+    # GIVEN the GPU dashboard
+    found = _panel(gpu_dashboard(), panel)
+    # WHEN / THEN the panel charts the DCGM field in its unit
+    assert found["targets"][0]["expr"].startswith(metric + "{")
+    assert found["fieldConfig"]["defaults"]["unit"] == unit
+
+
+@pytest.mark.parametrize("build", DASHBOARDS, ids=lambda f: f.__name__)
+def test_every_query_parses_as_promql(build: Callable[[], dict[str, Any]]) -> None:
+    promql_parser = pytest.importorskip("promql_parser")
+    # GIVEN a dashboard, with Grafana's variables substituted as Grafana would
+    for expr in _exprs(build()):
+        concrete = expr.replace("$model", "m").replace("$namespace", "n").replace("$node", "h")
+        # WHEN / THEN Prometheus' grammar accepts the query
+        promql_parser.parse(concrete)
+
+
+@pytest.mark.parametrize("build", DASHBOARDS, ids=lambda f: f.__name__)
+def test_panels_are_unique_and_inside_the_grid(build: Callable[[], dict[str, Any]]) -> None:
+    # GIVEN a dashboard
+    panels = build()["panels"]
+    # WHEN its layout is read
+    ids = [p["id"] for p in panels]
+    cells = set()
+    for p in panels:
+        g = p["gridPos"]
+        assert g["x"] + g["w"] <= 24
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{p['title']} overlaps another panel"
+                cells.add((x, y))
+    # THEN ids are unique and no two panels overlap
+    assert len(set(ids)) == len(ids)
+
+
+@pytest.mark.parametrize("build", DASHBOARDS, ids=lambda f: f.__name__)
+def test_every_panel_uses_the_datasource_variable(build: Callable[[], dict[str, Any]]) -> None:
+    # GIVEN a dashboard
+    dashboard = build()
+    # WHEN / THEN every panel and target queries the selectable Prometheus datasource
+    assert dashboard["templating"]["list"][0]["name"] == "datasource"
+    for panel in dashboard["panels"]:
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        assert all(t["datasource"] == panel["datasource"] for t in panel["targets"])
+
+
+@pytest.mark.parametrize("build", DASHBOARDS, ids=lambda f: f.__name__)
+def test_rendering_is_deterministic(build: Callable[[], dict[str, Any]]) -> None:
+    # GIVEN a dashboard function
+    # WHEN it is called twice
+    # THEN the output is identical (no clocks, no random ids)
+    assert build() == build()
+
+
+def test_configmap_carries_the_sidecar_label() -> None:
+    # GIVEN a dashboard
+    # WHEN it is wrapped for the Grafana sidecar
+    cm = dashboard_configmap(serving_dashboard())
+    # THEN the ConfigMap is labelled for the sidecar and lives in Grafana's namespace
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert list(cm["data"]) == ["inferstack-serving.json"]
+
+
+def test_configmap_round_trips_the_dashboard() -> None:
+    # GIVEN a dashboard wrapped in a ConfigMap
+    dashboard = gpu_dashboard()
+    # WHEN its data is parsed back
+    # THEN it is the same dashboard
+    assert json.loads(dashboard_configmap(dashboard)["data"]["inferstack-gpus.json"]) == dashboard
+
+
+@pytest.mark.parametrize("build", DASHBOARDS, ids=lambda f: f.__name__)
+def test_configmap_passes_kubernetes_validate_strict(build: Callable[[], dict[str, Any]]) -> None:
+    # GIVEN a dashboard ConfigMap
+    # WHEN the official Kubernetes OpenAPI schema checks it, rejecting unknown fields
+    # THEN it is valid (kubernetes-validate raises otherwise)
+    kubernetes_validate.validate(dashboard_configmap(build()), KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("build", DASHBOARDS, ids=lambda f: f.__name__)
+def test_golden(build: Callable[[], dict[str, Any]], golden: Callable[[str, Any], None]) -> None:
+    # GIVEN a dashboard
+    dashboard = build()
+    # WHEN it is rendered
+    # THEN it equals the reviewed golden file
+    golden(f"dashboard-{dashboard['uid']}", dashboard)

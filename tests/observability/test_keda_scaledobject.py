@@ -1,0 +1,190 @@
+"""KEDA ScaledObjects: the right queue metric per engine, the profile's threshold, warm capacity."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from components._dashboards import ENGINES, Engine
+from components._scaling import ScalingBehavior, queue_query, scaled_object
+from crdcheck import validate
+
+QUEUE_METRIC: dict[Engine, str] = {
+    "vllm": "vllm:num_requests_waiting{",
+    "triton": 'nv_trt_llm_request_metrics{request_type="waiting",',
+}
+
+
+def _build(**overrides: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "model": "llama-8b",
+        "namespace": "serving",
+        "engine": "vllm",
+        "threshold": 2,
+        "max_replicas": 8,
+    }
+    return scaled_object(**(args | overrides))
+
+
+def _trigger(obj: dict[str, Any], name: str = "queue-depth") -> dict[str, Any]:
+    return next(t for t in obj["spec"]["triggers"] if t["name"] == name)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_query_names_the_engine_queue_metric(engine: Engine) -> None:
+    # GIVEN a model served by `engine`
+    # WHEN its ScaledObject is built
+    query = _trigger(_build(engine=engine))["metadata"]["query"]
+
+    # THEN KEDA reads that engine's waiting-requests gauge, for this model only
+    assert query.startswith("sum(" + QUEUE_METRIC[engine])
+    assert 'namespace="serving",inferstack_model="llama-8b"}' in query
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_query_never_reads_the_other_engine(engine: Engine) -> None:
+    # GIVEN a model served by `engine`
+    # WHEN its ScaledObject is built
+    query = _trigger(_build(engine=engine))["metadata"]["query"]
+
+    # THEN the other engine's metric is absent
+    other = next(e for e in ENGINES if e != engine)
+    assert QUEUE_METRIC[other].split("{")[0] not in query
+
+
+@pytest.mark.parametrize(("threshold", "expected"), [(1, "1"), (4, "4"), (2.5, "2.5")])
+def test_threshold_follows_the_input(threshold: float, expected: str) -> None:
+    # GIVEN a profile's waiting-requests-per-replica target
+    # WHEN the ScaledObject is built with it
+    metadata = _trigger(_build(threshold=threshold))["metadata"]
+
+    # THEN the trigger carries it as KEDA's string threshold, with average-per-replica semantics
+    assert metadata["threshold"] == expected
+    assert _trigger(_build(threshold=threshold))["metricType"] == "AverageValue"
+
+
+def test_warm_capacity_by_default() -> None:
+    # GIVEN no scaling options
+    # WHEN the ScaledObject is built
+    spec = _build()["spec"]
+
+    # THEN one replica always stays warm
+    assert spec["minReplicaCount"] == 1
+
+
+def test_zero_min_replicas_without_opt_in_is_refused() -> None:
+    # GIVEN min_replicas 0 without scale_to_zero
+    # WHEN / THEN the builder refuses, naming the opt-in
+    with pytest.raises(ValueError, match="scale_to_zero=True"):
+        _build(min_replicas=0)
+
+
+def test_scale_to_zero_opt_in_sets_min_zero() -> None:
+    # GIVEN a model that opts into scale to zero
+    # WHEN the ScaledObject is built
+    spec = _build(scale_to_zero=True)["spec"]
+
+    # THEN it may reach zero, after the cooldown
+    assert spec["minReplicaCount"] == 0
+    assert spec["cooldownPeriod"] == ScalingBehavior().cooldown_s
+
+
+def test_scale_to_zero_wakes_on_gateway_pending_requests() -> None:
+    # GIVEN a model at zero replicas exports no queue of its own
+    # WHEN its ScaledObject is built with scale_to_zero
+    trigger = _trigger(_build(scale_to_zero=True), "gateway-pending")
+
+    # THEN a gateway trigger activates it on any request held for that model
+    assert trigger["metadata"]["query"] == 'sum(inferstack_gateway_pending_requests{model="llama-8b"})'
+    assert trigger["metadata"]["activationThreshold"] == "0"
+
+
+def test_warm_model_has_only_the_queue_trigger() -> None:
+    # GIVEN a warm model
+    # WHEN its ScaledObject is built
+    names = [t["name"] for t in _build()["spec"]["triggers"]]
+
+    # THEN only queue depth drives it
+    assert names == ["queue-depth"]
+
+
+def test_scale_up_is_immediate_and_scale_down_is_stabilized() -> None:
+    # GIVEN default behavior
+    # WHEN the ScaledObject is built
+    behavior = _build()["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+
+    # THEN bursts get replicas at the next poll and replicas are removed only after a 10 min window, one at a time
+    assert behavior["scaleUp"]["stabilizationWindowSeconds"] == 0
+    assert behavior["scaleDown"]["stabilizationWindowSeconds"] == 600
+    assert behavior["scaleDown"]["policies"] == [{"type": "Pods", "value": 1, "periodSeconds": 120}]
+
+
+def test_behavior_is_configurable() -> None:
+    # GIVEN a custom scale-down window
+    # WHEN the ScaledObject is built with it
+    behavior = _build(behavior=ScalingBehavior(scale_down_stabilization_s=900))["spec"]["advanced"]
+    # THEN the HPA gets it
+    assert behavior["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 900
+
+
+def test_prometheus_outage_does_not_scale_in() -> None:
+    # GIVEN Prometheus unreachable for a few polls
+    # WHEN KEDA falls back
+    fallback = _build(min_replicas=2)["spec"]["fallback"]
+
+    # THEN it keeps the current count (or the floor), never fewer
+    assert fallback == {"failureThreshold": 3, "replicas": 2, "behavior": "currentReplicasIfHigher"}
+
+
+def test_deployment_target() -> None:
+    # GIVEN a single-node model
+    # WHEN its ScaledObject is built
+    ref = _build()["spec"]["scaleTargetRef"]
+    # THEN it scales the Deployment named after the model
+    assert ref == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama-8b"}
+
+
+def test_leaderworkerset_target_scales_whole_groups() -> None:
+    # GIVEN a multi-node model served by a LeaderWorkerSet
+    # WHEN its ScaledObject is built
+    ref = _build(target_kind="LeaderWorkerSet", target_name="llama-405b-lws")["spec"]["scaleTargetRef"]
+
+    # THEN it targets the LWS scale subresource (replicas = groups)
+    assert ref == {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": "llama-405b-lws"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"threshold": 0}, "threshold"),
+        ({"max_replicas": 0}, "max_replicas"),
+        ({"engine": "tgi"}, "engine"),
+        ({"model": "Llama_8B"}, "DNS-1123"),
+        ({"target_kind": "StatefulSet"}, "target_kind"),
+    ],
+)
+def test_invalid_inputs_name_the_field(overrides: dict[str, Any], message: str) -> None:
+    # GIVEN an input outside what KEDA or Kubernetes accepts
+    # WHEN / THEN the error names the offending field
+    with pytest.raises(ValueError, match=message):
+        _build(**overrides)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("scale_to_zero", [False, True])
+@pytest.mark.parametrize("target_kind", ["Deployment", "LeaderWorkerSet"])
+def test_validates_against_keda_crd(engine: Engine, scale_to_zero: bool, target_kind: str) -> None:
+    # GIVEN every combination the builder distinguishes
+    # WHEN the ScaledObject is checked against KEDA v2.20.2's CRD, strictly
+    # THEN it is valid
+    assert validate(_build(engine=engine, scale_to_zero=scale_to_zero, target_kind=target_kind)) == []
+
+
+def test_queue_query_parses_as_promql() -> None:
+    promql_parser = pytest.importorskip("promql_parser")
+    # GIVEN each engine's queue query
+    # WHEN Prometheus' grammar parses it (promql-parser, a port of the Prometheus parser)
+    # THEN it is well formed
+    for engine in ENGINES:
+        promql_parser.parse(queue_query(engine, "m", "ns"))
