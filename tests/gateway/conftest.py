@@ -197,5 +197,6 @@ def gateway(
 
     yield make
     for handle in handles:
+        handle.close_clients()
         handle.server.should_exit = True
         loop_thread.run(finish_task(handle.task), timeout=15)

@@ -301,10 +301,18 @@ class GatewayHandle:
     server: Any
     task: Any
 
+    clients: list[Any] = field(default_factory=list)
+
     def client(self, api_key: str = API_KEY_A, **kwargs: Any) -> Any:
         import openai
 
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0, timeout=20, **kwargs)
+        client = openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0, timeout=20, **kwargs)
+        self.clients.append(client)
+        return client
+
+    def close_clients(self) -> None:
+        for client in self.clients:
+            client.close()
 
     def http(
         self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None

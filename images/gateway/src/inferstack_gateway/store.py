@@ -156,9 +156,12 @@ class RedisStore:
                 "RETURN", "2", "dist", "resp", "LIMIT", "0", "1", "DIALECT", "2",
             )  # fmt: skip
         except ResponseError as exc:
-            if "no such index" in str(exc).lower():
-                self._index_ready = False  # Redis restarted or was flushed: recreate on the next lookup
-            raise
+            if "no such index" not in str(exc).lower():
+                raise
+            # Redis restarted empty or was flushed: recreate the index; this lookup is a plain miss.
+            self._index_ready = False
+            await self.ensure_index()
+            return None
         if not reply or reply[0] == 0 or len(reply) < 3:
             return None
         fields = reply[2]

@@ -1,0 +1,176 @@
+"""Section 5: bad input gets a 4xx in OpenAI's shape (never a 500); Redis, embeddings and upstream faults."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+import pytest
+from gateway_harness import API_KEY_A, wait_for
+
+AUTH = {"authorization": f"Bearer {API_KEY_A}", "content-type": "application/json"}
+GOOD = {"model": "local", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def with_(**changes: Any) -> bytes:
+    body = {**GOOD, **changes}
+    return orjson.dumps({k: v for k, v in body.items() if v is not ...})
+
+
+BAD_INPUT = [
+    ("malformed-json", b'{"model": "local", "messages": [', 400, None),
+    ("not-an-object", b"[1, 2, 3]", 400, None),
+    ("empty-body", b"", 400, None),
+    ("not-utf8", b"\xff\xfe\x00", 400, None),
+    ("missing-messages", with_(messages=...), 400, "messages"),
+    ("empty-messages", with_(messages=[]), 400, "messages"),
+    ("messages-not-a-list", with_(messages="hi"), 400, "messages"),
+    ("message-not-an-object", with_(messages=["hi"]), 400, "messages"),
+    ("unknown-role", with_(messages=[{"role": "wizard", "content": "hi"}]), 400, "messages"),
+    ("content-wrong-type", with_(messages=[{"role": "user", "content": 42}]), 400, "messages[0].content"),
+    ("missing-model", with_(model=...), 400, "model"),
+    ("model-wrong-type", with_(model=7), 400, "model"),
+    ("unknown-model", with_(model="gpt-17"), 404, "model"),
+    ("temperature-string", with_(temperature="hot"), 400, "temperature"),
+    ("temperature-out-of-range", with_(temperature=9), 400, "temperature"),
+    ("temperature-bool", with_(temperature=True), 400, "temperature"),
+    ("top-p-out-of-range", with_(top_p=1.5), 400, "top_p"),
+    ("max-tokens-float", with_(max_tokens=1.5), 400, "max_tokens"),
+    ("max-tokens-zero", with_(max_tokens=0), 400, "max_tokens"),
+    ("n-string", with_(n="2"), 400, "n"),
+    ("stream-string", with_(stream="yes"), 400, "stream"),
+    ("stream-options-wrong-type", with_(stream_options=[1]), 400, "stream_options"),
+    ("stop-wrong-type", with_(stop=[1, 2]), 400, "stop"),
+    ("tools-wrong-type", with_(tools={"a": 1}), 400, "tools"),
+    ("response-format-wrong-type", with_(response_format="json"), 400, "response_format"),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "param"), [c[1:] for c in BAD_INPUT], ids=[c[0] for c in BAD_INPUT])
+def test_bad_chat_input_gets_a_4xx_in_openai_shape(
+    gateway: Any, upstreams: Any, body: bytes, status: int, param: str | None
+) -> None:
+    upstream = upstreams("up")
+    gw = gateway(upstream)
+    got, _, raw = gw.http("POST", "/v1/chat/completions", body, AUTH)
+    assert got == status
+    error = orjson.loads(raw)["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["param"] == param and error["message"]
+    assert "Traceback" not in error["message"]
+    assert upstream.requests == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"model": "local"}', b'{"model": "local", "prompt": 3}', b'{"model": "local", "prompt": [true]}',
+     b'{"model": "local", "prompt": []}'],
+    ids=["missing", "number", "bools", "empty-list"],
+)  # fmt: skip
+def test_bad_completion_prompt_gets_400(gateway: Any, upstreams: Any, body: bytes) -> None:
+    gw = gateway(upstreams("up"))
+    status, _, raw = gw.http("POST", "/v1/completions", body, AUTH)
+    assert status == 400 and orjson.loads(raw)["error"]["param"] == "prompt"
+
+
+def test_a_body_over_the_limit_gets_413_before_it_is_read(gateway: Any, upstreams: Any) -> None:
+    gw = gateway(upstreams("up"), server={"access_log": False, "max_body_bytes": 2048})
+    big = with_(messages=[{"role": "user", "content": "x" * 4096}])
+    status, _, raw = gw.http("POST", "/v1/chat/completions", big, AUTH)
+    assert status == 413 and orjson.loads(raw)["error"]["code"] == "request_too_large"
+
+
+def test_a_chunked_body_over_the_limit_gets_413(gateway: Any, upstreams: Any) -> None:
+    gw = gateway(upstreams("up"), server={"access_log": False, "max_body_bytes": 2048})
+    big = with_(messages=[{"role": "user", "content": "x" * 4096}])
+    status, _, _ = gw.http("POST", "/v1/chat/completions", iter([big[:1000], big[1000:]]), AUTH)  # type: ignore[arg-type]
+    assert status == 413
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"), [("GET", "/v1/nope", 404), ("GET", "/v1/chat/completions", 405),
+                                   ("POST", "/healthz", 405)],
+)  # fmt: skip
+def test_unknown_paths_and_methods_get_openai_errors(
+    gateway: Any, upstreams: Any, method: str, path: str, status: int
+) -> None:
+    gw = gateway(upstreams("up"))
+    got, _, raw = gw.http(method, path, None, AUTH)
+    assert got == status and set(orjson.loads(raw)["error"]) == {"message", "type", "param", "code"}
+
+
+def test_redis_down_serves_without_cache_counts_it_and_logs_once(
+    gateway: Any, upstreams: Any, own_redis: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    upstream = upstreams("up")
+    gw = gateway(upstream, redis_url=own_redis.url, redis={"url": own_redis.url, "retry_after_ms": 50})
+    client = gw.client()
+
+    def ask() -> tuple[str, str]:
+        raw = client.chat.completions.with_raw_response.create(
+            model="local", messages=[{"role": "user", "content": "Say hi"}], temperature=0
+        )
+        return raw.parse().choices[0].message.content, raw.headers["x-inferstack-cache"]
+
+    cached, _ = ask()
+    assert wait_for(lambda: gw.metric("inferstack_gateway_cache_writes_total", kind="exact", outcome="stored") == 1)
+    own_redis.stop()
+    with caplog.at_level(logging.WARNING, logger="inferstack_gateway"):
+        for _ in range(4):
+            answer, result = ask()
+            assert result == "bypass" and answer != cached
+            wait_for(lambda: False, timeout=0.06)  # let the retry window pass so Redis is tried again
+    assert gw.metric("inferstack_gateway_redis_up") == 0
+    assert gw.metric("inferstack_gateway_redis_errors_total", op="admit") >= 2
+    assert [r.getMessage() for r in caplog.records].count(
+        "redis unavailable, serving without cache and with per-replica rate limits"
+    ) == 1
+    # Redis comes back (empty): the gateway uses it again.
+    own_redis.start()
+    assert wait_for(lambda: ask()[1] == "miss", timeout=5)
+    assert gw.metric("inferstack_gateway_redis_up") == 1
+
+
+@pytest.mark.parametrize("fault", ["down", "slow"])
+def test_embeddings_down_or_slow_skips_the_semantic_cache(
+    gateway: Any, upstreams: Any, embeddings_server: Any, fault: str
+) -> None:
+    gw = gateway(upstreams("up"), budgets={"semantic_cache_ms": 100}, embeddings={"timeout_ms": 5000})
+    if fault == "down":
+        embeddings_server.control.fail = True
+    else:
+        embeddings_server.control.delay_s = 0.5
+    raw = gw.client().chat.completions.with_raw_response.create(
+        model="local", messages=[{"role": "user", "content": "What is the capital of France?"}], temperature=0
+    )
+    assert raw.http_response.status_code == 200 and raw.headers["x-inferstack-cache"] == "miss"
+    reason = "embeddings" if fault == "down" else "budget"
+    assert gw.metric("inferstack_gateway_cache_skipped_total", kind="semantic", reason=reason) == 1
+    if fault == "slow":
+        # The embedding finished after the budget; the write-back still files the answer in the semantic index.
+        assert wait_for(lambda: gw.metric("inferstack_gateway_cache_writes_total", kind="semantic", outcome="stored"))
+
+
+def test_a_slow_semantic_lookup_does_not_block_other_requests(
+    gateway: Any, upstreams: Any, embeddings_server: Any
+) -> None:
+    import threading
+
+    gw = gateway(upstreams("up"), budgets={"semantic_cache_ms": 5000})
+    embeddings_server.control.delay_s = 1.0
+    slow = threading.Thread(
+        target=lambda: gw.client().chat.completions.create(
+            model="local", messages=[{"role": "user", "content": "Tell me about Paris"}], temperature=0
+        )
+    )
+    slow.start()
+    assert wait_for(lambda: embeddings_server.control.calls == 1)
+    # While that lookup waits on the embeddings endpoint, the gateway keeps serving.
+    assert gw.http("GET", "/healthz")[0] == 200
+    raw = gw.client().chat.completions.with_raw_response.create(
+        model="local", messages=[{"role": "user", "content": "hi"}], temperature=1
+    )
+    assert raw.headers["x-inferstack-cache"] == "bypass"
+    assert slow.is_alive()
+    slow.join(10)

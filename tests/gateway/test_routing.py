@@ -1,0 +1,157 @@
+"""Section 3: complexity routing, failover, circuit breakers, cancellation; section 4's latency budgets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+import pytest
+from gateway_harness import StandIn, wait_for
+
+
+def two_tier(small: StandIn, large: StandIn, **rule: Any) -> dict[str, Any]:
+    return {
+        "upstreams": {"small": {"url": small.base}, "large": {"url": large.base}},
+        "tiers": {"small": {"upstreams": ["small"]}, "large": {"upstreams": ["large"]}},
+        "models": {"local": {"tier": "small", "complexity": [{"tier": "large", **rule}]}},
+    }
+
+
+def say(gw: Any, content: str | list[dict[str, str]], **kwargs: Any) -> str:
+    messages = [{"role": "user", "content": content}] if isinstance(content, str) else content
+    result = gw.client().chat.completions.create(model="local", messages=messages, temperature=1, **kwargs)
+    return str(result.choices[0].message.content)
+
+
+@pytest.mark.parametrize(
+    ("rule", "simple", "complex_"),
+    [
+        ({"min_prompt_tokens": 50}, "short question", "long question " * 20),
+        ({"keywords": ["Prove"]}, "add 2 and 2", "please prove that sqrt(2) is irrational"),
+        (
+            {"min_turns": 2},
+            "one turn",
+            [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}],
+        ),
+    ],
+    ids=["prompt-tokens", "keywords", "turns"],
+)
+def test_complexity_rules_send_hard_requests_to_the_large_tier(
+    gateway: Any, upstreams: Any, rule: dict[str, Any], simple: Any, complex_: Any
+) -> None:
+    small, large = upstreams("small"), upstreams("large")
+    gw = gateway(None, **two_tier(small, large, **rule))
+    assert say(gw, simple).startswith("small#")
+    assert say(gw, complex_).startswith("large#")
+
+
+def test_an_explicit_tier_header_overrides_the_rules_and_is_validated(gateway: Any, upstreams: Any) -> None:
+    small, large = upstreams("small"), upstreams("large")
+    gw = gateway(None, **two_tier(small, large, min_turns=10))
+    assert say(gw, "hi", extra_headers={"x-inferstack-tier": "large"}).startswith("large#")
+    with pytest.raises(openai.BadRequestError) as caught:
+        say(gw, "hi", extra_headers={"x-inferstack-tier": "huge"})
+    assert "Allowed: large, small" in caught.value.message
+
+
+@pytest.mark.parametrize("fault", ["error500", "connect", "hang"])
+def test_a_failing_upstream_fails_over_to_the_next_one(gateway: Any, upstreams: Any, fault: str) -> None:
+    # GIVEN a tier whose first upstream is down (5xx / refuses connections / never answers)
+    first = upstreams("first", mode=fault if fault != "connect" else "ok")
+    backup = upstreams("backup")
+    first_url = "http://127.0.0.1:9/v1" if fault == "connect" else first.base
+    gw = gateway(
+        None,
+        upstreams={"first": {"url": first_url}, "backup": {"url": backup.base}},
+        tiers={"small": {"upstreams": ["first", "backup"]}},
+        budgets={"upstream_ttft_ms": 300},
+    )
+    # WHEN a streamed request comes in THEN the backup answers it
+    stream = gw.client().chat.completions.create(
+        model="local", messages=[{"role": "user", "content": "hi"}], stream=True, temperature=1
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices).startswith("backup#1")
+    reason = {"error500": "http_500", "connect": "connect", "hang": "timeout"}[fault]
+    assert gw.metric("inferstack_gateway_upstream_errors_total", upstream="first", reason=reason) == 1
+
+
+def test_the_circuit_breaker_stops_sending_to_a_failing_upstream(gateway: Any, upstreams: Any) -> None:
+    broken, backup = upstreams("broken", mode="error500"), upstreams("backup")
+    gw = gateway(
+        None,
+        upstreams={
+            "broken": {"url": broken.base, "circuit_breaker": {"failures_to_open": 2, "open_s": 60}},
+            "backup": {"url": backup.base},
+        },
+        tiers={"small": {"upstreams": ["broken", "backup"]}},
+    )
+    for _ in range(5):
+        assert say(gw, "hi").startswith("backup#")
+    assert len(broken.requests) == 2
+    assert gw.metric("inferstack_gateway_circuit_open", upstream="broken") == 1
+
+
+def test_every_upstream_down_is_a_503_with_a_clear_message(gateway: Any, upstreams: Any) -> None:
+    a, b = upstreams("a", mode="error500"), upstreams("b", mode="error500")
+    gw = gateway(
+        None,
+        upstreams={"a": {"url": a.base}, "b": {"url": b.base}},
+        tiers={"small": {"upstreams": ["a", "b"]}},
+    )
+    with pytest.raises(openai.InternalServerError) as caught:
+        say(gw, "hi")
+    assert caught.value.status_code == 503
+    assert caught.value.body["message"] == (  # type: ignore[index]
+        "Every upstream of tier 'small' is unavailable (a: HTTP 500; b: HTTP 500)."
+    )
+    assert caught.value.body["code"] == "upstreams_unavailable"  # type: ignore[index]
+
+
+def test_an_upstream_over_its_ttft_budget_fails_fast_with_504(gateway: Any, upstreams: Any) -> None:
+    slow = upstreams("slow", mode="stall")
+    gw = gateway(slow, budgets={"upstream_ttft_ms": 200})
+    with pytest.raises(openai.APIStatusError) as caught:
+        list(gw.client().chat.completions.create(
+            model="local", messages=[{"role": "user", "content": "hi"}], stream=True, temperature=1
+        ))  # fmt: skip
+    assert caught.value.status_code == 504
+    assert "main: timeout before the first byte (200 ms)" in caught.value.message
+
+
+def test_the_request_budget_ends_a_non_streamed_request_with_504(gateway: Any, upstreams: Any) -> None:
+    gw = gateway(upstreams("slow", ttft_s=2), budgets={"request_ms": 300})
+    with pytest.raises(openai.APIStatusError) as caught:
+        say(gw, "hi")
+    assert caught.value.status_code == 504 and caught.value.body["type"] == "timeout"  # type: ignore[index]
+
+
+def test_an_upstream_4xx_is_passed_on_in_openai_shape_without_failover(gateway: Any, upstreams: Any) -> None:
+    refusing, backup = upstreams("refusing", mode="error400"), upstreams("backup")
+    gw = gateway(
+        None,
+        upstreams={"refusing": {"url": refusing.base}, "backup": {"url": backup.base}},
+        tiers={"small": {"upstreams": ["refusing", "backup"]}},
+    )
+    with pytest.raises(openai.BadRequestError) as caught:
+        say(gw, "hi")
+    assert "max_tokens is too large" in caught.value.message
+    assert backup.requests == []
+
+
+def test_a_client_disconnect_mid_stream_cancels_the_upstream_request(gateway: Any, upstreams: Any) -> None:
+    upstream = upstreams("up", tokens=200, itl_s=0.02)
+    gw = gateway(upstream)
+    with gw.client().chat.completions.with_streaming_response.create(
+        model="local", messages=[{"role": "user", "content": "long"}], stream=True, temperature=1
+    ) as response:
+        next(response.iter_bytes())
+    assert wait_for(lambda: upstream.aborted == 1)
+    assert upstream.completed == 0
+    assert wait_for(lambda: gw.metric("inferstack_gateway_client_disconnects_total") == 1)
+
+
+def test_keep_alive_connections_are_opened_at_startup(gateway: Any, upstreams: Any) -> None:
+    upstream = upstreams("up")
+    gw = gateway(upstream)
+    connector = gw.app.session.connector
+    assert sum(len(v) for v in connector._conns.values()) == 1  # the warm-up connection waits in the pool
