@@ -1,0 +1,404 @@
+#!/usr/bin/env python3
+"""Sync one model prefix from S3 into the node-local NVMe cache, verified, once per node.
+
+Runs as an init container in front of every inference server pod:
+
+    model_loader.py --source s3://BUCKET/meta-llama/Llama-3.1-8B-Instruct/hf \
+                    --dest /mnt/k8s-disks/0/inferstack/models/meta-llama/Llama-3.1-8B-Instruct/hf
+
+- Credentials come from boto3's default chain: EKS Pod Identity or IRSA in the cluster, an
+  instance profile or environment variables elsewhere. The script takes no keys.
+- The first pod on a node downloads; every later pod finds the completion marker and starts at
+  once (one ``stat`` per file, no S3 call).
+- Two pods arriving together cannot corrupt the cache: they serialize on an ``flock`` next to the
+  destination; the holder downloads into a temporary folder on the same filesystem, verifies
+  every file, writes the marker, then renames the folder into place (atomic). The waiter
+  re-checks the marker once it holds the lock and finds the work done. A crash leaves only a
+  temporary folder, which the next holder removes; the kernel drops a dead holder's lock.
+- Verification: every file's size against S3, and its checksum where S3 holds a full-object one
+  (CRC32, SHA-1 and SHA-256 with the standard library; CRC32C and CRC64NVME when ``awscrt`` is
+  installed). Multipart "checksum of checksums" values cannot be recomputed without the part
+  layout, so those files are checked by size.
+
+Prints one JSON line on stdout (``status`` is ``downloaded`` or ``cached``); logs on stderr.
+Exit codes: 0 done, 1 failed (nothing is left half-written in ``--dest``), 2 usage, 3 lock timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import fcntl
+import fnmatch
+import hashlib
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3  # type: ignore[import-untyped]
+from boto3.s3.transfer import TransferConfig  # type: ignore[import-untyped]
+from botocore.config import Config  # type: ignore[import-untyped]
+from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
+
+log = logging.getLogger("model-loader")
+
+MARKER = ".inferstack-complete.json"
+"""Written last, inside the folder, before the rename: its presence means the folder is whole."""
+
+EXIT_FAILED = 1
+EXIT_LOCK_TIMEOUT = 3
+
+# 64 MiB parts with 8 parallel ranges per file: large model shards (5-10 GB) download at the
+# NIC's speed rather than one TCP stream's; s3transfer's own default part is 8 MiB.
+PART_BYTES = 64 * 1024 * 1024
+RANGES_PER_FILE = 8
+HASH_CHUNK_BYTES = 8 * 1024 * 1024
+
+
+class LoaderError(Exception):
+    """A failure the loader reports in one line (no traceback)."""
+
+
+class LockTimeout(LoaderError):
+    pass
+
+
+@dataclass(frozen=True)
+class RemoteObject:
+    key: str
+    path: str
+    """Path relative to the prefix, which is also the path under ``--dest``."""
+    size: int
+    etag: str
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    status: str
+    """``downloaded`` or ``cached``."""
+    dest: str
+    files: int
+    bytes: int
+    checksums_verified: int
+    seconds: float
+
+
+# --- S3 listing -------------------------------------------------------------------------------
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/some/prefix`` -> (``bucket``, ``some/prefix/``)."""
+    if not uri.startswith("s3://"):
+        raise LoaderError(f"--source must be an s3:// URI; got {uri!r}")
+    bucket, _, prefix = uri[len("s3://") :].partition("/")
+    if not bucket:
+        raise LoaderError(f"--source names no bucket: {uri!r}")
+    prefix = prefix.strip("/")
+    # A trailing slash keeps "models/llama" from also matching "models/llama-2/...".
+    return bucket, f"{prefix}/" if prefix else ""
+
+
+def relative_path(prefix: str, key: str) -> str:
+    """The object's path below the prefix, refusing anything that could escape ``--dest``."""
+    rel = key[len(prefix) :]
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in rel:
+        raise LoaderError(f"refusing object key {key!r}: its path would leave the destination folder")
+    if rel == MARKER:
+        raise LoaderError(f"refusing object key {key!r}: it collides with the completion marker")
+    return rel
+
+
+def list_objects(s3: Any, bucket: str, prefix: str, include: Sequence[str]) -> list[RemoteObject]:
+    objects = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            if item["Key"].endswith("/"):
+                continue  # folder placeholder objects from the console
+            path = relative_path(prefix, item["Key"])
+            if include and not any(fnmatch.fnmatch(path, pattern) for pattern in include):
+                continue
+            objects.append(RemoteObject(item["Key"], path, int(item["Size"]), item["ETag"].strip('"')))
+    return sorted(objects, key=lambda o: o.path)
+
+
+# --- Checksums --------------------------------------------------------------------------------
+
+
+def _crt_checksum(name: str) -> Callable[[bytes, int], int] | None:
+    try:
+        from awscrt import checksums  # type: ignore[import-not-found]  # optional: botocore[crt]
+    except ImportError:
+        return None
+    fn: Callable[[bytes, int], int] = getattr(checksums, name)
+    return fn
+
+
+def _running(update: Callable[[bytes, int], int] | None, width: int) -> Callable[[Path], bytes] | None:
+    if update is None:
+        return None
+
+    def digest(path: Path) -> bytes:
+        value = 0
+        with path.open("rb") as f:
+            while chunk := f.read(HASH_CHUNK_BYTES):
+                value = update(chunk, value)
+        return value.to_bytes(width, "big")
+
+    return digest
+
+
+def _hashlib(name: str) -> Callable[[Path], bytes]:
+    def digest(path: Path) -> bytes:
+        with path.open("rb") as f:
+            return hashlib.file_digest(f, name).digest()
+
+    return digest
+
+
+# S3 returns checksums base64-encoded, big-endian for the CRCs (S3 user guide, "Checking object
+# integrity").
+_DIGESTS: dict[str, Callable[[Path], bytes] | None] = {
+    "ChecksumCRC32": _running(zlib.crc32, 4),
+    "ChecksumCRC32C": _running(_crt_checksum("crc32c"), 4),
+    "ChecksumCRC64NVME": _running(_crt_checksum("crc64nvme"), 8),
+    "ChecksumSHA1": _hashlib("sha1"),
+    "ChecksumSHA256": _hashlib("sha256"),
+}
+
+
+def full_object_checksum(head: dict[str, Any]) -> tuple[str, str] | None:
+    """(field, value) of a checksum that covers the whole object, or ``None``.
+
+    ``ChecksumType`` says it outright where S3 returns it; without it, a multipart upload (ETag
+    ``...-N``) or a value ending in ``-N`` means a composite checksum of the parts.
+    """
+    checksum_type = head.get("ChecksumType")
+    multipart = "-" in str(head.get("ETag", ""))
+    for field in _DIGESTS:
+        value = head.get(field)
+        if not value:
+            continue
+        if checksum_type == "COMPOSITE" or (checksum_type is None and (multipart or "-" in value)):
+            return None
+        return field, value
+    return None
+
+
+def verify_file(path: Path, size: int, checksum: tuple[str, str] | None) -> bool:
+    """Raise ``LoaderError`` unless ``path`` has ``size`` bytes and, where given and computable,
+    the checksum. Returns whether a checksum was compared."""
+    actual = path.stat().st_size
+    if actual != size:
+        raise LoaderError(f"{path.name}: size {actual} bytes, S3 says {size}")
+    if checksum is None:
+        return False
+    field, expected = checksum
+    digest = _DIGESTS[field]
+    if digest is None:
+        return False  # CRC32C/CRC64NVME without awscrt: size only
+    actual_b64 = base64.b64encode(digest(path)).decode()
+    if actual_b64 != expected:
+        raise LoaderError(f"{path.name}: {field[len('Checksum') :]} {actual_b64}, S3 says {expected}")
+    return True
+
+
+# --- Cache state ------------------------------------------------------------------------------
+
+
+def _manifest(source: str, include: Sequence[str], objects: Sequence[RemoteObject]) -> dict[str, Any]:
+    return {
+        "source": source,
+        "include": list(include),
+        "files": {o.path: {"size": o.size, "etag": o.etag} for o in objects},
+    }
+
+
+def cached_manifest(dest: Path, source: str, include: Sequence[str]) -> dict[str, Any] | None:
+    """The marker's manifest when ``dest`` is a complete copy of this source, else ``None``.
+    Checks that every file is still there with its size (a stat each, no reads, no S3)."""
+    try:
+        manifest: dict[str, Any] = json.loads((dest / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    if manifest.get("source") != source or manifest.get("include") != list(include):
+        return None
+    for path, meta in manifest.get("files", {}).items():
+        try:
+            if (dest / path).stat().st_size != meta["size"]:
+                return None
+        except OSError:
+            return None
+    return manifest
+
+
+@contextlib.contextmanager
+def exclusive_lock(lock_path: Path, timeout_s: float, poll_s: float = 0.1) -> Iterator[None]:
+    """``flock`` on a file beside the destination. The kernel releases it when the holder dies,
+    so a crashed loader never wedges the node; the file itself is never deleted (deleting it
+    would let two loaders lock two different inodes)."""
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LockTimeout(f"another loader held {lock_path} for more than {timeout_s:g} s") from None
+                time.sleep(poll_s)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_leftovers(parent: Path, name: str) -> None:
+    """Temporary and replaced folders of loaders that died. Only called with the lock held."""
+    for leftover in [*parent.glob(f".{name}.tmp-*"), *parent.glob(f".{name}.old-*")]:
+        log.info("removing leftover %s", leftover)
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+# --- Sync -------------------------------------------------------------------------------------
+
+
+def _download_all(s3: Any, bucket: str, objects: Sequence[RemoteObject], into: Path, workers: int) -> int:
+    config = TransferConfig(
+        multipart_threshold=PART_BYTES, multipart_chunksize=PART_BYTES, max_concurrency=RANGES_PER_FILE
+    )
+
+    def one(obj: RemoteObject) -> bool:
+        target = into / obj.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        head = s3.head_object(Bucket=bucket, Key=obj.key, ChecksumMode="ENABLED")
+        if int(head["ContentLength"]) != obj.size:
+            raise LoaderError(f"{obj.key} changed while loading (size {head['ContentLength']}, listed {obj.size})")
+        s3.download_file(bucket, obj.key, str(target), Config=config)
+        verified = verify_file(target, obj.size, full_object_checksum(head))
+        _fsync(target)  # the marker must never reach the disk before the data it vouches for
+        log.info("%s: %d bytes%s", obj.path, obj.size, ", checksum ok" if verified else "")
+        return verified
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="download") as pool:
+        return sum(pool.map(one, objects))
+
+
+def sync(
+    s3: Any,
+    source: str,
+    dest: Path,
+    *,
+    include: Sequence[str] = (),
+    workers: int = 8,
+    lock_timeout_s: float = 1800.0,
+) -> SyncResult:
+    """Make ``dest`` a verified copy of ``source`` (see the module docstring)."""
+    started = time.monotonic()
+    bucket, prefix = parse_s3_uri(source)
+    dest = dest.absolute()
+
+    def cached(manifest: dict[str, Any]) -> SyncResult:
+        files = manifest["files"]
+        total = sum(meta["size"] for meta in files.values())
+        return SyncResult("cached", str(dest), len(files), total, 0, round(time.monotonic() - started, 3))
+
+    manifest = cached_manifest(dest, source, include)
+    if manifest is not None:
+        return cached(manifest)
+
+    parent, name = dest.parent, dest.name
+    parent.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(parent / f".{name}.lock", lock_timeout_s):
+        # Whoever held the lock before us may have just finished the same work.
+        manifest = cached_manifest(dest, source, include)
+        if manifest is not None:
+            return cached(manifest)
+        _remove_leftovers(parent, name)
+
+        objects = list_objects(s3, bucket, prefix, include)
+        if not objects:
+            raise LoaderError(f"no objects under {source}" + (f" matching {list(include)}" if include else ""))
+        total = sum(o.size for o in objects)
+        free = shutil.disk_usage(parent).free
+        if free < total:
+            raise LoaderError(f"{parent} has {free / 1e9:.1f} GB free; {source} needs {total / 1e9:.1f} GB")
+
+        tmp = parent / f".{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        try:
+            verified = _download_all(s3, bucket, objects, tmp, workers)
+            (tmp / MARKER).write_text(json.dumps(_manifest(source, include, objects), indent=1, sort_keys=True))
+            _fsync(tmp / MARKER)
+            _fsync(tmp)
+            old = parent / f".{name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            if dest.exists():
+                # A stale or different copy: move it aside first, because rename() cannot replace
+                # a non-empty folder. Servers still reading it keep their open files.
+                dest.rename(old)
+            tmp.rename(dest)
+            _fsync(parent)
+            shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return SyncResult("downloaded", str(dest), len(objects), total, verified, round(time.monotonic() - started, 3))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
+    parser.add_argument("--source", required=True, help="s3://bucket/prefix of the model folder")
+    parser.add_argument("--dest", required=True, type=Path, help="node-local folder to fill")
+    parser.add_argument(
+        "--include", action="append", default=[], metavar="GLOB", help="only paths matching (repeatable)"
+    )
+    parser.add_argument("--workers", type=int, default=8, help="files downloaded in parallel")
+    parser.add_argument("--lock-timeout-s", type=float, default=1800.0, help="how long to wait for another loader")
+    parser.add_argument("--region", default=None, help="AWS region (default: the SDK's chain)")
+    args = parser.parse_args(argv)
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
+    os.umask(0o022)  # the server container may run as another user: files must be world-readable
+    s3 = boto3.client(
+        "s3",
+        region_name=args.region,
+        config=Config(
+            retries={"mode": "adaptive", "max_attempts": 10},
+            max_pool_connections=args.workers * RANGES_PER_FILE,
+        ),
+    )
+    try:
+        result = sync(
+            s3, args.source, args.dest, include=args.include, workers=args.workers, lock_timeout_s=args.lock_timeout_s
+        )
+    except LockTimeout as exc:
+        log.error("%s", exc)
+        return EXIT_LOCK_TIMEOUT
+    except (LoaderError, BotoCoreError, ClientError) as exc:
+        log.error("%s", exc)
+        return EXIT_FAILED
+    print(json.dumps(asdict(result), sort_keys=True), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
