@@ -41,7 +41,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -299,8 +299,17 @@ def _download_all(s3: Any, bucket: str, objects: Sequence[RemoteObject], into: P
         log.info("%s: %d bytes%s", obj.path, obj.size, ", checksum ok" if verified else "")
         return verified
 
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="download") as pool:
-        return sum(pool.map(one, objects))
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="download")
+    try:
+        futures = [pool.submit(one, obj) for obj in objects]
+        verified = 0
+        for future in as_completed(futures):
+            verified += future.result()  # the first failure raises here
+        return verified
+    finally:
+        # On failure, drop the queued files instead of downloading the rest of a model that is
+        # going to be thrown away; the files already in flight finish first.
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def sync(
