@@ -20,8 +20,20 @@ Runs as an init container in front of every inference server pod:
   installed). Multipart "checksum of checksums" values cannot be recomputed without the part
   layout, so those files are checked by size.
 
-Prints one JSON line on stdout (``status`` is ``downloaded`` or ``cached``); logs on stderr.
-Exit codes: 0 done, 1 failed (nothing is left half-written in ``--dest``), 2 usage, 3 lock timeout.
+Upload mode, the reverse direction, run by the TensorRT-LLM engine-build Job after ``trtllm-build``:
+
+    model_loader.py --upload --dest /local/engine/dir --source s3://BUCKET/<model_id>/trtllm/<key>
+
+- Every regular file under ``--dest`` (filtered by ``--include``) goes to ``--source/<relative path>``
+  through boto3's managed transfer (multipart above ``PART_BYTES``), with a full-object CRC32 that
+  S3 stores: the download side recomputes it, so a later sync verifies checksums, not only sizes.
+- The CRC32 is computed from the local file first; after each upload, HEAD must return that size
+  and that CRC32, or the run fails. Re-running skips files whose size and CRC32 already match.
+- An empty or missing ``--dest`` fails. Any failed file fails the run (exit 1) and is named in the
+  log; S3 may then hold part of the set, so the Job must not be treated as done: re-run it.
+
+Prints one JSON line on stdout (``status`` is ``downloaded``, ``cached`` or ``uploaded``); logs on stderr.
+Exit codes: 0 done, 1 failed (a download leaves nothing half-written in ``--dest``), 2 usage, 3 lock timeout.
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import sys
 import time
 import uuid
@@ -47,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3  # type: ignore[import-untyped]
+from boto3.exceptions import Boto3Error  # type: ignore[import-untyped]
 from boto3.s3.transfer import TransferConfig  # type: ignore[import-untyped]
 from botocore.config import Config  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
@@ -91,6 +105,22 @@ class SyncResult:
     files: int
     bytes: int
     checksums_verified: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class UploadResult:
+    status: str
+    """``uploaded`` (also when every file was already there: see ``skipped``)."""
+    source: str
+    dest: str
+    files: int
+    bytes: int
+    uploaded: int
+    skipped: int
+    """Files whose size and CRC32 already matched in S3."""
+    checksums_verified: int
+    """Files whose CRC32 as stored by S3 was compared with the local file's."""
     seconds: float
 
 
@@ -373,14 +403,147 @@ def sync(
     return SyncResult("downloaded", str(dest), len(objects), total, verified, round(time.monotonic() - started, 3))
 
 
+# --- Upload (engine-build Job) -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    path: str
+    """Path relative to ``--dest``, with ``/``: also the key below the prefix."""
+    file: Path
+    size: int
+
+
+def local_files(dest: Path, include: Sequence[str]) -> list[LocalFile]:
+    """Every regular file under ``dest`` that matches ``include``. Refuses a missing or empty folder
+    and anything that is neither a folder nor a regular file (a symlink could leave ``dest``, and
+    skipping it would upload a partial set)."""
+    if not dest.is_dir():
+        raise LoaderError(f"--dest {dest} is not a folder: nothing to upload")
+    files = []
+
+    def unreadable(exc: OSError) -> None:
+        raise LoaderError(f"cannot list {exc.filename}: {exc.strerror}")  # skipping it would upload a partial set
+
+    for root, dirs, names in os.walk(dest, onerror=unreadable):
+        dirs.sort()
+        for name in sorted([*dirs, *names]):
+            file = Path(root) / name
+            mode = file.lstat().st_mode
+            if stat.S_ISDIR(mode):
+                continue
+            path = file.relative_to(dest).as_posix()
+            if not stat.S_ISREG(mode):
+                raise LoaderError(f"refusing {file}: only regular files are uploaded (symlink or special file)")
+            if path == MARKER:
+                log.info("skipping %s: the download cache's completion marker", path)
+                continue
+            if include and not any(fnmatch.fnmatch(path, pattern) for pattern in include):
+                continue
+            files.append(LocalFile(path, file, file.stat().st_size))
+    if not files:
+        raise LoaderError(f"no files under {dest}" + (f" matching {list(include)}" if include else ""))
+    return files
+
+
+def crc32_b64(path: Path) -> str:
+    """The file's CRC32 as S3 writes it: base64 of the big-endian 4 bytes."""
+    value = 0
+    with path.open("rb") as f:
+        while chunk := f.read(HASH_CHUNK_BYTES):
+            value = zlib.crc32(chunk, value)
+    return base64.b64encode(value.to_bytes(4, "big")).decode()
+
+
+def _head(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:
+    try:
+        head: dict[str, Any] = s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            return None
+        raise
+    return head
+
+
+def _upload_all(s3: Any, bucket: str, prefix: str, files: Sequence[LocalFile], workers: int) -> tuple[int, int]:
+    """(uploaded, checksums verified); raises ``LoaderError`` naming the first file that failed."""
+    config = TransferConfig(
+        multipart_threshold=PART_BYTES, multipart_chunksize=PART_BYTES, max_concurrency=RANGES_PER_FILE
+    )
+
+    def one(f: LocalFile) -> tuple[bool, bool]:
+        key = prefix + f.path
+        try:
+            relative_path(prefix, key)  # a name the download side would refuse (a backslash) fails here
+            crc = crc32_b64(f.file)
+            head = _head(s3, bucket, key)
+            same_size = head is not None and int(head["ContentLength"]) == f.size
+            if same_size and full_object_checksum(head or {}) == ("ChecksumCRC32", crc):
+                log.info("%s: %d bytes, unchanged in S3 (size and CRC32 match), skipped", f.path, f.size)
+                return False, True
+            # A single PUT: the SDK computes the CRC32 of what it sends and S3 checks it. Multipart:
+            # our CRC32 of the whole file goes with CompleteMultipartUpload as a FULL_OBJECT checksum
+            # (a SHA-256 would be a checksum of parts, which the download side cannot recompute).
+            extra = {"ChecksumCRC32": crc} if f.size >= config.multipart_threshold else {"ChecksumAlgorithm": "CRC32"}
+            s3.upload_file(str(f.file), bucket, key, ExtraArgs=extra, Config=config)
+            head = _head(s3, bucket, key)
+            if head is None or int(head["ContentLength"]) != f.size:
+                got = None if head is None else head["ContentLength"]
+                raise LoaderError(f"size in S3 after upload is {got}, local file has {f.size}")
+            stored = full_object_checksum(head)
+            if stored is None:
+                log.warning("%s: S3 stored no full-object checksum; downloads will check its size only", f.path)
+            elif stored != ("ChecksumCRC32", crc):
+                raise LoaderError(f"S3 holds {stored[0][len('Checksum') :]} {stored[1]}, local CRC32 is {crc}")
+        except (LoaderError, BotoCoreError, ClientError, Boto3Error, OSError) as exc:
+            log.error("%s: upload to s3://%s/%s failed: %s", f.path, bucket, key, exc)
+            raise LoaderError(f"{f.path}: upload failed: {exc}") from exc
+        log.info("%s: %d bytes uploaded%s", f.path, f.size, ", CRC32 ok" if stored else "")
+        return True, stored is not None
+
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="upload")
+    try:
+        futures = [pool.submit(one, f) for f in files]
+        uploaded = verified = 0
+        for future in as_completed(futures):
+            did_upload, did_verify = future.result()  # the first failure raises here
+            uploaded += did_upload
+            verified += did_verify
+        return uploaded, verified
+    finally:
+        # On failure, start no further file; those in flight finish (and log their own failures).
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def upload(s3: Any, source: str, dest: Path, *, include: Sequence[str] = (), workers: int = 8) -> UploadResult:
+    """Copy every regular file under ``dest`` to ``source``, each with a full-object CRC32."""
+    started = time.monotonic()
+    bucket, prefix = parse_s3_uri(source)
+    dest = dest.absolute()
+    files = local_files(dest, include)
+    try:
+        uploaded, verified = _upload_all(s3, bucket, prefix, files, workers)
+    except LoaderError:
+        log.error("upload incomplete: %s may hold part of the set; re-run to finish (unchanged files skip)", source)
+        raise
+    total = sum(f.size for f in files)
+    seconds = round(time.monotonic() - started, 3)
+    return UploadResult(
+        "uploaded", source, str(dest), len(files), total, uploaded, len(files) - uploaded, verified, seconds
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
     parser.add_argument("--source", required=True, help="s3://bucket/prefix of the model folder")
-    parser.add_argument("--dest", required=True, type=Path, help="node-local folder to fill")
+    parser.add_argument("--dest", required=True, type=Path, help="node-local folder to fill (read with --upload)")
+    parser.add_argument(
+        "--upload", action="store_true", help="the reverse direction: copy the files under --dest to --source"
+    )
     parser.add_argument(
         "--include", action="append", default=[], metavar="GLOB", help="only paths matching (repeatable)"
     )
-    parser.add_argument("--workers", type=int, default=8, help="files downloaded in parallel")
+    parser.add_argument("--workers", type=int, default=8, help="files transferred in parallel")
     parser.add_argument("--lock-timeout-s", type=float, default=1800.0, help="how long to wait for another loader")
     parser.add_argument("--region", default=None, help="AWS region (default: the SDK's chain)")
     args = parser.parse_args(argv)
@@ -395,10 +558,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_pool_connections=args.workers * RANGES_PER_FILE,
         ),
     )
+    result: SyncResult | UploadResult
     try:
-        result = sync(
-            s3, args.source, args.dest, include=args.include, workers=args.workers, lock_timeout_s=args.lock_timeout_s
-        )
+        if args.upload:
+            result = upload(s3, args.source, args.dest, include=args.include, workers=args.workers)
+        else:
+            result = sync(
+                s3,
+                args.source,
+                args.dest,
+                include=args.include,
+                workers=args.workers,
+                lock_timeout_s=args.lock_timeout_s,
+            )
     except LockTimeout as exc:
         log.error("%s", exc)
         return EXIT_LOCK_TIMEOUT
