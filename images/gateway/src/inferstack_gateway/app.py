@@ -309,14 +309,19 @@ class Gateway:
                 prompt_version=prompt_version, tier=tier,
             )  # fmt: skip
 
-        cached, looked_up = await self._admit(principal, request, keys if keys and model.cache.exact else None)
+        exact = keys if keys and model.cache.exact else None
+        cached, looked_up = await self._admit(principal, request, exact)
         if cached is not None:
             exchange.cache = "hit"
             await self._send_cached(send, exchange, request, cached)
             return
 
         embedding: asyncio.Task[bytes] | None = None
-        if keys is not None and model.cache.semantic.enabled and request.single_turn_text and self._redis_ok():
+        # An exact stage that overran means the gateway or Redis is saturated: do not add an embedding on top.
+        overloaded = exact is not None and not looked_up
+        semantic = keys is not None and model.cache.semantic.enabled and request.single_turn_text is not None
+        if semantic and not overloaded and self._redis_ok():
+            assert keys is not None and request.single_turn_text is not None
             looked_up = True
             found, embedding = await self._semantic_lookup(request.single_turn_text, keys, model, exchange)
             if found is not None:
@@ -402,8 +407,9 @@ class Gateway:
                 async with asyncio.timeout(self.config.budgets.exact_cache_ms / 1000):
                     usage, cached = await store.admit(principal.key_id, tokens, exact.exact if exact else None)
                 store.succeeded()
-            except TimeoutError as exc:
-                store.failed("admit_timeout", exc)
+            except TimeoutError:
+                # An overrun skips this stage only: under load the event loop itself can lag past a few ms, and
+                # treating that as an outage would turn every hit into upstream traffic for retry_after_ms.
                 self.metrics.cache_skipped.labels("exact", "budget").inc()
             except (RedisError, OSError) as exc:
                 store.failed("admit", exc)

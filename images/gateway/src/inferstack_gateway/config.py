@@ -58,7 +58,7 @@ class _Frozen(BaseModel):
 def _http_url(value: str, what: str) -> str:
     if not re.match(r"^https?://[^\s/]+", value):
         raise PydanticCustomError(
-            "url", "{what} must be an http:// or https:// URL, got {value!r}", {"what": what, "value": value}
+            "url", "{what} must be an http:// or https:// URL, got {value}", {"what": what, "value": repr(value)}
         )
     return value.rstrip("/")
 
@@ -99,7 +99,7 @@ class RedisConfig(_Frozen):
     def _scheme(cls, value: str | None) -> str | None:
         if value is not None and not re.match(r"^(redis|rediss|unix)://", value):
             raise PydanticCustomError(
-                "url", "must start with redis://, rediss:// or unix://, got {value!r}", {"value": value}
+                "url", "must start with redis://, rediss:// or unix://, got {value}", {"value": repr(value)}
             )
         return value
 
@@ -191,9 +191,8 @@ class ComplexityRule(_Frozen):
         if self.min_prompt_tokens is None and self.min_turns is None and not self.keywords:
             raise PydanticCustomError(
                 "config",
-                "a complexity rule for tier {tier!r} has no condition. Fix: set min_prompt_tokens, min_turns or "
-                "keywords",
-                {"tier": self.tier},
+                "a complexity rule for tier {tier} has no condition. Fix: set min_prompt_tokens, min_turns or keywords",
+                {"tier": repr(self.tier)},
             )
         return self
 
@@ -276,9 +275,9 @@ class ApiKeyConfig(_Frozen):
         if (self.key_sha256 is None) == (self.key is None or not self.key.get_secret_value()):
             raise PydanticCustomError(
                 "config",
-                "api key of tenant {tenant!r} needs exactly one of key_sha256 or key (got {got}). Fix: keep key_sha256 "
+                "api key of tenant {tenant} needs exactly one of key_sha256 or key (got {got}). Fix: keep key_sha256 "
                 "and remove key, or set key to a non-empty value",
-                {"tenant": self.tenant, "got": "both" if self.key_sha256 else "neither"},
+                {"tenant": repr(self.tenant), "got": "both" if self.key_sha256 else "neither"},
             )
         return self
 
@@ -371,8 +370,8 @@ class GatewayConfig(_Frozen):
 def _reference_error(path: str, value: str, section: str, known: Mapping[str, object]) -> None:
     raise PydanticCustomError(
         "config",
-        "{path}: {value!r} is not defined under `{section}:`. Fix: use one of {known}, or add it under `{section}:`",
-        {"path": path, "value": value, "section": section, "known": ", ".join(sorted(known)) or "(none)"},
+        "{path}: {value} is not defined under `{section}:`. Fix: use one of {known}, or add it under `{section}:`",
+        {"path": path, "value": repr(value), "section": section, "known": ", ".join(sorted(known)) or "(none)"},
     )
 
 
@@ -415,7 +414,7 @@ def _format_validation_error(error: ValidationError, source: str) -> ConfigError
         ctx = item.get("ctx") or {}
         kind = item["type"]
         if kind == "config":
-            lines.append(f"  {item['msg']}")
+            lines.append(f"  {path}: {item['msg']}" if path else f"  {item['msg']}")
             continue
         received = item.get("input")
         if kind == "missing":

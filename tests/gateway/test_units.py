@@ -1,0 +1,94 @@
+"""Pure pieces: the deterministic key (with property tests) and SSE assembly/replay."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from hypothesis import given
+from hypothesis import strategies as st
+
+from inferstack_gateway import sse
+from inferstack_gateway.normalize import cache_keys, parse_chat
+
+SCOPE = {"tenant": "t", "alias": "local", "model_version": "1", "prompt_version": "1", "tier": "small"}
+
+
+def key(body: dict[str, Any], **scope: str) -> str:
+    return cache_keys(parse_chat(orjson.loads(orjson.dumps(body))), **{**SCOPE, **scope}).exact
+
+
+BASE = {"model": "local", "messages": [{"role": "user", "content": "hi"}], "temperature": 0}
+
+text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40)
+
+
+@given(content=text, pad=st.sampled_from(["", " ", "\n", "\t  "]), zero=st.sampled_from([0, 0.0]))
+def test_key_ignores_whitespace_padding_number_spelling_and_key_order(content: str, pad: str, zero: float) -> None:
+    plain = {"model": "local", "messages": [{"role": "user", "content": content.strip() or "x"}], "temperature": 0}
+    padded = {"temperature": zero, "messages": [{"content": pad + (content.strip() or "x") + pad, "role": "user"}],
+              "model": "local", "user": "someone", "stream": True}  # fmt: skip
+    assert key(plain) == key(padded)
+
+
+@given(a=text, b=text)
+def test_different_prompts_give_different_keys(a: str, b: str) -> None:
+    if a.strip() != b.strip():
+        assert key({**BASE, "messages": [{"role": "user", "content": a}]}) != key(
+            {**BASE, "messages": [{"role": "user", "content": b}]}
+        )
+
+
+def test_tenant_versions_and_tier_are_in_the_key() -> None:
+    base = key(BASE)
+    assert len({base, key(BASE, tenant="u"), key(BASE, model_version="2"), key(BASE, prompt_version="2"),
+                key(BASE, tier="large")}) == 5  # fmt: skip
+
+
+def stream_of(*deltas: dict[str, Any], usage: bool = True, done: bool = True) -> bytes:
+    base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    out = b""
+    for i, delta in enumerate(deltas):
+        finish = "stop" if i == len(deltas) - 1 else None
+        out += b"data: " + orjson.dumps({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        out += b"\r\n\r\n" if i % 2 else b"\n\n"
+    if usage:
+        out += b"data: " + orjson.dumps({**base, "choices": [], "usage": {"completion_tokens": 2}}) + b"\n\n"
+    return out + (b"data: [DONE]\n\n" if done else b"")
+
+
+def test_assemble_rebuilds_content_tool_calls_and_usage() -> None:
+    raw = stream_of(
+        {"role": "assistant", "content": ""},
+        {"content": "Hel"},
+        {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                         "function": {"name": "f", "arguments": "{\"a"}}]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": "\": 1}"}}]},
+        {"content": "lo"},
+    )  # fmt: skip
+    response = sse.assemble("chat", raw)
+    assert response is not None
+    message = response["choices"][0]["message"]
+    assert message["content"] == "Hello"
+    assert message["tool_calls"] == [
+        {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+    ]
+    assert response["usage"] == {"completion_tokens": 2} and response["choices"][0]["finish_reason"] == "stop"
+
+
+def test_assemble_rejects_truncated_streams() -> None:
+    assert sse.assemble("chat", stream_of({"content": "a"}, {"content": "b"}, done=False)) is None
+    no_finish = (
+        stream_of({"content": "a"})[: -len(b"data: [DONE]\n\n")].replace(b'"stop"', b"null") + b"data: [DONE]\n\n"
+    )
+    assert sse.assemble("chat", no_finish) is None
+
+
+def test_replay_of_an_assembled_stream_assembles_to_the_same_response() -> None:
+    original = sse.assemble(
+        "chat", stream_of({"role": "assistant", "content": ""}, {"content": "Hi"}, {"content": "!"})
+    )
+    assert original is not None
+    replayed = sse.replay("chat", original, include_usage=True)
+    assert replayed.endswith(b"data: [DONE]\n\n")
+    assert sse.assemble("chat", replayed) == original
