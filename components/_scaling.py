@@ -230,7 +230,8 @@ SCRAPE_INTERVAL_SERVING: Final = "5s"
 """Engines and gateway: KEDA polls every 5 s, so a slower scrape would only delay each scaling step."""
 SCRAPE_INTERVAL_INFRA: Final = "15s"
 
-VLLM_METRICS_PORT: Final = "metrics"
+VLLM_METRICS_PORT: Final = "http"
+"""vLLM serves /metrics on its API port (named "http" on the pod, see components/inference_server.py)."""
 """Container port name of the vLLM OpenAI server, which serves /metrics on its API port."""
 TRITON_METRICS_PORT: Final = 8002
 """Triton's metrics port (tritonserver --metrics-port default)."""

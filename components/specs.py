@@ -181,3 +181,89 @@ class ModelStoreSpec(Spec):
     force_destroy: bool = False
     """Allow deleting a non-empty bucket. Keep off outside throwaway stacks."""
     image_repositories: tuple[DnsLabel, ...] = ("gateway", "model-loader")
+
+
+class SloSpec(Spec):
+    """Latency targets for one model. They size tensor parallelism and drive the SLO alerts."""
+
+    ttft_p99_ms: float = Field(default=100, gt=0)
+    """Time to first token, p99 (interactive chat: under 100 ms)."""
+    itl_p99_ms: float = Field(default=20, gt=0)
+    """Inter-token latency, p99: the decode roofline must be under it."""
+
+
+class ModelDeploySpec(Spec):
+    """One served model: one engine on one GPU pool."""
+
+    name: DnsLabel
+    """Required: it names the Deployment/LeaderWorkerSet, its Service and the gateway's alias."""
+    model: str
+    """Required: the architecture, a catalog id such as ``meta-llama/Llama-3.1-8B-Instruct``."""
+    source: str | None = Field(default=None, pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")
+    """Where the weights are: ``s3://bucket/prefix``. Defaults to the stack's model store, prefix = ``model``."""
+    engine: Literal["vllm", "triton"]
+    """Required: ``vllm`` (OpenAI server) or ``triton`` (Triton + TensorRT-LLM)."""
+    pool: DnsLabel
+    """Required: the GPU pool (``gpuPools[].name``) the model runs on."""
+    precision: Literal["fp8", "bf16", "fp16", "int4"] = "fp8"
+    tensor_parallel: int | None = Field(default=None, ge=1, le=8)
+    """Defaults to the smallest degree that fits and meets ``slo.itlP99Ms`` by the decode roofline."""
+    pipeline_parallel: int = Field(default=1, ge=1, le=8)
+    """Stages across nodes; above 1 the model runs as a LeaderWorkerSet group of that many nodes."""
+    replicas: int = Field(default=1, ge=0)
+    """Replicas (or LeaderWorkerSet groups) at start. Interactive models keep at least one warm."""
+    profile: Literal["ultra-low-latency", "balanced", "throughput"] = "ultra-low-latency"
+    slo: SloSpec = SloSpec()
+    speculative: Any | None = None
+    """vLLM speculative decoding (``components._vllm.SpeculativeConfig``): method, numSpeculativeTokens, ..."""
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        from components._models import MODELS
+
+        if value not in MODELS:
+            raise config_error(
+                "not in the model catalog",
+                allowed=", ".join(MODELS),
+                fix=f"use a catalog model id{did_you_mean(value, list(MODELS))}",
+            )
+        return value
+
+    @field_validator("speculative", mode="before")
+    @classmethod
+    def _speculative(cls, value: Any) -> Any:
+        from components._vllm import SpeculativeConfig
+
+        if value is None or isinstance(value, SpeculativeConfig):
+            return value
+        if not isinstance(value, dict):
+            raise config_error(
+                "not a mapping", allowed="method, numSpeculativeTokens, model, ...", fix="write a mapping"
+            )
+        snake = {"".join("_" + c.lower() if c.isupper() else c for c in k): v for k, v in value.items()}
+        try:
+            return SpeculativeConfig.model_validate(snake)
+        except ValueError as err:
+            raise config_error(
+                str(err).splitlines()[-1].strip() if "\n" in str(err) else str(err),
+                allowed="method: eagle3|eagle|ngram|mtp|draft_model, numSpeculativeTokens: 1..16",
+                fix="see vLLM's speculative decoding docs",
+            ) from None
+
+
+class CacheSpec(Spec):
+    """The Redis-protocol cache behind the gateway (exact keys + vector index)."""
+
+    kind: Literal["elasticache", "in-cluster"] = "in-cluster"
+    """``elasticache``: ElastiCache for Valkey (cloud). ``in-cluster``: a Redis 8 StatefulSet with search."""
+    node_type: str = "cache.r7g.large"
+    """ElastiCache node type."""
+    replicas: int = Field(default=2, ge=1, le=6)
+    """ElastiCache: nodes in the replication group (≥ 2 for multi-AZ failover)."""
+    memory_gib: int = Field(default=4, ge=1)
+    """In-cluster: the Redis container's memory limit; maxmemory is set below it."""
+    storage_gib: int = Field(default=20, ge=1)
+    """In-cluster: the persistent volume for AOF/RDB."""
+    protect: bool = True
+    """Protect the cache (replication group or StatefulSet) from ``pulumi destroy``."""

@@ -54,6 +54,32 @@ def _gpu_rows(plan: Plan) -> list[list[str]]:
     return rows
 
 
+def _model_rows(plan: Plan) -> list[list[str]]:
+    from components._placement import place
+
+    rows = []
+    for spec in plan.environment.models:
+        pool = plan.environment.pool(spec.pool)
+        placed = place(spec, pool)
+        gpus = pool.spec.gpu_count
+        workload = f"LeaderWorkerSet x{placed.pods_per_group(gpus)} pods" if placed.multi_node(gpus) else "Deployment"
+        rows.append(
+            [
+                spec.name,
+                spec.model.rsplit("/", 1)[-1],
+                spec.engine,
+                f"{spec.pool} ({pool.spec.gpu.model})",
+                spec.precision,
+                f"TP{placed.tp}{' (derived)' if placed.tp_derived else ''} PP{placed.pp}",
+                f"{placed.fit.required_gb_per_gpu:.0f}/{placed.fit.usable_gb_per_gpu:.0f} GB",
+                f"{placed.itl.total_ms:.1f} ms (target {spec.slo.itl_p99_ms:g})",
+                f"{workload}, {spec.replicas} replica(s)",
+                spec.profile,
+            ]
+        )
+    return rows
+
+
 def summary(plan: Plan, seconds: float) -> str:
     counts = plan.counts()
     custom = sum(n for t, n in counts.items() if not t.startswith("inferstack:"))
@@ -70,6 +96,25 @@ def summary(plan: Plan, seconds: float) -> str:
             _gpu_rows(plan),
             ["pool", "instance", "GPUs/node", "EFA", "NVMe", "zone", "capacity", "nodes min..max"],
         ),
+        "",
+        "Models:",
+        _table(
+            _model_rows(plan),
+            [
+                "model",
+                "weights",
+                "engine",
+                "pool",
+                "precision",
+                "parallelism",
+                "GPU mem/GPU",
+                "ITL floor",
+                "workload",
+                "profile",
+            ],
+        )
+        if plan.environment.models
+        else "  (none)",
         "",
         "Outputs:",
     ]

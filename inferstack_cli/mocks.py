@@ -173,6 +173,18 @@ class PlanMocks(pulumi.runtime.Mocks):
         elif token == "aws:elasticache/replicationGroup:ReplicationGroup":
             state["primaryEndpointAddress"] = f"master.{name}.{digest[:6]}.use1.cache.amazonaws.com"
             state["configurationEndpointAddress"] = f"clustercfg.{name}.{digest[:6]}.use1.cache.amazonaws.com"
+        elif token == "random:index/randomPassword:RandomPassword":
+            # Deterministic and obviously not a real credential; the provider marks it secret.
+            state["result"] = f"plan-{digest}"
+            state["bcryptHash"] = f"plan-hash-{digest}"
+        elif (
+            token == "aws:elasticache/subnetGroup:SubnetGroup"
+            or token == "aws:elasticache/parameterGroup:ParameterGroup"
+        ):
+            state["name"] = args.inputs.get("name") or f"{name}-{digest[:7]}"
+        if not token.startswith("aws:"):
+            state.setdefault("id", rid)
+            return rid, state
         state.setdefault("arn", arn)
         state.setdefault("id", rid)
         return rid, state

@@ -42,6 +42,10 @@ def renders(resources: list[Registration]) -> dict[str, str]:
             manifest = _manifest(r)
             if manifest is None:
                 continue
+            for field in ("data", "stringData"):
+                if manifest.get(field) == "[secret]":
+                    # Secret values never leave the plan; keep the manifest's shape valid for review.
+                    manifest[field] = {"REDACTED": "[secret]"}
             meta = manifest.get("metadata") or {}
             namespace = meta.get("namespace") or "_cluster"
             kind = str(manifest["kind"]).lower()

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import pulumi
+
+from components import _images
 from components.aws_eks_cluster import EksCluster, EksClusterArgs
+from components.aws_elasticache import ElastiCacheValkey, ElastiCacheValkeyArgs
 from components.aws_gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
 from components.aws_iam import NodeRole, NodeRoleArgs, PodIdentityRole, PodIdentityRoleArgs
 from components.aws_model_store import ModelStore, ModelStoreArgs, read_policy
 from components.aws_network import Network, NetworkArgs
 from components.aws_system_node_group import SystemNodeGroup, SystemNodeGroupArgs
+from components.inference_server import InferenceServer, InferenceServerArgs
+from components.redis_cache import RedisCache, RedisCacheArgs
+from components.serving_base import MODEL_LOADER_SERVICE_ACCOUNT, SERVING_NAMESPACE, ServingBase, ServingBaseArgs
 from stacks.environment import Environment
-
-SERVING_NAMESPACE = "inferstack-serving"
-MODEL_LOADER_SERVICE_ACCOUNT = "model-loader"
 
 
 def compose(env: Environment, stack: str) -> dict[str, Any]:
@@ -77,6 +81,59 @@ def compose(env: Environment, stack: str) -> dict[str, Any]:
         ),
     )
 
+    provider = cluster.k8s_provider
+    # Kubernetes objects wait for the system nodes: controllers and webhooks need somewhere to run.
+    after_nodes = pulumi.ResourceOptions(depends_on=[system.node_group])
+    base = ServingBase("serving", ServingBaseArgs(provider=provider), opts=after_nodes)
+    if env.cache.kind == "elasticache":
+        cache = ElastiCacheValkey(
+            "cache",
+            ElastiCacheValkeyArgs(
+                spec=env.cache,
+                vpc_id=network.vpc_id,
+                subnet_ids=[network.private_subnet_ids[z] for z in zones],
+                client_security_group_id=cluster.cluster_security_group_id,
+                provider=provider,
+                client_namespace=base.gateway_namespace,
+                protect=env.cache.protect,
+                tags=tags,
+            ),
+            opts=pulumi.ResourceOptions(depends_on=[base]),
+        ).endpoint
+    else:
+        cache = RedisCache(
+            "cache",
+            RedisCacheArgs(
+                spec=env.cache,
+                namespace=base.cache_namespace,
+                provider=provider,
+                client_namespace=base.gateway_namespace,
+                protect=env.cache.protect,
+            ),
+            opts=pulumi.ResourceOptions(depends_on=[base]),
+        ).endpoint
+
+    loader_image = pulumi.Output.concat(store.repository_urls["model-loader"], ":", _images.KIT_IMAGE_TAG)
+    models = {}
+    for model in env.models:
+        models[model.name] = InferenceServer(
+            model.name,
+            InferenceServerArgs(
+                spec=model,
+                pool=env.pool(model.pool),
+                namespace=base.serving_namespace,
+                provider=provider,
+                model_source=model.source or pulumi.Output.concat("s3://", store.bucket_name, "/", model.model, "/hf"),
+                engine_store=pulumi.Output.concat("s3://", store.bucket_name, "/engines"),
+                loader_image=loader_image,
+                service_account=base.service_account,
+                priority_class=base.priority_class,
+                fabric="efa",
+                gateway_namespace=base.gateway_namespace,
+            ),
+            opts=pulumi.ResourceOptions(depends_on=[base, pools[model.pool]]),
+        )
+
     return {
         "tier": "cloud",
         "region": env.region,
@@ -88,4 +145,6 @@ def compose(env: Environment, stack: str) -> dict[str, Any]:
         "model_bucket": store.bucket_name,
         "image_repositories": store.repository_urls,
         "model_loader_role_arn": loader.role_arn,
+        "cache_url": cache.url(),
+        "model_endpoints": {name: server.endpoint for name, server in models.items()},
     }

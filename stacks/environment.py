@@ -15,8 +15,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from components.specs import (
+    CacheSpec,
     ClusterSpec,
     GpuPoolSpec,
+    ModelDeploySpec,
     ModelStoreSpec,
     NetworkSpec,
     Spec,
@@ -41,6 +43,9 @@ class Environment(Spec):
     gpu_pools: tuple[GpuPoolSpec, ...] = Field(min_length=1)
     """Required: a serving platform without GPU capacity has nothing to serve with."""
     model_store: ModelStoreSpec = ModelStoreSpec()
+    models: tuple[ModelDeploySpec, ...] = ()
+    """The served models; each runs on one of ``gpuPools``."""
+    cache: CacheSpec = CacheSpec()
     tags: dict[str, str] = Field(default_factory=dict)
     """Extra tags on every AWS resource that takes tags."""
 
@@ -198,6 +203,7 @@ def cross_checks(env: Environment) -> list[ConfigIssue]:
                     "remove `placementGroup`, or use an EFA instance type",
                 )
             )
+    issues += model_checks(env)
     sys_pool = env.system_pool
     if sys_pool.min_size > sys_pool.max_size:
         issues.append(
@@ -227,6 +233,39 @@ def cross_checks(env: Environment) -> list[ConfigIssue]:
                 "use a larger CIDR: every pod takes a VPC address with the VPC CNI",
             )
         )
+    return issues
+
+
+def model_checks(env: Environment) -> list[ConfigIssue]:
+    """Each model's pool exists, its engine runs its precision there, and it fits (with numbers)."""
+    from components._placement import PlacementProblem, place
+
+    issues: list[ConfigIssue] = []
+    pools = {p.name: p for p in env.gpu_pools}
+    names = [m.name for m in env.models]
+    for i, model in enumerate(env.models):
+        at = f"{CONFIG_KEY}.models[{i}]"
+        if names.count(model.name) > 1:
+            issues.append(ConfigIssue(f"{at}.name", repr(model.name), "a name unique among models", "rename one model"))
+        pool = pools.get(model.pool)
+        if pool is None:
+            issues.append(
+                ConfigIssue(
+                    f"{at}.pool",
+                    repr(model.pool),
+                    "one of gpuPools[].name: " + ", ".join(pools),
+                    "name an existing pool" + _did_you_mean(model.pool, list(pools)),
+                )
+            )
+            continue
+        if model.speculative is not None and model.engine != "vllm":
+            issues.append(
+                ConfigIssue(f"{at}.speculative", "set on a triton model", "vllm models only", "remove `speculative`")
+            )
+        try:
+            place(model, pool)
+        except PlacementProblem as problem:
+            issues.append(ConfigIssue(f"{at}.{problem.key}", problem.received, problem.allowed, problem.fix))
     return issues
 
 

@@ -21,12 +21,12 @@ def _seconds(interval: str) -> int:
     return int(interval[:-1])
 
 
-def test_vllm_is_scraped_on_the_metrics_port() -> None:
+def test_vllm_is_scraped_on_its_api_port() -> None:
     # GIVEN the vLLM PodMonitor
     # WHEN it is rendered
     endpoint = engine_pod_monitor("vllm", "serving")["spec"]["podMetricsEndpoints"][0]
-    # THEN Prometheus scrapes the container port named "metrics" at /metrics
-    assert (endpoint["port"], endpoint["path"]) == ("metrics", "/metrics")
+    # THEN Prometheus scrapes vLLM's API port (named "http"; vLLM serves /metrics there)
+    assert (endpoint["port"], endpoint["path"]) == ("http", "/metrics")
 
 
 def test_triton_is_scraped_on_port_8002() -> None:

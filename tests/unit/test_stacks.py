@@ -87,7 +87,9 @@ def test_render_writes_the_user_data_of_every_launch_template(plan_of: PlanOf, t
     plan = plan_of("prod")
     written = render.write(render.renders(plan.resources), tmp_path)
     names = sorted(p.relative_to(tmp_path).as_posix() for p in written)
-    assert names == ["user-data/gpu-h100.mime", "user-data/gpu-h200.mime"]
+    assert [n for n in names if n.startswith("user-data/")] == ["user-data/gpu-h100.mime", "user-data/gpu-h200.mime"]
+    assert "manifests/inferstack-serving/deployment-llama-8b.yaml" in names
+    assert "triton/llama-70b-triton/tensorrt_llm/config.pbtxt" in names
     assert "strategy: RAID0" in (tmp_path / "user-data/gpu-h100.mime").read_text()
 
 

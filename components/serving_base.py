@@ -1,0 +1,82 @@
+"""ServingBase: the namespaces, priority class and service account the serving tier shares."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.specs import Args, StrInput
+
+SERVING_NAMESPACE = "inferstack-serving"
+GATEWAY_NAMESPACE = "inferstack-gateway"
+CACHE_NAMESPACE = "inferstack-cache"
+PRIORITY_CLASS = "inferstack-serving"
+MODEL_LOADER_SERVICE_ACCOUNT = "model-loader"
+
+
+class ServingBaseArgs(Args):
+    provider: k8s.Provider
+    """Required: the cluster's explicit Kubernetes provider."""
+    loader_role_arn: StrInput | None = None
+    """IRSA role for the loader's service account. Not needed with EKS Pod Identity (the association binds it)."""
+
+
+class ServingBase(pulumi.ComponentResource):
+    serving_namespace: str
+    gateway_namespace: str
+    cache_namespace: str
+    priority_class: str
+    service_account: str
+
+    def __init__(self, name: str, args: ServingBaseArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("inferstack:serving_base:ServingBase", name, None, opts)
+        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider)
+        namespaces = {}
+        for ns in (SERVING_NAMESPACE, GATEWAY_NAMESPACE, CACHE_NAMESPACE):
+            namespaces[ns] = k8s.core.v1.Namespace(
+                ns,
+                metadata={
+                    "name": ns,
+                    # Pod Security Admission: "restricted" everywhere but the serving namespace, whose pods
+                    # mount the node's NVMe cache (hostPath), which every level but "privileged" forbids.
+                    # There "baseline" still warns and audits everything else it would refuse.
+                    "labels": {
+                        "pod-security.kubernetes.io/enforce": "privileged" if ns == SERVING_NAMESPACE else "restricted",
+                        **(
+                            {
+                                "pod-security.kubernetes.io/warn": "baseline",
+                                "pod-security.kubernetes.io/audit": "baseline",
+                            }
+                            if ns == SERVING_NAMESPACE
+                            else {}
+                        ),
+                        "app.kubernetes.io/part-of": "inferstack",
+                    },
+                },
+                opts=k8s_opts,
+            )
+        k8s.scheduling.v1.PriorityClass(
+            PRIORITY_CLASS,
+            metadata={"name": PRIORITY_CLASS},
+            # Above default workloads: a serving replica preempts batch work, never the reverse.
+            value=1_000_000,
+            global_default=False,
+            preemption_policy="PreemptLowerPriority",
+            description="LLM inference servers: latency-critical",
+            opts=k8s_opts,
+        )
+        annotations = {"eks.amazonaws.com/role-arn": args.loader_role_arn} if args.loader_role_arn else {}
+        k8s.core.v1.ServiceAccount(
+            MODEL_LOADER_SERVICE_ACCOUNT,
+            metadata={"name": MODEL_LOADER_SERVICE_ACCOUNT, "namespace": SERVING_NAMESPACE, "annotations": annotations},
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=args.provider, depends_on=[namespaces[SERVING_NAMESPACE]]
+            ),
+        )
+        self.serving_namespace = SERVING_NAMESPACE
+        self.gateway_namespace = GATEWAY_NAMESPACE
+        self.cache_namespace = CACHE_NAMESPACE
+        self.priority_class = PRIORITY_CLASS
+        self.service_account = MODEL_LOADER_SERVICE_ACCOUNT
+        self.namespaces = namespaces
+        self.register_outputs({})

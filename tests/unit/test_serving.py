@@ -1,0 +1,259 @@
+"""The serving layer as planned: schemas, placement (Deployment vs LeaderWorkerSet), policies, cache security."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from crdcheck import validate as validate_cr
+from helpers import ROOT, bundled_stacks, only, raw_environment
+from inferstack_cli import render
+from inferstack_cli.plan import Plan, run_plan
+from stacks.environment import ConfigError, load_environment
+
+PlanOf = Callable[[str], Plan]
+K8S_VERSION = "1.33.0"
+BUILT_IN_GROUPS = ("", "apps", "batch", "policy", "networking.k8s.io", "scheduling.k8s.io", "autoscaling")
+
+
+def manifests(plan: Plan) -> list[dict[str, Any]]:
+    return [
+        yaml.safe_load(text) for path, text in render.renders(plan.resources).items() if path.startswith("manifests/")
+    ]
+
+
+def is_built_in(manifest: dict[str, Any]) -> bool:
+    api = manifest["apiVersion"]
+    return ("/" not in api) or api.split("/")[0] in BUILT_IN_GROUPS
+
+
+def plan_with(tmp_path: Path, stack: str, edit: Callable[[dict[str, Any]], None]) -> Plan:
+    document = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())
+    edit(document["config"]["inferstack:environment"])
+    (tmp_path / f"Pulumi.{stack}x.yaml").write_text(yaml.safe_dump(document))
+    return run_plan(f"{stack}x", tmp_path)
+
+
+def add_405b(env: dict[str, Any]) -> None:
+    env["models"].append(
+        {
+            "name": "llama-405b",
+            "model": "meta-llama/Llama-3.1-405B-Instruct",
+            "engine": "vllm",
+            "pool": "h100",
+            "precision": "bf16",
+            "tensorParallel": 8,
+            "pipelineParallel": 2,
+            "slo": {"itlP99Ms": 50},
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def multi_node_plan(tmp_path_factory: pytest.TempPathFactory) -> Plan:
+    return plan_with(tmp_path_factory.mktemp("lws"), "prod", add_405b)
+
+
+@pytest.mark.parametrize("stack", bundled_stacks())
+def test_every_rendered_built_in_object_passes_strict_kubernetes_validation(plan_of: PlanOf, stack: str) -> None:
+    objects = [m for m in manifests(plan_of(stack)) if is_built_in(m)]
+    assert len(objects) > 10
+    for manifest in objects:
+        kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
+
+
+def test_leaderworkerset_validates_against_the_pinned_crd(multi_node_plan: Plan) -> None:
+    (lws,) = [m for m in manifests(multi_node_plan) if m["kind"] == "LeaderWorkerSet"]
+    assert validate_cr(lws, strict=True) == []
+    # The pod templates inside are core objects too: validate them as Pods.
+    for template in ("leaderTemplate", "workerTemplate"):
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "x"},
+            "spec": lws["spec"]["leaderWorkerTemplate"][template]["spec"],
+        }
+        kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+
+
+def test_model_that_fits_one_node_is_a_deployment(plan_of: PlanOf) -> None:
+    kinds = {
+        m["metadata"]["name"]: m["kind"]
+        for m in manifests(plan_of("prod"))
+        if m["kind"] in ("Deployment", "LeaderWorkerSet")
+    }
+    assert kinds == {"llama-8b": "Deployment", "llama-70b": "Deployment"}
+
+
+def test_model_spanning_nodes_is_a_leaderworkerset_with_exclusive_topology_and_efa(multi_node_plan: Plan) -> None:
+    (lws,) = [m for m in manifests(multi_node_plan) if m["kind"] == "LeaderWorkerSet"]
+    template = lws["spec"]["leaderWorkerTemplate"]
+    assert template["size"] == 2
+    assert template["restartPolicy"] == "RecreateGroupOnPodRestart"
+    assert "leaderworkerset.sigs.k8s.io/exclusive-topology" in lws["metadata"]["annotations"]
+    server = template["workerTemplate"]["spec"]["containers"][0]
+    assert server["resources"]["limits"]["vpc.amazonaws.com/efa"] == 32
+    assert server["resources"]["limits"]["nvidia.com/gpu"] == 8
+    assert {"name": "FI_PROVIDER", "value": "efa"} in server["env"]
+    assert {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"} in server["env"]
+
+
+def test_serving_pod_tolerates_the_gpu_taint_and_has_shm_probes_and_a_loader(plan_of: PlanOf) -> None:
+    deployment = next(
+        m for m in manifests(plan_of("prod")) if m["kind"] == "Deployment" and m["metadata"]["name"] == "llama-8b"
+    )
+    pod = deployment["spec"]["template"]["spec"]
+    assert {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"} in pod["tolerations"]
+    assert pod["nodeSelector"] == {"inferstack.io/pool": "h100"}
+    assert any(v.get("emptyDir", {}).get("medium") == "Memory" for v in pod["volumes"])
+    server = pod["containers"][0]
+    assert server["startupProbe"]["httpGet"]["path"] == "/health"
+    assert server["securityContext"]["runAsNonRoot"] is True
+    assert "--enforce-eager" not in server["command"]
+    loader = next(c for c in pod["initContainers"] if c["name"] == "fetch-model")
+    assert loader["args"][:2] == ["--source", "s3://models-9b0f540/meta-llama/Llama-3.1-8B-Instruct/hf"]
+    assert pod["priorityClassName"] == "inferstack-serving"
+
+
+def test_triton_model_gets_rendered_configs_an_engine_job_and_triton_health_probes(plan_of: PlanOf) -> None:
+    plan = plan_of("prod")
+    objects = manifests(plan)
+    job = next(m for m in objects if m["kind"] == "Job")
+    build = next(c for c in job["spec"]["template"]["spec"]["initContainers"] if c["name"] == "trtllm-build")
+    assert "trtllm-build" in build["command"][-1]
+    publish = job["spec"]["template"]["spec"]["containers"][0]
+    assert publish["args"][0] == "--upload"
+    server = next(m for m in objects if m["metadata"]["name"] == "llama-70b" and m["kind"] == "Deployment")
+    container = server["spec"]["template"]["spec"]["containers"][0]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert {p["containerPort"] for p in container["ports"]} == {8000, 8001, 8002}
+    configs = {k: v for k, v in render.renders(plan.resources).items() if k.endswith("config.pbtxt")}
+    assert len(configs) == 4
+    for text in configs.values():
+        text_format.Parse(text, model_config_pb2.ModelConfig())
+
+
+def test_network_policy_admits_only_the_gateway_and_prometheus(plan_of: PlanOf) -> None:
+    policy = next(
+        m for m in manifests(plan_of("prod")) if m["kind"] == "NetworkPolicy" and m["metadata"]["name"] == "llama-70b"
+    )
+    ingress = policy["spec"]["ingress"]
+    gateway, prometheus, group = ingress
+    assert gateway["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "inferstack-gateway"
+    }
+    assert gateway["from"][0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "inferstack-gateway"}
+    assert {p["port"] for p in gateway["ports"]} == {"http", "grpc"}
+    assert prometheus["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    assert prometheus["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    assert group["from"] == [{"podSelector": {"matchLabels": {"inferstack.io/model": "llama-70b"}}}]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+
+
+def test_elasticache_is_tls_auth_encrypted_multi_az_lru_and_cluster_only(plan_of: PlanOf) -> None:
+    plan = plan_of("prod")
+    group = only(plan.resources, "aws:elasticache/replicationGroup:ReplicationGroup").inputs
+    assert group["engine"] == "valkey" and group["engineVersion"] == "8.2"
+    assert group["transitEncryptionEnabled"] is True and group["transitEncryptionMode"] == "required"
+    assert group["authToken"] == "[secret]"
+    assert group["atRestEncryptionEnabled"] == "true" and group["kmsKeyId"].startswith("arn:aws:kms:")
+    assert group["multiAzEnabled"] is True and group["automaticFailoverEnabled"] is True
+    assert group["numCacheClusters"] == 2
+    params = only(plan.resources, "aws:elasticache/parameterGroup:ParameterGroup").inputs
+    assert {"name": "maxmemory-policy", "value": "allkeys-lru"} in params["parameters"]
+    cache_sg = next(r for r in plan.of_type("aws:ec2/securityGroup:SecurityGroup") if r.name == "cache").inputs
+    (rule,) = cache_sg["ingress"]
+    assert (rule["fromPort"], rule["toPort"], rule["protocol"]) == (6379, 6379, "tcp")
+    assert "cidrBlocks" not in rule and len(rule["securityGroups"]) == 1
+    assert plan.outputs["cache_url"].startswith("rediss://")
+
+
+def test_in_cluster_redis_has_limits_pdb_and_a_network_policy(plan_of: PlanOf) -> None:
+    objects = manifests(plan_of("dev"))
+    sts = next(m for m in objects if m["kind"] == "StatefulSet")
+    redis = sts["spec"]["template"]["spec"]["containers"][0]
+    assert redis["image"].startswith("redis:8")
+    assert redis["resources"]["limits"]["memory"] == "2Gi"
+    assert "allkeys-lru" in redis["args"]
+    assert any(m["kind"] == "PodDisruptionBudget" and m["metadata"]["name"] == "cache" for m in objects)
+    policy = next(m for m in objects if m["kind"] == "NetworkPolicy" and m["metadata"]["name"] == "cache")
+    sources = policy["spec"]["ingress"][0]["from"]
+    assert sources[0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "inferstack-gateway"}
+
+
+def test_stateful_caches_are_protected_unless_config_says_otherwise(plan_of: PlanOf) -> None:
+    assert only(plan_of("prod").resources, "aws:elasticache/replicationGroup:ReplicationGroup").protect is True
+    assert only(plan_of("dev").resources, "kubernetes:apps/v1:StatefulSet").protect is False
+
+
+# --- config errors for models ------------------------------------------------------------------
+
+
+def model_errors(edit: Callable[[dict[str, Any]], None]) -> list[str]:
+    env = copy.deepcopy(raw_environment("prod"))
+    edit(env)
+    with pytest.raises(ConfigError) as caught:
+        load_environment(env, "stacks/Pulumi.prod.yaml")
+    return str(caught.value).splitlines()
+
+
+def test_model_that_does_not_fit_its_pool_names_the_numbers() -> None:
+    def edit(env: dict[str, Any]) -> None:
+        env["models"][1].update(precision="bf16", tensorParallel=1)
+
+    (line,) = model_errors(edit)
+    assert "models[1].tensorParallel: got 1 with bf16 on H200" in line
+    assert "GB of weights" in line and "GB per GPU" in line and "does not fit" in line
+    assert "fix: raise tensorParallel" in line
+
+
+def test_tensor_parallel_must_divide_the_attention_heads() -> None:
+    # Qwen2.5-1.5B has 12 attention heads and 2 KV heads: TP=4 splits neither evenly.
+    (line,) = model_errors(lambda env: env["models"][0].update(model="Qwen/Qwen2.5-1.5B-Instruct", tensorParallel=4))
+    assert "models[0].tensorParallel: got 4" in line and "divide" in line
+
+
+def test_engine_precision_pair_the_engine_does_not_run_is_refused() -> None:
+    def edit(env: dict[str, Any]) -> None:
+        env["gpuPools"][0]["instanceType"] = "p4d.24xlarge"
+
+    lines = model_errors(edit)
+    assert any("models[0].precision: got 'fp8'" in line and "A100 has none" in line for line in lines)
+
+
+def test_model_on_a_pool_that_does_not_exist() -> None:
+    (line,) = model_errors(lambda env: env["models"][0].update(pool="h1000"))
+    assert "models[0].pool: got 'h1000'; allowed: one of gpuPools[].name: h100, h200" in line
+    assert "did you mean 'h100'?" in line
+
+
+def test_unknown_model_lists_the_catalog() -> None:
+    (line,) = model_errors(lambda env: env["models"][0].update(model="meta-llama/Llama-3.1-8B"))
+    assert "models[0].model: got 'meta-llama/Llama-3.1-8B' (not in the model catalog)" in line
+    assert "did you mean 'meta-llama/Llama-3.1-8B-Instruct'?" in line
+
+
+def test_derived_tensor_parallel_follows_the_roofline(tmp_path: Path) -> None:
+    # GIVEN the 70B model in FP8 with a 20 ms ITL target: one H200 (14.7 ms floor) is enough,
+    # but one H100 (70.6 GB / 3.35 TB/s = 21 ms) is not, so the kit derives TP=2 there.
+    plan = plan_with(tmp_path, "prod", lambda env: env["models"][1].update(pool="h100", engine="vllm"))
+    deployment = next(m for m in manifests(plan) if m["kind"] == "Deployment" and m["metadata"]["name"] == "llama-70b")
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--tensor-parallel-size") + 1] == "2"
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 2
+
+
+def test_plan_json_includes_kubernetes_objects_with_their_provider(plan_of: PlanOf, tmp_path: Path) -> None:
+    plan = plan_of("prod")
+    deployments = plan.of_type("kubernetes:apps/v1:Deployment")
+    assert len(deployments) == 2
+    assert json.dumps(plan.to_json())  # serializable
