@@ -25,6 +25,7 @@ from inferstack_gateway.auth import KeyTable, Principal
 from inferstack_gateway.config import GatewayConfig, ModelConfig
 from inferstack_gateway.embeddings import Embedder, EmbeddingError
 from inferstack_gateway.errors import GatewayError, error_body
+from inferstack_gateway.limits import SharedLimiter
 from inferstack_gateway.logs import access, logger
 from inferstack_gateway.metrics import Metrics
 from inferstack_gateway.normalize import (
@@ -37,7 +38,7 @@ from inferstack_gateway.normalize import (
     parse_json_body,
     unknown_model,
 )
-from inferstack_gateway.store import LocalLimiter, RedisStore, Usage, close_quietly, retry_after_s
+from inferstack_gateway.store import LocalLimiter, RedisStore, close_quietly, retry_after_s
 from inferstack_gateway.tracing import Tracer, setup_tracing
 from inferstack_gateway.upstream import Opened, Upstream, open_upstream
 
@@ -86,6 +87,7 @@ class Gateway:
         self.embedder: Embedder | None = None
         self.tracer: Tracer | None = None
         self.local_limits = LocalLimiter()
+        self.shared_limits: SharedLimiter | None = None
         self.upstreams = {name: Upstream(name, cfg, self.metrics) for name, cfg in config.upstreams.items()}
         self.tiers = {name: [self.upstreams[u] for u in tier.upstreams] for name, tier in config.tiers.items()}
         self._keywords = {
@@ -222,6 +224,7 @@ class Gateway:
         self.session = aiohttp.ClientSession(connector=connector)
         if config.redis.url is not None:
             self.store = RedisStore(config.redis, self.metrics, config.embeddings.dimensions)
+            self.shared_limits = SharedLimiter(self.store)
         if config.embeddings.url is not None:
             self.embedder = Embedder(config.embeddings, self.session)
         self.tracer = setup_tracing(config.tracing)
@@ -248,6 +251,9 @@ class Gateway:
         self.ready = False
         if self._background:
             await asyncio.wait(self._background, timeout=5)
+        if self.shared_limits is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.shared_limits.drain(), 5)
         if self.session is not None:
             await self.session.close()
         await close_quietly(self.store)
@@ -393,36 +399,56 @@ class Gateway:
     async def _admit(
         self, principal: Principal, request: ParsedRequest, exact: CacheKeys | None
     ) -> tuple[bytes | None, bool]:
-        """Count the request against its key's limits and look up the exact cache, in one Redis round trip.
+        """Count the request against its key's limits and look up the exact cache.
 
-        Returns (cached answer, whether the exact cache was consulted).
+        Most requests are admitted from this replica's lease of the key's shared limit (limits.py) and need no Redis
+        round trip at all unless they are cacheable; the others reserve slots and look up the exact cache in one
+        round trip. Returns (cached answer, whether the exact cache was consulted).
         """
-        usage: Usage | None = None
-        cached: bytes | None = None
         tokens = request.prompt_tokens_estimate
         store = self.store
-        if store is not None and store.available():
-            started = time.perf_counter()
-            try:
-                async with asyncio.timeout(self.config.budgets.exact_cache_ms / 1000):
-                    usage, cached = await store.admit(principal.key_id, tokens, exact.exact if exact else None)
-                store.succeeded()
-            except TimeoutError:
-                # An overrun skips this stage only: under load the event loop itself can lag past a few ms, and
-                # treating that as an outage would turn every hit into upstream traffic for retry_after_ms.
-                self.metrics.cache_skipped.labels("exact", "budget").inc()
-            except (RedisError, OSError) as exc:
-                store.failed("admit", exc)
-            if exact is not None and usage is not None:
-                self.metrics.cache_lookup.labels("exact").observe(time.perf_counter() - started)
-        looked_up = usage is not None and exact is not None
-        if usage is None:
-            usage = self.local_limits.admit(principal.key_id, tokens)
+        limiter = self.shared_limits
+        if store is None or limiter is None or not store.available():
+            self._admit_locally(principal, tokens)
+            return None, False
+        leased = limiter.lease(principal, tokens)
+        if leased and exact is None:
+            return None, False
+        cached: bytes | None = None
+        refused: str | None = None
+        answered = False
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.config.budgets.exact_cache_ms / 1000):
+                if leased:
+                    assert exact is not None
+                    cached = await store.get_exact(exact.exact)
+                else:
+                    refused, cached = await limiter.admit(principal, tokens, exact.exact if exact else None)
+            answered = True
+            store.succeeded()
+        except TimeoutError:
+            # An overrun skips this stage only: under load the event loop itself can lag past a few ms, and
+            # treating that as an outage would turn every hit into upstream traffic for retry_after_ms.
+            self.metrics.cache_skipped.labels("exact", "budget").inc()
+        except (RedisError, OSError) as exc:
+            store.failed("admit", exc)
+        if exact is not None and answered:
+            self.metrics.cache_lookup.labels("exact").observe(time.perf_counter() - started)
+        if not leased and not answered:
+            self._admit_locally(principal, tokens)
+        elif refused == "requests":
+            raise _rate_limited("requests", principal.requests_per_minute, self.metrics)
+        elif refused == "tokens":
+            raise _rate_limited("tokens", principal.tokens_per_minute, self.metrics)
+        return cached, answered and exact is not None
+
+    def _admit_locally(self, principal: Principal, tokens: int) -> None:
+        usage = self.local_limits.admit(principal.key_id, tokens)
         if usage.requests > principal.requests_per_minute:
             raise _rate_limited("requests", principal.requests_per_minute, self.metrics)
         if usage.tokens_before >= principal.tokens_per_minute:
             raise _rate_limited("tokens", principal.tokens_per_minute, self.metrics)
-        return cached, looked_up
 
     async def _semantic_lookup(
         self, text: str, keys: CacheKeys, model: ModelConfig, exchange: Exchange
@@ -615,12 +641,12 @@ class Gateway:
             response = sse.assemble(request.kind, raw) if streamed else _complete_body(raw)
             tokens = _output_tokens(response)
             store = self.store
-            if store is None or not store.available():
+            if store is None or self.shared_limits is None or not store.available():
                 self.local_limits.charge_tokens(principal.key_id, tokens)
                 return
+            self.shared_limits.charge(principal.key_id, tokens)
             value = None if response is None else (orjson.dumps(response) if streamed else raw)
             try:
-                await store.charge_tokens(principal.key_id, tokens)
                 if keys is None:
                     return
                 if value is None:

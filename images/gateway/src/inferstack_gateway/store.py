@@ -84,26 +84,38 @@ class RedisStore:
     async def close(self) -> None:
         await self.client.aclose()
 
-    # -- admission: rate-limit counters and the exact lookup in one round trip ------------------------------------
+    # -- rate-limit counters (see limits.py) and the exact lookup -------------------------------------------------
 
-    async def admit(self, key_id: str, prompt_tokens: int, exact_key: str | None) -> tuple[Usage, bytes | None]:
-        window = int(time.time()) // WINDOW_S
+    async def reserve(
+        self, key_id: str, window: int, requests: int, tokens: int, exact_key: str | None
+    ) -> tuple[int, int, bytes | None]:
+        """Add `requests` request slots and `tokens` tokens to a key's counters in `window`, in one round trip with
+        the exact lookup. Returns (request count, token count, cached answer) after the increments."""
         requests_key = f"{self.prefix}rl:{key_id}:{window}:r"
         tokens_key = f"{self.prefix}rl:{key_id}:{window}:t"
         pipe = self.client.pipeline(transaction=False)
-        pipe.incr(requests_key)
+        pipe.incrby(requests_key, requests)
         pipe.expire(requests_key, 2 * WINDOW_S)
-        pipe.incrby(tokens_key, prompt_tokens)
+        pipe.incrby(tokens_key, tokens)
         pipe.expire(tokens_key, 2 * WINDOW_S)
         if exact_key is not None:
             pipe.get(f"{self.prefix}x:{exact_key}")
         result = await pipe.execute()
-        usage = Usage(requests=int(result[0]), tokens_before=int(result[2]) - prompt_tokens)
-        return usage, (result[4] if exact_key is not None else None)
+        return int(result[0]), int(result[2]), (result[4] if exact_key is not None else None)
 
-    async def charge_tokens(self, key_id: str, tokens: int) -> None:
-        window = int(time.time()) // WINDOW_S
-        await self.client.incrby(f"{self.prefix}rl:{key_id}:{window}:t", tokens)
+    async def add_tokens(self, charges: list[tuple[str, int, int]]) -> list[int]:
+        """Add tokens to several keys' counters: (key id, window, tokens) each. Returns the new totals."""
+        pipe = self.client.pipeline(transaction=False)
+        for key_id, window, tokens in charges:
+            tokens_key = f"{self.prefix}rl:{key_id}:{window}:t"
+            pipe.incrby(tokens_key, tokens)
+            pipe.expire(tokens_key, 2 * WINDOW_S)
+        result = await pipe.execute()
+        return [int(total) for total in result[::2]]
+
+    async def get_exact(self, exact_key: str) -> bytes | None:
+        value = await self.client.get(f"{self.prefix}x:{exact_key}")
+        return value if isinstance(value, bytes) else None
 
     # -- writes -------------------------------------------------------------------------------------------------------
 
