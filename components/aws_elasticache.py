@@ -30,6 +30,8 @@ class ElastiCacheValkeyArgs(Args):
     """The EKS cluster security group: the only source admitted on the Redis port."""
     provider: k8s.Provider
     client_namespace: str = "inferstack-gateway"
+    secret_namespaces: tuple[str, ...] = ("inferstack-gateway", "monitoring")
+    """Where the password Secret is written: the gateway's and the Redis exporter's namespaces."""
     protect: bool = True
     tags: dict[str, str] = Field(default_factory=dict)
 
@@ -94,12 +96,13 @@ class ElastiCacheValkey(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, protect=args.protect),
         )
         secret_name = f"{name}-auth"
-        k8s.core.v1.Secret(
-            f"{name}-auth",
-            metadata={"name": secret_name, "namespace": args.client_namespace},
-            string_data={SECRET_KEY: token.result},
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider),
-        )
+        for namespace in args.secret_namespaces:
+            k8s.core.v1.Secret(
+                f"{name}-auth-{namespace}",
+                metadata={"name": secret_name, "namespace": namespace},
+                string_data={SECRET_KEY: token.result},
+                opts=pulumi.ResourceOptions(parent=self, provider=args.provider),
+            )
         self.endpoint = CacheEndpoint(
             host=replication.primary_endpoint_address, port=REDIS_PORT, tls=True, secret_name=secret_name
         )

@@ -20,6 +20,7 @@ from pydantic import Field
 from components import _images
 from components._models import MODEL_CACHE_ROOT, hf_checkpoint_dir, trtllm_engine_dir
 from components._placement import Placement, place
+from components._scaling import scaled_object
 from components._triton import (
     TRITON_GRPC_PORT,
     TRITON_HTTP_PORT,
@@ -71,6 +72,8 @@ class InferenceServerArgs(Args):
     gateway_namespace: str = "inferstack-gateway"
     monitoring_namespace: str = "monitoring"
     otlp_traces_endpoint: str | None = None
+    prometheus_url: str | None = None
+    """Where KEDA reads the queue depth; ``None`` leaves the model at its fixed ``replicas``."""
     shm_gib: int = Field(default=16, ge=1)
     """``/dev/shm`` for NCCL and the engines' shared-memory IPC between ranks."""
 
@@ -365,6 +368,26 @@ def build_job_pod(args: InferenceServerArgs, placement: Placement) -> dict[str, 
     }
 
 
+def autoscaler(args: InferenceServerArgs, placement: Placement, workload_kind: str) -> dict[str, Any] | None:
+    """The model's KEDA ScaledObject, or ``None`` for a deliberate fixed size."""
+    spec = args.spec
+    scaling = spec.autoscaling
+    if not scaling.enabled or args.prometheus_url is None:
+        return None
+    return scaled_object(
+        model=spec.name,
+        namespace=str(args.namespace),
+        engine=spec.engine,
+        threshold=scaling.queue_depth or placement.profile.keda_queue_depth_per_replica,
+        max_replicas=scaling.max_replicas or max(2, 4 * spec.replicas),
+        min_replicas=0 if scaling.scale_to_zero else max(1, spec.replicas),
+        scale_to_zero=scaling.scale_to_zero,
+        target_kind=workload_kind,  # type: ignore[arg-type]
+        target_name=spec.name,
+        server_address=args.prometheus_url,
+    )
+
+
 def network_policy(args: InferenceServerArgs) -> dict[str, Any]:
     """Only the gateway reaches the serving ports, only Prometheus the metrics port."""
     spec = args.spec
@@ -406,6 +429,10 @@ class InferenceServer(pulumi.ComponentResource):
         selector = {"matchLabels": {MODEL_LABEL: spec.name}}
         template_meta = {"labels": labels(spec)}
         multi_node = placement.multi_node(args.pool.spec.gpu_count)
+        self.workload_kind = "LeaderWorkerSet" if multi_node else "Deployment"
+        scaler = autoscaler(args, placement, self.workload_kind)
+        # KEDA owns the replica count once it scales the workload; Pulumi must not reset it.
+        owned_by_keda = ["spec.replicas"] if scaler else []
 
         self.triton_configs = {}
         depends: list[pulumi.Resource] = []
@@ -442,7 +469,6 @@ class InferenceServer(pulumi.ComponentResource):
             )
 
         if multi_node:
-            self.workload_kind = "LeaderWorkerSet"
             workload: pulumi.Resource = k8s.apiextensions.CustomResource(
                 name,
                 api_version="leaderworkerset.x-k8s.io/v1",
@@ -470,11 +496,14 @@ class InferenceServer(pulumi.ComponentResource):
                     },
                 },
                 opts=pulumi.ResourceOptions(
-                    parent=self, provider=args.provider, depends_on=depends, custom_timeouts=WAIT
+                    parent=self,
+                    provider=args.provider,
+                    depends_on=depends,
+                    custom_timeouts=WAIT,
+                    ignore_changes=owned_by_keda,
                 ),
             )
         else:
-            self.workload_kind = "Deployment"
             workload = k8s.apps.v1.Deployment(
                 name,
                 metadata=meta,
@@ -486,7 +515,11 @@ class InferenceServer(pulumi.ComponentResource):
                     "template": {"metadata": template_meta, "spec": server_pod(args, placement)},
                 },
                 opts=pulumi.ResourceOptions(
-                    parent=self, provider=args.provider, depends_on=depends, custom_timeouts=WAIT
+                    parent=self,
+                    provider=args.provider,
+                    depends_on=depends,
+                    custom_timeouts=WAIT,
+                    ignore_changes=owned_by_keda,
                 ),
             )
 
@@ -512,6 +545,17 @@ class InferenceServer(pulumi.ComponentResource):
             opts=k8s_opts,
         )
         k8s.networking.v1.NetworkPolicy(name, metadata=meta, spec=network_policy(args), opts=k8s_opts)
+
+        if scaler:
+            k8s.apiextensions.CustomResource(
+                f"{name}-scaler",
+                api_version=scaler["apiVersion"],
+                kind=scaler["kind"],
+                metadata=scaler["metadata"],
+                spec=scaler["spec"],
+                opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[workload]),
+            )
+        self.autoscaled = scaler is not None
 
         port = ports(spec)[0]["containerPort"]
         self.service_name = service.id.apply(lambda _: spec.name)

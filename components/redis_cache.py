@@ -44,6 +44,8 @@ class RedisCacheArgs(Args):
     namespace: StrInput
     provider: k8s.Provider
     client_namespace: str = "inferstack-gateway"
+    secret_namespaces: tuple[str, ...] = ("inferstack-gateway", "monitoring")
+    """Where the password Secret is written: the gateway's and the Redis exporter's namespaces."""
     """Where the gateway runs: the only namespace whose pods may connect, and where its Secret goes."""
     client_labels: dict[str, str] = Field(default_factory=lambda: {"app.kubernetes.io/name": "inferstack-gateway"})
     monitoring_namespace: str = "monitoring"
@@ -74,7 +76,7 @@ class RedisCache(pulumi.ComponentResource):
         meta = {"name": name, "namespace": args.namespace, "labels": labels}
         password = random.RandomPassword(name, length=48, special=False, opts=pulumi.ResourceOptions(parent=self))
         secret_name = f"{name}-auth"
-        for namespace in {args.namespace, args.client_namespace}:
+        for namespace in sorted({args.namespace, *args.secret_namespaces}):
             k8s.core.v1.Secret(
                 f"{name}-auth-{namespace}",
                 metadata={"name": secret_name, "namespace": namespace, "labels": labels},

@@ -10,7 +10,11 @@ from components.specs import Args, StrInput
 SERVING_NAMESPACE = "inferstack-serving"
 GATEWAY_NAMESPACE = "inferstack-gateway"
 CACHE_NAMESPACE = "inferstack-cache"
+MONITORING_NAMESPACE = "monitoring"
 PRIORITY_CLASS = "inferstack-serving"
+RESTRICTED = (GATEWAY_NAMESPACE, CACHE_NAMESPACE)
+"""Namespaces whose pods all meet the "restricted" Pod Security level. Serving pods mount the node's
+NVMe cache (hostPath); monitoring runs node exporters with host access: both stay "privileged"."""
 MODEL_LOADER_SERVICE_ACCOUNT = "model-loader"
 
 
@@ -32,16 +36,14 @@ class ServingBase(pulumi.ComponentResource):
         super().__init__("inferstack:serving_base:ServingBase", name, None, opts)
         k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider)
         namespaces = {}
-        for ns in (SERVING_NAMESPACE, GATEWAY_NAMESPACE, CACHE_NAMESPACE):
+        for ns in (SERVING_NAMESPACE, GATEWAY_NAMESPACE, CACHE_NAMESPACE, MONITORING_NAMESPACE):
             namespaces[ns] = k8s.core.v1.Namespace(
                 ns,
                 metadata={
                     "name": ns,
-                    # Pod Security Admission: "restricted" everywhere but the serving namespace, whose pods
-                    # mount the node's NVMe cache (hostPath), which every level but "privileged" forbids.
-                    # There "baseline" still warns and audits everything else it would refuse.
+                    # Pod Security Admission (see RESTRICTED); elsewhere "baseline" still warns and audits.
                     "labels": {
-                        "pod-security.kubernetes.io/enforce": "privileged" if ns == SERVING_NAMESPACE else "restricted",
+                        "pod-security.kubernetes.io/enforce": "restricted" if ns in RESTRICTED else "privileged",
                         **(
                             {
                                 "pod-security.kubernetes.io/warn": "baseline",
@@ -76,6 +78,7 @@ class ServingBase(pulumi.ComponentResource):
         self.serving_namespace = SERVING_NAMESPACE
         self.gateway_namespace = GATEWAY_NAMESPACE
         self.cache_namespace = CACHE_NAMESPACE
+        self.monitoring_namespace = MONITORING_NAMESPACE
         self.priority_class = PRIORITY_CLASS
         self.service_account = MODEL_LOADER_SERVICE_ACCOUNT
         self.namespaces = namespaces

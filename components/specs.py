@@ -141,6 +141,8 @@ class GpuPoolSpec(ScalingSpec):
     placement_group: bool | None = None
     """Cluster placement group. Defaults to on with EFA, off with a reservation (it may conflict)."""
     capacity: CapacitySpec = CapacitySpec()
+    provisioner: Literal["managed", "karpenter"] = "managed"
+    """``managed``: an EKS managed node group. ``karpenter``: a Karpenter NodePool (scales to zero fast)."""
     root_volume_gib: int = Field(default=200, ge=50)
     """Root gp3 volume. Images and model caches go to the NVMe RAID0 array, not here."""
 
@@ -192,6 +194,30 @@ class SloSpec(Spec):
     """Inter-token latency, p99: the decode roofline must be under it."""
 
 
+class AutoscalingSpec(Spec):
+    """Pod autoscaling on queue depth (KEDA). Warm by default: at least one replica stays up."""
+
+    enabled: bool = True
+    """Off: the model keeps exactly ``replicas`` (a deliberate fixed size)."""
+    max_replicas: int | None = Field(default=None, ge=1)
+    """Defaults to 4 x ``replicas`` (at least 2)."""
+    queue_depth: int | None = Field(default=None, ge=1)
+    """Waiting requests per replica before one is added; defaults to the latency profile's."""
+    scale_to_zero: bool = False
+    """Let an idle model go to zero replicas. Its next request waits for a cold start (minutes)."""
+
+
+class ObservabilitySpec(Spec):
+    """Prometheus, Grafana, alerting and tracing."""
+
+    retention_days: int = Field(default=15, ge=1)
+    scrape_interval_s: int = Field(default=15, ge=1, le=15)
+    """At most 15 s, so a latency regression shows within one alert window."""
+    storage_gib: int = Field(default=100, ge=10)
+    traces_endpoint: str | None = None
+    """Forward traces to this OTLP endpoint (Tempo, Jaeger, a vendor); spans always become metrics."""
+
+
 class ModelDeploySpec(Spec):
     """One served model: one engine on one GPU pool."""
 
@@ -214,6 +240,7 @@ class ModelDeploySpec(Spec):
     """Replicas (or LeaderWorkerSet groups) at start. Interactive models keep at least one warm."""
     profile: Literal["ultra-low-latency", "balanced", "throughput"] = "ultra-low-latency"
     slo: SloSpec = SloSpec()
+    autoscaling: AutoscalingSpec = AutoscalingSpec()
     speculative: Any | None = None
     """vLLM speculative decoding (``components._vllm.SpeculativeConfig``): method, numSpeculativeTokens, ..."""
 

@@ -33,15 +33,28 @@ def _gpu_rows(plan: Plan) -> list[list[str]]:
     rows = []
     for pool in plan.environment.gpu_pools:
         spec = pool.spec
-        template = templates.get(components.get(f"gpu-{pool.name}"))
-        interfaces = (template.inputs.get("networkInterfaces") if template else None) or []
-        efa = sum(1 for i in interfaces if i.get("interfaceType") == "efa-only")
+        if pool.provisioner == "karpenter":
+            node_class = next(
+                (
+                    r
+                    for r in plan.of_type("kubernetes:karpenter.k8s.aws/v1:EC2NodeClass")
+                    if r.name.endswith(f"-{pool.name}-nodeclass")
+                ),
+                None,
+            )
+            interfaces = ((node_class.inputs.get("spec") or {}).get("networkInterfaces") if node_class else None) or []
+            efa = sum(1 for i in interfaces if i.get("interfaceType") == "efa-only")
+        else:
+            template = templates.get(components.get(f"gpu-{pool.name}"))
+            interfaces = (template.inputs.get("networkInterfaces") if template else None) or []
+            efa = sum(1 for i in interfaces if i.get("interfaceType") == "efa-only")
         efa_text = f"1 ENA + {efa} efa-only" if efa else "off"
         placement = "cluster PG" if pool.placement_group_enabled else "no PG"
         capacity = pool.capacity.type + (f" {pool.capacity.reservation_id}" if pool.capacity.reservation_id else "")
         rows.append(
             [
                 pool.name,
+                pool.provisioner,
                 pool.instance_type,
                 f"{spec.gpu_count}x {spec.gpu.model} {spec.gpu.memory_gib:.0f}GiB",
                 efa_text,
@@ -94,7 +107,7 @@ def summary(plan: Plan, seconds: float) -> str:
         "GPU pools:",
         _table(
             _gpu_rows(plan),
-            ["pool", "instance", "GPUs/node", "EFA", "NVMe", "zone", "capacity", "nodes min..max"],
+            ["pool", "provisioner", "instance", "GPUs/node", "EFA", "NVMe", "zone", "capacity", "nodes min..max"],
         ),
         "",
         "Models:",
@@ -115,6 +128,20 @@ def summary(plan: Plan, seconds: float) -> str:
         )
         if plan.environment.models
         else "  (none)",
+        "",
+        "Helm charts (pinned in components/_charts.py):",
+        _table(
+            sorted(
+                [
+                    str(r.inputs.get("name")),
+                    str(r.inputs.get("chart")),
+                    str(r.inputs.get("version")),
+                    str(r.inputs.get("namespace")),
+                ]
+                for r in plan.of_type("kubernetes:helm.sh/v3:Release")
+            ),
+            ["release", "chart", "version", "namespace"],
+        ),
         "",
         "Outputs:",
     ]

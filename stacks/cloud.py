@@ -7,14 +7,18 @@ from typing import Any
 import pulumi
 
 from components import _images
+from components._alerts import ModelSlo
 from components.aws_eks_cluster import EksCluster, EksClusterArgs
 from components.aws_elasticache import ElastiCacheValkey, ElastiCacheValkeyArgs
 from components.aws_gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
 from components.aws_iam import NodeRole, NodeRoleArgs, PodIdentityRole, PodIdentityRoleArgs
+from components.aws_karpenter import Karpenter, KarpenterArgs
 from components.aws_model_store import ModelStore, ModelStoreArgs, read_policy
 from components.aws_network import Network, NetworkArgs
 from components.aws_system_node_group import SystemNodeGroup, SystemNodeGroupArgs
+from components.cluster_addons import ClusterAddons, ClusterAddonsArgs
 from components.inference_server import InferenceServer, InferenceServerArgs
+from components.observability import Observability, ObservabilityArgs
 from components.redis_cache import RedisCache, RedisCacheArgs
 from components.serving_base import MODEL_LOADER_SERVICE_ACCOUNT, SERVING_NAMESPACE, ServingBase, ServingBaseArgs
 from stacks.environment import Environment
@@ -51,8 +55,8 @@ def compose(env: Environment, stack: str) -> dict[str, Any]:
     )
     cluster.add_node_addons([system.node_group])
 
-    pools = {}
-    for pool in env.gpu_pools:
+    pools: dict[str, pulumi.Resource] = {}
+    for pool in (p for p in env.gpu_pools if p.provisioner == "managed"):
         zone = pool.zone or zones[0]
         pools[pool.name] = GpuNodeGroup(
             f"gpu-{pool.name}",
@@ -85,6 +89,23 @@ def compose(env: Environment, stack: str) -> dict[str, Any]:
     # Kubernetes objects wait for the system nodes: controllers and webhooks need somewhere to run.
     after_nodes = pulumi.ResourceOptions(depends_on=[system.node_group])
     base = ServingBase("serving", ServingBaseArgs(provider=provider), opts=after_nodes)
+    karpenter_pools = [p for p in env.gpu_pools if p.provisioner == "karpenter"]
+    if karpenter_pools:
+        karpenter = Karpenter(
+            "karpenter",
+            KarpenterArgs(
+                cluster_name=cluster.cluster_name,
+                cluster_endpoint=cluster.cluster_endpoint,
+                cluster_security_group_id=cluster.cluster_security_group_id,
+                region=env.region,
+                provider=provider,
+                pools=karpenter_pools,
+                default_zone=zones[0],
+                tags=tags,
+            ),
+            opts=after_nodes,
+        )
+        pools.update({p.name: karpenter for p in karpenter_pools})
     if env.cache.kind == "elasticache":
         cache = ElastiCacheValkey(
             "cache",
@@ -113,6 +134,35 @@ def compose(env: Environment, stack: str) -> dict[str, Any]:
             opts=pulumi.ResourceOptions(depends_on=[base]),
         ).endpoint
 
+    observability = Observability(
+        "observability",
+        ObservabilityArgs(
+            spec=env.observability,
+            provider=provider,
+            models=[
+                ModelSlo(
+                    name=m.name,
+                    engine=m.engine,
+                    ttft_p99_ms=m.slo.ttft_p99_ms,
+                    itl_p99_ms=m.slo.itl_p99_ms,
+                    namespace=base.serving_namespace,
+                )
+                for m in env.models
+            ],
+            serving_namespace=base.serving_namespace,
+            gateway_namespace=base.gateway_namespace,
+            cache_url=cache.url(),
+            cache_secret=(cache.secret_name, cache.secret_key),
+        ),
+        opts=pulumi.ResourceOptions(depends_on=[base]),
+    )
+    addons = ClusterAddons(
+        "addons",
+        ClusterAddonsArgs(provider=provider, gpu_stack="device-plugin", efa=any(p.efa_enabled for p in env.gpu_pools)),
+        # dcgm-exporter ships a ServiceMonitor: the Prometheus Operator's CRDs must exist first.
+        opts=pulumi.ResourceOptions(depends_on=[observability.stack_release]),
+    )
+
     loader_image = pulumi.Output.concat(store.repository_urls["model-loader"], ":", _images.KIT_IMAGE_TAG)
     models = {}
     for model in env.models:
@@ -130,8 +180,10 @@ def compose(env: Environment, stack: str) -> dict[str, Any]:
                 priority_class=base.priority_class,
                 fabric="efa",
                 gateway_namespace=base.gateway_namespace,
+                prometheus_url=observability.prometheus_url,
+                otlp_traces_endpoint=observability.otlp_endpoint if model.engine == "vllm" else None,
             ),
-            opts=pulumi.ResourceOptions(depends_on=[base, pools[model.pool]]),
+            opts=pulumi.ResourceOptions(depends_on=[base, pools[model.pool], addons]),
         )
 
     return {
@@ -141,7 +193,8 @@ def compose(env: Environment, stack: str) -> dict[str, Any]:
         "cluster_name": cluster.cluster_name,
         "cluster_endpoint": cluster.cluster_endpoint,
         "kubeconfig": cluster.kubeconfig,
-        "gpu_node_groups": {name: group.node_group_name for name, group in pools.items()},
+        "gpu_node_groups": {name: g.node_group_name for name, g in pools.items() if isinstance(g, GpuNodeGroup)},
+        "karpenter_node_pools": [p.name for p in karpenter_pools],
         "model_bucket": store.bucket_name,
         "image_repositories": store.repository_urls,
         "model_loader_role_arn": loader.role_arn,

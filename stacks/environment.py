@@ -21,6 +21,7 @@ from components.specs import (
     ModelDeploySpec,
     ModelStoreSpec,
     NetworkSpec,
+    ObservabilitySpec,
     Spec,
     SystemPoolSpec,
 )
@@ -46,6 +47,7 @@ class Environment(Spec):
     models: tuple[ModelDeploySpec, ...] = ()
     """The served models; each runs on one of ``gpuPools``."""
     cache: CacheSpec = CacheSpec()
+    observability: ObservabilitySpec = ObservabilitySpec()
     tags: dict[str, str] = Field(default_factory=dict)
     """Extra tags on every AWS resource that takes tags."""
 
@@ -258,6 +260,25 @@ def model_checks(env: Environment) -> list[ConfigIssue]:
                 )
             )
             continue
+        scaling = model.autoscaling
+        if scaling.max_replicas is not None and scaling.max_replicas < model.replicas:
+            issues.append(
+                ConfigIssue(
+                    f"{at}.autoscaling.maxReplicas",
+                    f"{scaling.max_replicas} (replicas is {model.replicas})",
+                    f"≥ replicas ({model.replicas})",
+                    "raise maxReplicas or lower replicas",
+                )
+            )
+        if model.replicas == 0 and not scaling.scale_to_zero:
+            issues.append(
+                ConfigIssue(
+                    f"{at}.replicas",
+                    "0 without autoscaling.scaleToZero",
+                    "≥ 1 for an interactive model (warm capacity)",
+                    "set replicas: 1, or opt in with autoscaling.scaleToZero: true",
+                )
+            )
         if model.speculative is not None and model.engine != "vllm":
             issues.append(
                 ConfigIssue(f"{at}.speculative", "set on a triton model", "vllm models only", "remove `speculative`")

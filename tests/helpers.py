@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import base64
 import email
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from inferstack_cli.mocks import Registration
+from inferstack_cli.plan import Plan, run_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,3 +42,11 @@ def user_data_node_config(launch_template: Registration) -> tuple[str, dict[str,
     assert message.is_multipart(), "user data must be MIME multi-part for EKS to merge it"
     (part,) = message.get_payload()
     return part.get_content_type(), yaml.safe_load(part.get_payload())
+
+
+def plan_with(tmp_path: Path, stack: str, edit: Callable[[dict[str, Any]], None]) -> Plan:
+    """Plan a bundled stack after ``edit`` changed its environment (written to ``tmp_path``)."""
+    document = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())
+    edit(document["config"]["inferstack:environment"])
+    (tmp_path / f"Pulumi.{stack}x.yaml").write_text(yaml.safe_dump(document))
+    return run_plan(f"{stack}x", tmp_path)

@@ -15,9 +15,9 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from crdcheck import validate as validate_cr
-from helpers import ROOT, bundled_stacks, only, raw_environment
+from helpers import bundled_stacks, only, plan_with, raw_environment
 from inferstack_cli import render
-from inferstack_cli.plan import Plan, run_plan
+from inferstack_cli.plan import Plan
 from stacks.environment import ConfigError, load_environment
 
 PlanOf = Callable[[str], Plan]
@@ -34,13 +34,6 @@ def manifests(plan: Plan) -> list[dict[str, Any]]:
 def is_built_in(manifest: dict[str, Any]) -> bool:
     api = manifest["apiVersion"]
     return ("/" not in api) or api.split("/")[0] in BUILT_IN_GROUPS
-
-
-def plan_with(tmp_path: Path, stack: str, edit: Callable[[dict[str, Any]], None]) -> Plan:
-    document = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())
-    edit(document["config"]["inferstack:environment"])
-    (tmp_path / f"Pulumi.{stack}x.yaml").write_text(yaml.safe_dump(document))
-    return run_plan(f"{stack}x", tmp_path)
 
 
 def add_405b(env: dict[str, Any]) -> None:

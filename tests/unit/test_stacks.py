@@ -57,9 +57,12 @@ def test_prod_has_an_h100_and_an_h200_efa_pool_each_in_one_zone(plan_of: PlanOf)
 
 def test_dev_gpu_pool_can_scale_to_zero_without_efa(plan_of: PlanOf) -> None:
     plan = plan_of("dev")
-    gpu = [r.inputs for r in plan.of_type("aws:eks/nodeGroup:NodeGroup") if "taints" in r.inputs]
-    assert [g["instanceTypes"] for g in gpu] == [["g6e.xlarge"]]
-    assert gpu[0]["scalingConfig"]["minSize"] == 0
+    # The pool is Karpenter's: no managed GPU node group, a NodePool whose nodes exist only on demand.
+    assert not [r for r in plan.of_type("aws:eks/nodeGroup:NodeGroup") if "taints" in r.inputs]
+    (node_pool,) = plan.of_type("kubernetes:karpenter.sh/v1:NodePool")
+    requirements = node_pool.inputs["spec"]["template"]["spec"]["requirements"]
+    assert {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["g6e.xlarge"]} in requirements
+    assert plan.environment.gpu_pools[0].min_size == 0
     assert not plan.of_type("aws:ec2/placementGroup:PlacementGroup")
 
 

@@ -1,0 +1,173 @@
+"""Autoscaling and observability as planned for the bundled stacks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from components._charts import CHARTS
+from components._profiles import PROFILES
+from crdcheck import validate as validate_cr
+from helpers import bundled_stacks, plan_with
+from inferstack_cli import render
+from inferstack_cli.main import main
+from inferstack_cli.plan import Plan
+
+PlanOf = Callable[[str], Plan]
+QUEUE_METRIC = {"vllm": "vllm:num_requests_waiting", "triton": 'nv_trt_llm_request_metrics{request_type="waiting"'}
+
+
+def manifests(plan: Plan) -> list[dict[str, Any]]:
+    return [yaml.safe_load(t) for p, t in render.renders(plan.resources).items() if p.startswith("manifests/")]
+
+
+def test_every_scaled_object_reads_its_engines_queue_metric_at_the_profiles_threshold(plan_of: PlanOf) -> None:
+    for stack in bundled_stacks():
+        plan = plan_of(stack)
+        scalers = {m["metadata"]["name"]: m for m in manifests(plan) if m["kind"] == "ScaledObject"}
+        for model in plan.environment.models:
+            (trigger,) = scalers[model.name]["spec"]["triggers"]
+            assert trigger["type"] == "prometheus"
+            assert QUEUE_METRIC[model.engine] in trigger["metadata"]["query"]
+            expected = model.autoscaling.queue_depth or PROFILES[model.profile].keda_queue_depth_per_replica
+            assert float(trigger["metadata"]["threshold"]) == expected
+            assert trigger["metadata"]["serverAddress"].startswith("http://kube-prometheus-stack-prometheus.monitoring")
+
+
+def test_every_gpu_workload_has_a_scaled_object_or_a_deliberate_fixed_size(plan_of: PlanOf) -> None:
+    for stack in bundled_stacks():
+        plan = plan_of(stack)
+        objects = manifests(plan)
+        scaled = {m["spec"]["scaleTargetRef"]["name"] for m in objects if m["kind"] == "ScaledObject"}
+        fixed = {m.name for m in plan.environment.models if not m.autoscaling.enabled}
+        gpu_workloads = {
+            m["metadata"]["name"]
+            for m in objects
+            if m["kind"] in ("Deployment", "LeaderWorkerSet")
+            and "nvidia.com/gpu" in str(m["spec"].get("template") or m["spec"].get("leaderWorkerTemplate"))
+        }
+        assert gpu_workloads, stack
+        assert gpu_workloads <= scaled | fixed
+
+
+def test_interactive_models_keep_warm_capacity(plan_of: PlanOf) -> None:
+    for m in manifests(plan_of("prod")):
+        if m["kind"] == "ScaledObject":
+            assert m["spec"]["minReplicaCount"] >= 1
+            behavior = m["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+            assert behavior["scaleDown"]["stabilizationWindowSeconds"] >= 60
+
+
+def test_fixed_size_model_gets_no_scaled_object(plan_of: PlanOf, tmp_path: Path) -> None:
+    plan = plan_with(tmp_path, "prod", lambda env: env["models"][0].update(autoscaling={"enabled": False}))
+    names = {m["metadata"]["name"] for m in manifests(plan) if m["kind"] == "ScaledObject"}
+    assert names == {"llama-70b"}
+
+
+@pytest.mark.parametrize("stack", bundled_stacks())
+def test_every_custom_resource_validates_against_its_pinned_crd(plan_of: PlanOf, stack: str) -> None:
+    custom = [
+        m
+        for m in manifests(plan_of(stack))
+        if "." in m["apiVersion"].split("/")[0]
+        and not m["apiVersion"].startswith(
+            ("apps/", "batch/", "policy/", "networking.k8s.io/", "scheduling.k8s.io/", "autoscaling/")
+        )
+    ]
+    kinds = {m["kind"] for m in custom}
+    assert {"ScaledObject", "PodMonitor", "ServiceMonitor", "PrometheusRule"} <= kinds
+    for manifest in custom:
+        assert validate_cr(manifest, strict=True) == [], manifest["kind"]
+
+
+def test_dev_gpu_pool_is_karpenter_with_the_managed_pool_guarantees(plan_of: PlanOf) -> None:
+    objects = manifests(plan_of("dev"))
+    node_class = next(m for m in objects if m["kind"] == "EC2NodeClass")
+    node_pool = next(m for m in objects if m["kind"] == "NodePool")
+    assert validate_cr(node_class) == [] and validate_cr(node_pool) == []
+    assert node_class["spec"]["instanceStorePolicy"] == "RAID0"
+    assert node_class["spec"]["amiSelectorTerms"] == [{"alias": "al2023@latest"}]
+    assert node_class["spec"]["metadataOptions"]["httpTokens"] == "required"
+    template = node_pool["spec"]["template"]["spec"]
+    assert {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"} in template["taints"]
+    assert node_pool["spec"]["disruption"]["consolidationPolicy"] == "WhenEmpty"
+    assert node_pool["spec"]["limits"]["nvidia.com/gpu"] == 2  # maxSize 2 x 1 GPU
+
+
+def test_karpenter_controller_has_interruption_queue_rules_and_pod_identity(plan_of: PlanOf) -> None:
+    plan = plan_of("dev")
+    rules = [r.inputs["eventPattern"] for r in plan.of_type("aws:cloudwatch/eventRule:EventRule")]
+    assert any("Spot Instance Interruption" in rule for rule in rules) and len(rules) == 4
+    assert len(plan.of_type("aws:cloudwatch/eventTarget:EventTarget")) == 4
+    assert any(
+        r.inputs["serviceAccount"] == "karpenter"
+        for r in plan.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    )
+    entry = next(r for r in plan.of_type("aws:eks/accessEntry:AccessEntry"))
+    assert entry.inputs["type"] == "EC2_LINUX"
+    helm = next(r for r in plan.of_type("kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "karpenter")
+    assert helm.inputs["values"]["settings"]["featureGates"]["reservedCapacity"] is True
+
+
+def test_prod_keeps_managed_node_groups(plan_of: PlanOf) -> None:
+    plan = plan_of("prod")
+    assert not [r for r in plan.of_type("kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "karpenter"]
+    assert plan.outputs["karpenter_node_pools"] == []
+
+
+def test_every_helm_release_uses_the_pinned_chart_version(plan_of: PlanOf) -> None:
+    for stack in bundled_stacks():
+        for release in plan_of(stack).of_type("kubernetes:helm.sh/v3:Release"):
+            pin = CHARTS[release.inputs["name"]]
+            assert (release.inputs["chart"], release.inputs["version"], release.inputs["namespace"]) == (
+                pin.chart_ref,
+                pin.version,
+                pin.namespace,
+            )
+
+
+def test_prometheus_scrapes_every_15_seconds_or_faster_with_retention(plan_of: PlanOf) -> None:
+    release = next(
+        r
+        for r in plan_of("prod").of_type("kubernetes:helm.sh/v3:Release")
+        if r.inputs["name"] == "kube-prometheus-stack"
+    )
+    spec = release.inputs["values"]["prometheus"]["prometheusSpec"]
+    assert int(spec["scrapeInterval"].rstrip("s")) <= 15
+    assert spec["retention"] == "15d"
+    assert spec["resources"]["limits"]["memory"]
+
+
+def test_efa_device_plugin_runs_only_on_efa_nodes(plan_of: PlanOf) -> None:
+    prod = {r.inputs["name"]: r.inputs for r in plan_of("prod").of_type("kubernetes:helm.sh/v3:Release")}
+    assert prod["aws-efa-k8s-device-plugin"]["values"]["nodeSelector"] == {"inferstack.io/efa": "true"}
+    dev = {r.inputs["name"] for r in plan_of("dev").of_type("kubernetes:helm.sh/v3:Release")}
+    assert "aws-efa-k8s-device-plugin" not in dev
+
+
+@pytest.mark.parametrize("stack", bundled_stacks())
+def test_dashboards_and_rules_render_as_valid_objects(plan_of: PlanOf, stack: str) -> None:
+    objects = manifests(plan_of(stack))
+    dashboards = [
+        m
+        for m in objects
+        if m["kind"] == "ConfigMap" and m["metadata"].get("labels", {}).get("grafana_dashboard") == "1"
+    ]
+    assert len(dashboards) == 3
+    for m in dashboards:
+        kubernetes_validate.validate(m, "1.33.0", strict=True)
+    (rule,) = [m for m in objects if m["kind"] == "PrometheusRule"]
+    alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert any("Ttft" in a or "TTFT" in a.upper() for a in alerts)
+
+
+def test_plan_prints_the_pinned_chart_versions(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--stack", "dev"]) == 0
+    out = capsys.readouterr().out
+    assert "keda                       keda" in out or "keda" in out.split("Helm charts")[1]
+    assert CHARTS["karpenter"].version in out.split("Helm charts")[1]
