@@ -230,11 +230,8 @@ SCRAPE_INTERVAL_SERVING: Final = "5s"
 """Engines and gateway: KEDA polls every 5 s, so a slower scrape would only delay each scaling step."""
 SCRAPE_INTERVAL_INFRA: Final = "15s"
 
-VLLM_METRICS_PORT: Final = "http"
-"""vLLM serves /metrics on its API port (named "http" on the pod, see components/inference_server.py)."""
-"""Container port name of the vLLM OpenAI server, which serves /metrics on its API port."""
-TRITON_METRICS_PORT: Final = 8002
-"""Triton's metrics port (tritonserver --metrics-port default)."""
+ENGINE_METRICS_PORT: Final = "http"
+"""Container port name of both engines' OpenAI servers, which serve /metrics (components/inference_server.py)."""
 
 
 def _monitor_metadata(name: str, namespace: str) -> dict[str, Any]:
@@ -254,16 +251,18 @@ def _model_relabeling() -> list[dict[str, Any]]:
 def engine_pod_monitor(engine: Engine, namespace: str, *, interval: str = SCRAPE_INTERVAL_SERVING) -> dict[str, Any]:
     """A PodMonitor scraping every kit pod of ``engine`` in ``namespace``, labelled with its model.
 
-    vLLM: port ``metrics``, path ``/metrics``. Triton: port 8002, path ``/metrics``. A PodMonitor rather than
-    a ServiceMonitor because a LeaderWorkerSet's leader pods have no per-model metrics Service.
+    Both engines serve ``/metrics`` on their OpenAI port, named ``http`` on the pod: vLLM's API server, and
+    Triton's OpenAI-compatible frontend (which exposes the in-process server's metrics there). A PodMonitor
+    rather than a ServiceMonitor because a LeaderWorkerSet's leader pods have no per-model metrics Service.
     """
     if engine not in ENGINES:
         raise ValueError(f"engine: {engine!r}; allowed: {', '.join(ENGINES)}")
-    endpoint: dict[str, Any] = {"path": "/metrics", "interval": interval, "relabelings": _model_relabeling()}
-    if engine == "vllm":
-        endpoint["port"] = VLLM_METRICS_PORT
-    else:
-        endpoint["portNumber"] = TRITON_METRICS_PORT
+    endpoint: dict[str, Any] = {
+        "path": "/metrics",
+        "interval": interval,
+        "relabelings": _model_relabeling(),
+        "port": ENGINE_METRICS_PORT,
+    }
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",

@@ -24,10 +24,8 @@ from components._scaling import scaled_object
 from components._triton import (
     TRITON_GRPC_PORT,
     TRITON_HTTP_PORT,
-    TRITON_METRICS_PORT,
     engine_key,
     render_model_repository,
-    tritonserver_command,
     trtllm_build_args,
     trtllm_checkpoint_command,
 )
@@ -87,21 +85,28 @@ def labels(spec: ModelDeploySpec) -> dict[str, str]:
     }
 
 
+TRITON_OPENAI_PORT = 9000
+"""Triton's OpenAI-compatible frontend (server repo, python/openai/openai_frontend/main.py, --openai-port)."""
+TRITON_OPENAI_FRONTEND = "/opt/tritonserver/python/openai/openai_frontend/main.py"
+
+
 def ports(spec: ModelDeploySpec) -> list[dict[str, Any]]:
+    """``http`` is always the OpenAI-compatible API, which also serves ``/metrics``: what the gateway and
+    Prometheus use for either engine. Triton adds its KServe v2 HTTP and gRPC frontends."""
     if spec.engine == "vllm":
-        # vLLM serves /metrics on its HTTP port; the named port lets monitors select it.
         return [{"name": "http", "containerPort": VLLM_HTTP_PORT, "protocol": "TCP"}]
     return [
-        {"name": "http", "containerPort": TRITON_HTTP_PORT, "protocol": "TCP"},
+        {"name": "http", "containerPort": TRITON_OPENAI_PORT, "protocol": "TCP"},
+        {"name": "kserve-http", "containerPort": TRITON_HTTP_PORT, "protocol": "TCP"},
         {"name": "grpc", "containerPort": TRITON_GRPC_PORT, "protocol": "TCP"},
-        {"name": "metrics", "containerPort": TRITON_METRICS_PORT, "protocol": "TCP"},
     ]
 
 
 def probes(spec: ModelDeploySpec) -> dict[str, Any]:
     """Each engine's real health endpoints. Startup allows 30 minutes: a 70B load from NVMe plus
     CUDA-graph capture takes minutes; liveness only starts counting after it."""
-    ready, live = ("/health", "/health") if spec.engine == "vllm" else ("/v2/health/ready", "/v2/health/live")
+    # vLLM: /health. Triton's OpenAI frontend: /health/ready on the same port (its observability router).
+    ready = live = "/health" if spec.engine == "vllm" else "/health/ready"
 
     def http(path: str) -> dict[str, Any]:
         return {"httpGet": {"path": path, "port": "http"}}
@@ -206,7 +211,17 @@ def server_container(args: InferenceServerArgs, placement: Placement, *, role: s
         else:
             command = serve
     else:
-        command = tritonserver_command("/model-repo", placement.world_size)
+        # Triton in-process behind its OpenAI-compatible frontend, so the gateway speaks one protocol to
+        # both engines; the KServe frontends stay on for Triton-native clients. Multi-GPU engines run in
+        # the TensorRT-LLM backend's orchestrator mode, so one process drives every rank.
+        command = [
+            "python3", TRITON_OPENAI_FRONTEND,
+            "--model-repository", "/model-repo",
+            "--tokenizer", hf_checkpoint_dir(placement.model.model_id),
+            "--backend", "tensorrtllm",
+            "--openai-port", str(TRITON_OPENAI_PORT),
+            "--enable-kserve-frontends",
+        ]  # fmt: skip
     security: dict[str, Any] = {
         "runAsNonRoot": True,
         "runAsUser": SERVER_UID,
@@ -391,8 +406,8 @@ def autoscaler(args: InferenceServerArgs, placement: Placement, workload_kind: s
 def network_policy(args: InferenceServerArgs) -> dict[str, Any]:
     """Only the gateway reaches the serving ports, only Prometheus the metrics port."""
     spec = args.spec
-    serving = [{"port": p["name"], "protocol": "TCP"} for p in ports(spec) if p["name"] != "metrics"]
-    metrics = [{"port": "metrics" if spec.engine == "triton" else "http", "protocol": "TCP"}]
+    serving = [{"port": p["name"], "protocol": "TCP"} for p in ports(spec)]
+    metrics = [{"port": "http", "protocol": "TCP"}]
 
     def ns(name: str) -> dict[str, Any]:
         return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}

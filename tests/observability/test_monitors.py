@@ -29,39 +29,12 @@ def test_vllm_is_scraped_on_its_api_port() -> None:
     assert (endpoint["port"], endpoint["path"]) == ("http", "/metrics")
 
 
-def test_triton_is_scraped_on_port_8002() -> None:
+def test_triton_is_scraped_on_its_openai_frontend_port() -> None:
     # GIVEN the Triton PodMonitor
     # WHEN it is rendered
     endpoint = engine_pod_monitor("triton", "serving")["spec"]["podMetricsEndpoints"][0]
-    # THEN Prometheus scrapes Triton's metrics port
-    assert (endpoint["portNumber"], endpoint["path"]) == (8002, "/metrics")
-
-
-@pytest.mark.parametrize("engine", ENGINES)
-def test_engine_monitor_selects_only_kit_pods_of_that_engine(engine: Engine) -> None:
-    # GIVEN an engine PodMonitor
-    # WHEN it is rendered
-    selector = engine_pod_monitor(engine, "serving")["spec"]["selector"]
-    # THEN it selects that engine's pods that carry a model label
-    assert selector == {
-        "matchLabels": {"inferstack.io/engine": engine},
-        "matchExpressions": [{"key": "inferstack.io/model", "operator": "Exists"}],
-    }
-
-
-@pytest.mark.parametrize("engine", ENGINES)
-def test_engine_series_get_the_model_label(engine: Engine) -> None:
-    # GIVEN an engine PodMonitor
-    # WHEN it is rendered
-    relabelings = engine_pod_monitor(engine, "serving")["spec"]["podMetricsEndpoints"][0]["relabelings"]
-    # THEN the pod label inferstack.io/model becomes the series label inferstack_model
-    assert relabelings == [
-        {
-            "action": "replace",
-            "sourceLabels": ["__meta_kubernetes_pod_label_inferstack_io_model"],
-            "targetLabel": "inferstack_model",
-        }
-    ]
+    # THEN Prometheus scrapes the OpenAI frontend's port (named "http"), which serves Triton's /metrics
+    assert (endpoint["port"], endpoint["path"]) == ("http", "/metrics")
 
 
 def _all_monitors() -> list[dict[str, Any]]:

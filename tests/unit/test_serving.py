@@ -127,8 +127,9 @@ def test_triton_model_gets_rendered_configs_an_engine_job_and_triton_health_prob
     assert publish["args"][0] == "--upload"
     server = next(m for m in objects if m["metadata"]["name"] == "llama-70b" and m["kind"] == "Deployment")
     container = server["spec"]["template"]["spec"]["containers"][0]
-    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
-    assert {p["containerPort"] for p in container["ports"]} == {8000, 8001, 8002}
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health/ready"
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"http": 9000, "kserve-http": 8000, "grpc": 8001}
+    assert "--backend" in container["command"] and "tensorrtllm" in container["command"]
     configs = {k: v for k, v in render.renders(plan.resources).items() if k.endswith("config.pbtxt")}
     assert len(configs) == 4
     for text in configs.values():
@@ -145,9 +146,9 @@ def test_network_policy_admits_only_the_gateway_and_prometheus(plan_of: PlanOf) 
         "kubernetes.io/metadata.name": "inferstack-gateway"
     }
     assert gateway["from"][0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "inferstack-gateway"}
-    assert {p["port"] for p in gateway["ports"]} == {"http", "grpc"}
+    assert {p["port"] for p in gateway["ports"]} == {"http", "kserve-http", "grpc"}
     assert prometheus["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
-    assert prometheus["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    assert prometheus["ports"] == [{"port": "http", "protocol": "TCP"}]
     assert group["from"] == [{"podSelector": {"matchLabels": {"inferstack.io/model": "llama-70b"}}}]
     assert policy["spec"]["policyTypes"] == ["Ingress"]
 
