@@ -185,7 +185,15 @@ def test_every_vendored_crd_loads() -> None:
     kinds = {kind for (_, kind) in load_crds(CRD_DIR)}
 
     # THEN every kind the kit renders has a schema
-    assert kinds == {"NodePool", "EC2NodeClass", "ScaledObject", "ServiceMonitor", "PodMonitor", "PrometheusRule", "LeaderWorkerSet"}
+    assert kinds == {
+        "NodePool",
+        "EC2NodeClass",
+        "ScaledObject",
+        "ServiceMonitor",
+        "PodMonitor",
+        "PrometheusRule",
+        "LeaderWorkerSet",
+    }
 
 
 def test_command_line_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 
 from components._charts import CHARTS
-from components._dashboards import ENGINES, Engine
 from components._scaling import (
     engine_pod_monitor,
     gateway_service_monitor,

@@ -128,7 +128,11 @@ def test_triton_model_gets_rendered_configs_an_engine_job_and_triton_health_prob
     server = next(m for m in objects if m["metadata"]["name"] == "llama-70b" and m["kind"] == "Deployment")
     container = server["spec"]["template"]["spec"]["containers"][0]
     assert container["readinessProbe"]["httpGet"]["path"] == "/health/ready"
-    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"http": 9000, "kserve-http": 8000, "grpc": 8001}
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "http": 9000,
+        "kserve-http": 8000,
+        "grpc": 8001,
+    }
     assert "--backend" in container["command"] and "tensorrtllm" in container["command"]
     configs = {k: v for k, v in render.renders(plan.resources).items() if k.endswith("config.pbtxt")}
     assert len(configs) == 4
