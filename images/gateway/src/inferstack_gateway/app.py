@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import secrets
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -50,6 +51,7 @@ Send = Callable[[Message], Awaitable[None]]
 JSON = b"application/json"
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 OPT_IN_HEADER = b"x-inferstack-cache-opt-in"
+DONE_LINE = b"data: [DONE]"
 
 
 class ClientGone(Exception):
@@ -97,6 +99,13 @@ class Gateway:
         self._tier_header = config.routing.tier_header.encode()
         self._prompt_version_header = config.routing.prompt_version_header.encode()
         self._background: set[asyncio.Task[Any]] = set()
+        # Label children resolved once: a labels() call takes a lock and validates on every request.
+        self._model_metrics = {
+            alias: (self.metrics.ttft.labels(alias), self.metrics.itl.labels(alias)) for alias in config.models
+        }
+        self._request_counters: dict[tuple[str, int, str], Any] = {}
+        self._id_prefix = secrets.token_hex(4)
+        self._ids = itertools.count(1)
         self._models_body = orjson.dumps(
             {
                 "object": "list",
@@ -123,7 +132,9 @@ class Gateway:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
         headers = dict(scope["headers"])
-        request_id = (headers.get(b"x-request-id") or b"").decode("latin-1")[:128] or secrets.token_hex(8)
+        given = headers.get(b"x-request-id")
+        # Unique, not secret: a per-process random prefix and a counter (no urandom syscall per request).
+        request_id = given.decode("latin-1")[:128] if given else f"{self._id_prefix}{next(self._ids):08x}"
         exchange = Exchange(request_id=request_id, route=path, started=time.perf_counter())
         route = self._routes.get(path)
         try:
@@ -153,7 +164,13 @@ class Gateway:
                 self._observe(exchange)
 
     def _observe(self, exchange: Exchange) -> None:
-        self.metrics.requests.labels(exchange.route, str(exchange.status), exchange.cache).inc()
+        labels = (exchange.route, exchange.status, exchange.cache)
+        counter = self._request_counters.get(labels)
+        if counter is None:
+            counter = self._request_counters[labels] = self.metrics.requests.labels(
+                exchange.route, str(exchange.status), exchange.cache
+            )
+        counter.inc()
         elapsed = time.perf_counter() - exchange.started
         if self.config.server.access_log:
             access.info(
@@ -481,7 +498,7 @@ class Gateway:
         return (answer if distance <= model.cache.semantic.max_distance else None), embedding
 
     async def _send_cached(self, send: Send, exchange: Exchange, request: ParsedRequest, answer: bytes) -> None:
-        self.metrics.ttft.labels(request.model).observe(time.perf_counter() - exchange.started)
+        self._model_metrics[request.model][0].observe(time.perf_counter() - exchange.started)
         if not request.stream:
             await self._send(send, exchange, 200, answer, JSON)
             return
@@ -502,24 +519,24 @@ class Gateway:
         send: Send,
         exchange: Exchange,
     ) -> None:
-        """Run the upstream exchange in a task that is cancelled (closing the upstream request) if the client leaves."""
-        relay = asyncio.create_task(self._relay(request, model, tier, principal, keys, embedding, send, exchange))
-        watcher = asyncio.create_task(_wait_disconnect(receive))
-        done, _ = await asyncio.wait((relay, watcher), return_when=asyncio.FIRST_COMPLETED)
-        if relay in done:
+        """Run the upstream exchange; it is cancelled (closing the upstream request) if the client leaves first.
+
+        The exchange runs in the request's own task; a small watcher task cancels that task on a disconnect.
+        """
+        task = asyncio.current_task()
+        assert task is not None
+        watcher = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, task, exchange))
+        try:
+            await self._relay(request, model, tier, principal, keys, embedding, send, exchange)
+        except asyncio.CancelledError:
+            if not (watcher.done() and not watcher.cancelled() and watcher.result()):
+                raise
+            task.uncancel()
+            self.metrics.client_disconnects.inc()
+            exchange.status = 499
+            exchange.detail["disconnected"] = True
+        finally:
             watcher.cancel()
-            relay.result()
-            return
-        # uvicorn reports a disconnect after a complete response as well: only an unfinished response was cut short.
-        if exchange.finished:
-            await relay
-            return
-        relay.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await relay
-        self.metrics.client_disconnects.inc()
-        exchange.status = 499
-        exchange.detail["disconnected"] = True
 
     async def _relay(
         self,
@@ -555,7 +572,7 @@ class Gateway:
             await self._send(send, exchange, opened.status, _as_openai_error(opened.first, opened.status), JSON)
             return
         if not request.stream:
-            self.metrics.ttft.labels(request.model).observe(time.perf_counter() - exchange.started)
+            self._model_metrics[request.model][0].observe(time.perf_counter() - exchange.started)
             await self._send(send, exchange, 200, opened.first, JSON)
             self._after(principal, request, model, keys, embedding, opened.first, streamed=False)
             return
@@ -576,16 +593,25 @@ class Gateway:
         exchange.response_started = True
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         now = time.perf_counter()
-        self.metrics.ttft.labels(request.model).observe(now - exchange.started)
-        itl = self.metrics.itl.labels(request.model)
+        ttft, itl = self._model_metrics[request.model]
+        ttft.observe(now - exchange.started)
         chunks = [opened.first]
         response = opened.response
+        content = response.content
         error: str | None = None
         try:
-            await send({"type": "http.response.body", "body": opened.first, "more_body": True})
             async with asyncio.timeout_at(deadline):
-                while chunk := await response.content.readany():
+                chunk = opened.first
+                while True:
+                    # When the upstream has already ended its stream, its last chunk also ends the response.
+                    if content.at_eof() and _ends_with_done(chunks):
+                        exchange.finished = True
+                        await send({"type": "http.response.body", "body": chunk})
+                        return b"".join(chunks)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    chunk = await content.readany()
+                    if not chunk:
+                        break
                     chunks.append(chunk)
                     previous, now = now, time.perf_counter()
                     itl.observe(now - previous)
@@ -597,8 +623,7 @@ class Gateway:
             opened.upstream.error("broken_stream")
         finally:
             response.close()
-        raw = b"".join(chunks)
-        if error is None and not raw.rstrip().endswith(b"data: [DONE]"):
+        if error is None and not _ends_with_done(chunks):
             error = "The upstream ended the stream without [DONE]."
             opened.upstream.error("truncated_stream")
         exchange.finished = True
@@ -608,7 +633,7 @@ class Gateway:
             await send({"type": "http.response.body", "body": b"data: " + orjson.dumps(event) + b"\n\n"})
             return None
         await send({"type": "http.response.body", "body": b""})
-        return raw
+        return b"".join(chunks)
 
     # -- after the response -------------------------------------------------------------------------------------------
 
@@ -638,8 +663,13 @@ class Gateway:
     ) -> None:
         """Token accounting and cache writes for a complete answer. Nothing here can reach the client."""
         try:
-            response = sse.assemble(request.kind, raw) if streamed else _complete_body(raw)
-            tokens = _output_tokens(response)
+            if keys is None and streamed and (reported := sse.reported_completion_tokens(raw)) is not None:
+                # Nothing to cache: the usage the upstream reported is all that is needed, no need to rebuild the
+                # whole answer from its events.
+                response, tokens = None, reported
+            else:
+                response = sse.assemble(request.kind, raw) if streamed else _complete_body(raw)
+                tokens = _output_tokens(response)
             store = self.store
             if store is None or self.shared_limits is None or not store.available():
                 self.local_limits.charge_tokens(principal.key_id, tokens)
@@ -670,14 +700,27 @@ class Gateway:
             logger.exception("cache write-back failed")
 
 
-async def _wait_disconnect(receive: Receive) -> None:
+async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any], exchange: Exchange) -> bool:
+    """Cancel `task` when the client disconnects before its response is complete. True if it did."""
     while (await receive())["type"] != "http.disconnect":
         pass
+    # uvicorn reports a disconnect after a complete response as well: only an unfinished response was cut short.
+    if exchange.finished:
+        return False
+    task.cancel()
+    return True
 
 
 def _consume_exception(task: asyncio.Task[Any]) -> None:
     if not task.cancelled():
         task.exception()
+
+
+def _ends_with_done(chunks: list[bytes]) -> bool:
+    tail = chunks[-1].rstrip()
+    if len(tail) >= len(DONE_LINE) or len(chunks) == 1:
+        return tail.endswith(DONE_LINE)
+    return b"".join(chunks).rstrip().endswith(DONE_LINE)  # [DONE] split across chunks
 
 
 def _too_large(limit: int) -> GatewayError:

@@ -37,6 +37,11 @@ def configure(level: str) -> None:
         logger.propagate = False
         logger.setLevel(level.upper())
     logging.Formatter.converter = time.gmtime
+    # The JSON lines carry none of these: skip the per-record stack walk (findCaller) and thread/process lookups.
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
 
 
 logger = logging.getLogger("inferstack_gateway")

@@ -155,3 +155,24 @@ def completion_tokens(kind: Kind, raw: bytes, streamed: bool) -> int | None:
     if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
         return int(usage["completion_tokens"])
     return None
+
+
+def reported_completion_tokens(raw: bytes) -> int | None:
+    """`usage.completion_tokens` of a complete stream's last event that carries `usage`, parsing that event only.
+
+    None when it cannot be read that way (no usage, an error event, anything unusual): use assemble() then.
+    """
+    at = raw.rfind(b'"usage"')
+    if at < 0 or b'"error"' in raw:
+        return None
+    start = raw.rfind(b"data:", 0, at)
+    end = raw.find(b"\n\n", at)
+    if start < 0 or end < 0 or b"\r" in raw:
+        return None
+    try:
+        event = orjson.loads(raw[start + 5 : end])
+    except orjson.JSONDecodeError:
+        return None
+    usage = event.get("usage") if isinstance(event, dict) else None
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
