@@ -156,7 +156,8 @@ class Observability(pulumi.ComponentResource):
 
         for engine in ("vllm", "triton"):
             self._custom(engine_pod_monitor(engine, args.serving_namespace), after)
-        self._custom(gateway_service_monitor(args.gateway_namespace), after)
+        # The gateway serves /metrics on its API port.
+        self._custom(gateway_service_monitor(args.gateway_namespace, port="http"), after)
         self._custom(prometheus_rule(args.models, namespace=namespace), after)
         for build in DASHBOARDS:
             manifest = dashboard_configmap(build(), namespace)

@@ -294,3 +294,47 @@ class CacheSpec(Spec):
     """In-cluster: the persistent volume for AOF/RDB."""
     protect: bool = True
     """Protect the cache (replication group or StatefulSet) from ``pulumi destroy``."""
+
+
+class ApiKeySpec(Spec):
+    """One gateway API key, stored only as its SHA-256 (``printf %s "$KEY" | sha256sum``)."""
+
+    tenant: DnsLabel
+    key_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    name: str | None = None
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    tokens_per_minute: int | None = Field(default=None, ge=1)
+
+
+class RouteSpec(Spec):
+    """A model alias that sends simple requests to ``small`` and complex ones to ``large``."""
+
+    alias: DnsLabel
+    small: DnsLabel
+    """A ``models[].name``: the default."""
+    large: DnsLabel
+    """A ``models[].name``: used when any rule below matches."""
+    large_if_prompt_tokens: int | None = Field(default=2000, ge=1)
+    large_if_turns: int | None = Field(default=None, ge=1)
+    large_if_keywords: tuple[str, ...] = ()
+
+
+class GatewaySpec(Spec):
+    """The OpenAI-compatible gateway in front of the models (``images/gateway``)."""
+
+    enabled: bool = True
+    replicas: int = Field(default=2, ge=1)
+    max_replicas: int = Field(default=10, ge=1)
+    target_cpu_percent: int = Field(default=60, ge=10, le=95)
+    """HPA target. The gateway is CPU-bound per request: CPU tracks requests per second closely."""
+    load_balancer: Literal["none", "internal"] = "none"
+    """``internal``: an internal NLB through the AWS Load Balancer Controller; ``none``: ClusterIP only."""
+    embeddings_url: str | None = None
+    """OpenAI-compatible ``/v1`` base URL for embeddings. Without it the semantic cache is off (exact only)."""
+    semantic_max_distance: float = Field(default=0.1, ge=0, le=1)
+    """Cosine distance for a semantic hit. Strict: 0.2 serves "delete my password" for "reset my password"."""
+    api_keys: tuple[ApiKeySpec, ...] = ()
+    """Hashed keys, one tenant each; written to a Kubernetes Secret the gateway reads as its keys file."""
+    routes: tuple[RouteSpec, ...] = ()
+    requests_per_minute: int = Field(default=600, ge=1)
+    tokens_per_minute: int = Field(default=400_000, ge=1)

@@ -17,6 +17,7 @@ from components.aws_model_store import ModelStore, ModelStoreArgs, read_policy
 from components.aws_network import Network, NetworkArgs
 from components.aws_system_node_group import SystemNodeGroup, SystemNodeGroupArgs
 from components.cluster_addons import ClusterAddons, ClusterAddonsArgs
+from components.gateway import Gateway, GatewayArgs
 from components.inference_server import InferenceServer, InferenceServerArgs
 from components.observability import Observability, ObservabilityArgs
 from components.redis_cache import RedisCache, RedisCacheArgs
@@ -186,6 +187,24 @@ def compose(env: Environment, stack: str) -> dict[str, Any]:
             opts=pulumi.ResourceOptions(depends_on=[base, pools[model.pool], addons]),
         )
 
+    gateway = None
+    if env.gateway.enabled and env.models:
+        gateway = Gateway(
+            "gateway",
+            GatewayArgs(
+                spec=env.gateway,
+                models=list(env.models),
+                upstream_urls={name: pulumi.Output.concat(server.endpoint, "/v1") for name, server in models.items()},
+                cache=cache,
+                namespace=base.gateway_namespace,
+                provider=provider,
+                image=pulumi.Output.concat(store.repository_urls["gateway"], ":", _images.KIT_IMAGE_TAG),
+                otlp_endpoint=observability.otlp_endpoint,
+                tags=tags,
+            ),
+            opts=pulumi.ResourceOptions(depends_on=[base, addons]),
+        )
+
     return {
         "tier": "cloud",
         "region": env.region,
@@ -200,4 +219,5 @@ def compose(env: Environment, stack: str) -> dict[str, Any]:
         "model_loader_role_arn": loader.role_arn,
         "cache_url": cache.url(),
         "model_endpoints": {name: server.endpoint for name, server in models.items()},
+        "gateway_url": gateway.url if gateway else None,
     }

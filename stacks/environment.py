@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, ValidationError
 from components.specs import (
     CacheSpec,
     ClusterSpec,
+    GatewaySpec,
     GpuPoolSpec,
     ModelDeploySpec,
     ModelStoreSpec,
@@ -48,6 +49,7 @@ class Environment(Spec):
     """The served models; each runs on one of ``gpuPools``."""
     cache: CacheSpec = CacheSpec()
     observability: ObservabilitySpec = ObservabilitySpec()
+    gateway: GatewaySpec = GatewaySpec()
     tags: dict[str, str] = Field(default_factory=dict)
     """Extra tags on every AWS resource that takes tags."""
 
@@ -206,6 +208,39 @@ def cross_checks(env: Environment) -> list[ConfigIssue]:
                 )
             )
     issues += model_checks(env)
+    models = [m.name for m in env.models]
+    for i, route in enumerate(env.gateway.routes):
+        for key in ("small", "large"):
+            target = getattr(route, key)
+            if target not in models:
+                issues.append(
+                    ConfigIssue(
+                        f"{CONFIG_KEY}.gateway.routes[{i}].{key}",
+                        repr(target),
+                        "one of models[].name: " + ", ".join(models),
+                        "name a served model" + _did_you_mean(target, models),
+                    )
+                )
+        if route.alias in models:
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.gateway.routes[{i}].alias",
+                    repr(route.alias),
+                    "a name that is not also a model's name",
+                    "rename the alias",
+                )
+            )
+    if env.gateway.enabled and env.models and not issues:
+        issues += gateway_checks(env)
+    if env.gateway.enabled and not env.gateway.api_keys:
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.gateway.apiKeys",
+                "no keys",
+                "at least one {tenant, keySha256}",
+                'add a key: printf %s "$KEY" | sha256sum, or set gateway.enabled: false',
+            )
+        )
     sys_pool = env.system_pool
     if sys_pool.min_size > sys_pool.max_size:
         issues.append(
@@ -288,6 +323,26 @@ def model_checks(env: Environment) -> list[ConfigIssue]:
         except PlacementProblem as problem:
             issues.append(ConfigIssue(f"{at}.{problem.key}", problem.received, problem.allowed, problem.fix))
     return issues
+
+
+def gateway_checks(env: Environment) -> list[ConfigIssue]:
+    """Render the gateway's config with stand-in URLs and let the gateway's own schema judge it."""
+    from components.gateway import gateway_config, validate_config
+    from inferstack_gateway.config import ConfigError as GatewayConfigError
+
+    urls = {m.name: f"http://{m.name}.validation:8000/v1" for m in env.models}
+    try:
+        validate_config(gateway_config(env.gateway, list(env.models), urls, otlp_endpoint=None))
+    except GatewayConfigError as err:
+        return [
+            ConfigIssue(
+                f"{CONFIG_KEY}.gateway",
+                "a config the gateway refuses",
+                str(err).replace("\n", " "),
+                "change the gateway section (see images/gateway/README.md)",
+            )
+        ]
+    return []
 
 
 def _instances() -> dict[str, Any]:

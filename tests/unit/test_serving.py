@@ -82,7 +82,7 @@ def test_model_that_fits_one_node_is_a_deployment(plan_of: PlanOf) -> None:
     kinds = {
         m["metadata"]["name"]: m["kind"]
         for m in manifests(plan_of("prod"))
-        if m["kind"] in ("Deployment", "LeaderWorkerSet")
+        if m["kind"] in ("Deployment", "LeaderWorkerSet") and m["metadata"]["namespace"] == "inferstack-serving"
     }
     assert kinds == {"llama-8b": "Deployment", "llama-70b": "Deployment"}
 
@@ -253,5 +253,7 @@ def test_derived_tensor_parallel_follows_the_roofline(tmp_path: Path) -> None:
 def test_plan_json_includes_kubernetes_objects_with_their_provider(plan_of: PlanOf, tmp_path: Path) -> None:
     plan = plan_of("prod")
     deployments = plan.of_type("kubernetes:apps/v1:Deployment")
-    assert len(deployments) == 2
+    assert sorted(d.name for d in deployments) == ["gateway", "llama-70b", "llama-8b"]
+    provider = next(r for r in plan.resources if r.type == "pulumi:providers:kubernetes")
+    assert provider.name == "inferstack-prod-k8s"
     assert json.dumps(plan.to_json())  # serializable

@@ -1,0 +1,112 @@
+"""The Gateway component as planned: config validated by the gateway's schema, secrets kept out, HPA."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from helpers import raw_environment
+from inferstack_cli import render
+from inferstack_cli.plan import Plan
+from inferstack_gateway.config import parse_config
+from stacks.environment import ConfigError, load_environment
+
+PlanOf = Callable[[str], Plan]
+
+
+def gateway_objects(plan: Plan) -> dict[str, dict[str, Any]]:
+    return {
+        f"{m['kind']}/{m['metadata']['name']}": m
+        for p, t in render.renders(plan.resources).items()
+        if p.startswith("manifests/inferstack-gateway/")
+        for m in [yaml.safe_load(t)]
+    }
+
+
+def test_rendered_config_is_accepted_by_the_gateways_own_schema(plan_of: PlanOf) -> None:
+    config = yaml.safe_load(gateway_objects(plan_of("prod"))["ConfigMap/gateway-config"]["data"]["gateway.yaml"])
+    parsed = parse_config(config, env={"GATEWAY_REDIS_URL": "rediss://:pw@cache:6379"})
+    assert set(parsed.models) == {"llama-8b", "llama-70b", "chat"}
+    assert parsed.models["chat"].complexity[0].tier == "llama-70b"
+    assert parsed.upstreams["llama-8b"].url == "http://llama-8b.inferstack-serving.svc:8000/v1"
+    assert parsed.upstreams["llama-70b"].model == "ensemble"
+    assert parsed.redis.url.startswith("rediss://")
+
+
+def test_no_secret_lands_in_the_config_map(plan_of: PlanOf) -> None:
+    text = gateway_objects(plan_of("prod"))["ConfigMap/gateway-config"]["data"]["gateway.yaml"]
+    assert "${GATEWAY_REDIS_URL}" in text
+    assert "key_sha256" not in text and "plan-" not in text
+    secret = gateway_objects(plan_of("prod"))["Secret/gateway-keys"]
+    assert secret["stringData"] == {"REDACTED": "[secret]"}
+
+
+def test_redis_password_reaches_the_pod_only_from_the_cache_secret(plan_of: PlanOf) -> None:
+    deployment = gateway_objects(plan_of("prod"))["Deployment/gateway"]
+    env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "cache-auth", "key": "password"}
+    assert env["GATEWAY_REDIS_URL"]["value"].startswith("rediss://:$(REDIS_PASSWORD)@master.cache.")
+
+
+def test_gateway_pod_meets_the_restricted_pod_security_level(plan_of: PlanOf) -> None:
+    pod = gateway_objects(plan_of("dev"))["Deployment/gateway"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_gateway_has_its_own_cpu_hpa_pdb_and_network_policy(plan_of: PlanOf) -> None:
+    objects = gateway_objects(plan_of("prod"))
+    hpa = objects["HorizontalPodAutoscaler/gateway"]
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "gateway"}
+    assert hpa["spec"]["minReplicas"] == 3 and hpa["spec"]["maxReplicas"] == 12
+    assert hpa["spec"]["metrics"][0]["resource"]["name"] == "cpu"
+    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
+    assert objects["PodDisruptionBudget/gateway"]["spec"]["minAvailable"] == 1
+    assert objects["NetworkPolicy/gateway"]["spec"]["ingress"] == [{"ports": [{"port": "http", "protocol": "TCP"}]}]
+    for manifest in objects.values():
+        if manifest["apiVersion"] != "monitoring.coreos.com/v1":  # the ServiceMonitor is checked against its CRD
+            kubernetes_validate.validate(manifest, "1.33.0", strict=True)
+
+
+def test_internal_load_balancer_is_optional(plan_of: PlanOf) -> None:
+    prod = gateway_objects(plan_of("prod"))["Service/gateway"]
+    assert prod["spec"]["type"] == "LoadBalancer"
+    assert prod["metadata"]["annotations"]["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internal"
+    dev = gateway_objects(plan_of("dev"))["Service/gateway"]
+    assert dev["spec"]["type"] == "ClusterIP"
+
+
+def errors(edit: Callable[[dict[str, Any]], None]) -> list[str]:
+    env = copy.deepcopy(raw_environment("prod"))
+    edit(env)
+    with pytest.raises(ConfigError) as caught:
+        load_environment(env, "stacks/Pulumi.prod.yaml")
+    return str(caught.value).splitlines()
+
+
+def test_route_to_a_model_that_is_not_served() -> None:
+    (line,) = errors(lambda env: env["gateway"]["routes"][0].update(large="llama-405b"))
+    assert "gateway.routes[0].large: got 'llama-405b'; allowed: one of models[].name: llama-8b, llama-70b" in line
+
+
+def test_gateway_without_api_keys_is_refused() -> None:
+    (line,) = errors(lambda env: env["gateway"].update(apiKeys=[]))
+    assert "gateway.apiKeys: got no keys" in line and "sha256sum" in line
+
+
+def test_api_key_must_be_a_hash_never_a_plaintext_key() -> None:
+    (line,) = errors(lambda env: env["gateway"]["apiKeys"][0].update(keySha256="my-secret-key"))
+    assert "gateway.apiKeys[0].keySha256" in line and "[0-9a-f]{64}" in line
