@@ -60,7 +60,7 @@ class InferenceServerArgs(Args):
     model_source: StrInput
     """``s3://bucket/prefix`` of the Hugging Face checkpoint."""
     engine_store: StrInput
-    """``s3://bucket/prefix`` under which built TensorRT-LLM engines are kept (Triton only)."""
+    """``s3://bucket``: engines live under ``<model_id>/trtllm/<engine key>/`` beside the checkpoint."""
     loader_image: StrInput
     service_account: str
     """Bound to a read-only store role through workload identity (Pod Identity / IRSA)."""
@@ -284,7 +284,7 @@ def join(*parts: Any) -> Any:
 def engine_prefix(args: InferenceServerArgs, placement: Placement) -> tuple[Any, str]:
     """(S3 prefix, node-local dir) of this model's TensorRT-LLM engine."""
     key = engine_key(args.pool.spec.gpu, args.spec.precision, placement.tp, placement.pp, placement.profile)
-    return join(args.engine_store, f"/{placement.model.model_id}/{key}"), trtllm_engine_dir(
+    return join(args.engine_store, f"/{placement.model.model_id}/trtllm/{key}"), trtllm_engine_dir(
         placement.model.model_id, key
     )
 
@@ -306,7 +306,14 @@ def server_pod(args: InferenceServerArgs, placement: Placement, *, role: str = "
     model_id = placement.model.model_id
     inits = [
         _cache_owner(args.loader_image),
-        _loader("fetch-model", args.model_source, hf_checkpoint_dir(model_id), args.loader_image),
+        # Triton reads only the tokenizer from the checkpoint (the engine has the weights).
+        _loader(
+            "fetch-model",
+            args.model_source,
+            hf_checkpoint_dir(model_id),
+            args.loader_image,
+            include=("tokenizer*", "*.json") if spec.engine == "triton" else (),
+        ),
     ]
     extra_volumes: list[dict[str, Any]] = []
     if spec.engine == "triton":
@@ -342,12 +349,14 @@ def build_job_pod(args: InferenceServerArgs, placement: Placement) -> dict[str, 
     source, local = engine_prefix(args, placement)
     hf = hf_checkpoint_dir(model.model_id)
     checkpoint = f"{local}.checkpoint"
+    # Built beside, never into, the cache folder the server's loader fills (and marks complete) itself.
+    built = f"{local}.build"
     quantize = trtllm_checkpoint_command(
         model, args.spec.precision, placement.tp, placement.pp, hf_dir=hf, checkpoint_dir=checkpoint
     )
     build = trtllm_build_args(
         model, args.spec.precision, placement.tp, placement.pp, placement.profile,
-        checkpoint_dir=checkpoint, output_dir=local, workers=placement.world_size,
+        checkpoint_dir=checkpoint, output_dir=built, workers=placement.world_size,
     )  # fmt: skip
     builder = {
         "name": "trtllm-build",
@@ -378,7 +387,7 @@ def build_job_pod(args: InferenceServerArgs, placement: Placement) -> dict[str, 
             _loader("fetch-model", args.model_source, hf, args.loader_image),
             builder,
         ],
-        "containers": [_loader("publish-engine", source, local, args.loader_image, upload=True)],
+        "containers": [_loader("publish-engine", source, built, args.loader_image, upload=True)],
         "volumes": _volumes(args.shm_gib),
     }
 

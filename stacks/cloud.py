@@ -175,7 +175,7 @@ def compose(env: Environment, stack: str) -> dict[str, Any]:
                 namespace=base.serving_namespace,
                 provider=provider,
                 model_source=model.source or pulumi.Output.concat("s3://", store.bucket_name, "/", model.model, "/hf"),
-                engine_store=pulumi.Output.concat("s3://", store.bucket_name, "/engines"),
+                engine_store=pulumi.Output.concat("s3://", store.bucket_name),
                 loader_image=loader_image,
                 service_account=base.service_account,
                 priority_class=base.priority_class,

@@ -328,7 +328,18 @@ def model_checks(env: Environment) -> list[ConfigIssue]:
 def gateway_checks(env: Environment) -> list[ConfigIssue]:
     """Render the gateway's config with stand-in URLs and let the gateway's own schema judge it."""
     from components.gateway import gateway_config, validate_config
-    from inferstack_gateway.config import ConfigError as GatewayConfigError
+
+    try:
+        from inferstack_gateway.config import ConfigError as GatewayConfigError
+    except ModuleNotFoundError:
+        return [
+            ConfigIssue(
+                f"{CONFIG_KEY}.gateway",
+                "a gateway to deploy, but the inferstack-gateway package is not installed",
+                "a validated gateway config (the gateway's own schema checks it)",
+                "pip install -e images/gateway (or set gateway.enabled: false)",
+            )
+        ]
 
     urls = {m.name: f"http://{m.name}.validation:8000/v1" for m in env.models}
     try:
