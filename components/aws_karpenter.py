@@ -18,6 +18,7 @@ from pydantic import Field
 
 from components._charts import CHARTS
 from components._helm import release
+from components._k8s import custom_resource
 from components._scaling import KarpenterGpuPool, karpenter_node_class, karpenter_node_pool
 from components.aws_iam import NODE_POLICIES, PodIdentityRole, PodIdentityRoleArgs, assume_role_policy
 from components.specs import Args, GpuPoolSpec, StrInput
@@ -230,21 +231,16 @@ class Karpenter(pulumi.ComponentResource):
             resolved = pulumi.Output.all(node_role.name, args.cluster_name, group_name or "").apply(
                 lambda a, nc=node_class: _substitute(nc, {"NODE_ROLE": a[0], "CLUSTER": a[1], "PLACEMENT_GROUP": a[2]})
             )
-            node_class_cr = k8s.apiextensions.CustomResource(
+            node_class_cr = custom_resource(
                 f"{name}-{pool.name}-nodeclass",
-                api_version=node_class["apiVersion"],
-                kind=node_class["kind"],
-                metadata=node_class["metadata"],
+                node_class,
+                after,
                 spec=resolved.apply(lambda nc: nc["spec"]),  # type: ignore[index]
-                opts=after,
             )
-            k8s.apiextensions.CustomResource(
+            custom_resource(
                 f"{name}-{pool.name}-nodepool",
-                api_version=node_pool["apiVersion"],
-                kind=node_pool["kind"],
-                metadata=node_pool["metadata"],
-                spec=node_pool["spec"],
-                opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[node_class_cr]),
+                node_pool,
+                pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[node_class_cr]),
             )
         self.node_role_name = node_role.name
         self.queue_name = queue.name

@@ -18,6 +18,7 @@ import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from components import _images
+from components._k8s import custom_resource
 from components._models import MODEL_CACHE_ROOT, hf_checkpoint_dir, trtllm_engine_dir
 from components._placement import Placement, place
 from components._scaling import scaled_object
@@ -571,13 +572,10 @@ class InferenceServer(pulumi.ComponentResource):
         k8s.networking.v1.NetworkPolicy(name, metadata=meta, spec=network_policy(args), opts=k8s_opts)
 
         if scaler:
-            k8s.apiextensions.CustomResource(
+            custom_resource(
                 f"{name}-scaler",
-                api_version=scaler["apiVersion"],
-                kind=scaler["kind"],
-                metadata=scaler["metadata"],
-                spec=scaler["spec"],
-                opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[workload]),
+                scaler,
+                pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[workload]),
             )
         self.autoscaled = scaler is not None
 

@@ -16,6 +16,7 @@ from components._alerts import ModelSlo, prometheus_rule
 from components._charts import CHARTS
 from components._dashboards import DASHBOARDS, dashboard_configmap
 from components._helm import release
+from components._k8s import custom_resource
 from components._scaling import engine_pod_monitor, gateway_service_monitor, redis_exporter_service_monitor
 from components.specs import Args, ObservabilitySpec, StrInput
 
@@ -170,11 +171,4 @@ class Observability(pulumi.ComponentResource):
 
     def _custom(self, manifest: dict[str, Any], opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource:
         meta = manifest["metadata"]
-        return k8s.apiextensions.CustomResource(
-            f"{manifest['kind'].lower()}-{meta['namespace']}-{meta['name']}",
-            api_version=manifest["apiVersion"],
-            kind=manifest["kind"],
-            metadata=meta,
-            spec=manifest["spec"],
-            opts=opts,
-        )
+        return custom_resource(f"{manifest['kind'].lower()}-{meta['namespace']}-{meta['name']}", manifest, opts)

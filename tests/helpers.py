@@ -50,3 +50,22 @@ def plan_with(tmp_path: Path, stack: str, edit: Callable[[dict[str, Any]], None]
     edit(document["config"]["inferstack:environment"])
     (tmp_path / f"Pulumi.{stack}x.yaml").write_text(yaml.safe_dump(document))
     return run_plan(f"{stack}x", tmp_path)
+
+
+def config_errors(edit: Callable[[dict[str, Any]], None], stack: str = "prod") -> list[str]:
+    """Edit a bundled stack's environment; return the ConfigError lines, each checked for the common shape."""
+    import copy
+
+    import pytest
+
+    from stacks.environment import ConfigError, load_environment
+
+    source = f"stacks/Pulumi.{stack}.yaml"
+    env = copy.deepcopy(raw_environment(stack))
+    edit(env)
+    with pytest.raises(ConfigError) as caught:
+        load_environment(env, source)
+    lines = str(caught.value).splitlines()
+    assert all(line.startswith(f"{source}: inferstack:environment") for line in lines)
+    assert all("; allowed: " in line and "; fix: " in line for line in lines)
+    return lines

@@ -2,34 +2,20 @@
 
 from __future__ import annotations
 
-import copy
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
-from helpers import ROOT, raw_environment
-from stacks.environment import ConfigError, load_environment
+from helpers import ROOT, config_errors
 
 SOURCE = "stacks/Pulumi.prod.yaml"
 
 
-def errors_for(edit: Any) -> list[str]:
-    env = copy.deepcopy(raw_environment("prod"))
-    edit(env)
-    with pytest.raises(ConfigError) as caught:
-        load_environment(env, SOURCE)
-    lines = str(caught.value).splitlines()
-    assert all(line.startswith(f"{SOURCE}: inferstack:environment") for line in lines)
-    assert all("; allowed: " in line and "; fix: " in line for line in lines)
-    return lines
-
-
 def test_unknown_key_is_reported_with_a_did_you_mean() -> None:
-    lines = errors_for(lambda e: e["network"].update(natGateway="single"))
+    lines = config_errors(lambda e: e["network"].update(natGateway="single"))
     assert lines == [
         f"{SOURCE}: inferstack:environment.network.natGateway: got unknown key 'natGateway'; "
         "allowed: cidr, availabilityZones, natGateways; fix: remove the key, or rename it (did you mean 'natGateways'?)"
@@ -37,12 +23,12 @@ def test_unknown_key_is_reported_with_a_did_you_mean() -> None:
 
 
 def test_wrong_value_type_names_the_expected_type() -> None:
-    (line,) = errors_for(lambda e: e["gpuPools"][0].update(maxSize="four"))
+    (line,) = config_errors(lambda e: e["gpuPools"][0].update(maxSize="four"))
     assert "inferstack:environment.gpuPools[0].maxSize: got 'four'; allowed: a whole number" in line
 
 
 def test_unknown_instance_type_lists_the_catalog_and_suggests_the_closest() -> None:
-    (line,) = errors_for(lambda e: e["gpuPools"][0].update(instanceType="p5.49xlarge"))
+    (line,) = config_errors(lambda e: e["gpuPools"][0].update(instanceType="p5.49xlarge"))
     assert "gpuPools[0].instanceType: got 'p5.49xlarge'" in line
     assert "p5en.48xlarge" in line and "g6e.xlarge" in line
     assert "did you mean 'p5.48xlarge'?" in line
@@ -52,14 +38,14 @@ def test_efa_on_an_instance_type_without_efa() -> None:
     def edit(e: dict[str, Any]) -> None:
         e["gpuPools"][0].update(instanceType="g6e.xlarge", efa=True)
 
-    (line,) = errors_for(edit)
+    (line,) = config_errors(edit)
     assert "gpuPools[0].efa: got true for g6e.xlarge (no EFA interfaces)" in line
     assert "efa: true only on p5.48xlarge" in line
     assert "fix: remove `efa`" in line
 
 
 def test_pool_zone_outside_the_network() -> None:
-    (line,) = errors_for(lambda e: e["gpuPools"][1].update(zone="us-east-1f"))
+    (line,) = config_errors(lambda e: e["gpuPools"][1].update(zone="us-east-1f"))
     assert (
         "gpuPools[1].zone: got 'us-east-1f'; "
         "allowed: one of network.availabilityZones: us-east-1a, us-east-1b, us-east-1c" in line
@@ -67,7 +53,7 @@ def test_pool_zone_outside_the_network() -> None:
 
 
 def test_min_greater_than_max() -> None:
-    (line,) = errors_for(lambda e: e["gpuPools"][0].update(minSize=5, maxSize=4))
+    (line,) = config_errors(lambda e: e["gpuPools"][0].update(minSize=5, maxSize=4))
     assert (
         "gpuPools[0].minSize: got 5 (maxSize is 4); "
         "allowed: 0 ≤ minSize ≤ maxSize (4); fix: lower minSize or raise maxSize" in line
@@ -75,13 +61,13 @@ def test_min_greater_than_max() -> None:
 
 
 def test_capacity_block_without_a_reservation_id() -> None:
-    (line,) = errors_for(lambda e: e["gpuPools"][1]["capacity"].pop("reservationId"))
+    (line,) = config_errors(lambda e: e["gpuPools"][1]["capacity"].pop("reservationId"))
     assert "gpuPools[1].capacity.reservationId: got nothing (capacity.type is 'capacity-block')" in line
     assert "add `reservationId: cr-…`" in line
 
 
 def test_unknown_tier() -> None:
-    (line,) = errors_for(lambda e: e.update(tier="clod"))
+    (line,) = config_errors(lambda e: e.update(tier="clod"))
     assert line == (
         f"{SOURCE}: inferstack:environment.tier: got 'clod'; allowed: cloud (onprem and edge are not provided by "
         "this version); fix: set `tier: cloud` (did you mean 'cloud'?)"
@@ -94,13 +80,13 @@ def test_every_problem_gets_its_own_line() -> None:
         e["gpuPools"][1].update(zone="eu-west-1a")
         e["systemPool"]["maxSize"] = "six"
 
-    lines = errors_for(edit)
+    lines = config_errors(edit)
     assert len(lines) == 2, "structural errors first: the zone check runs once the structure is valid"
     assert any(".instanceType:" in line for line in lines) and any(".systemPool.maxSize:" in line for line in lines)
 
 
 def test_public_endpoint_open_to_the_world_is_refused() -> None:
-    (line,) = errors_for(lambda e: e.setdefault("cluster", {}).update(endpointPublicAccessCidrs=["0.0.0.0/0"]))
+    (line,) = config_errors(lambda e: e.setdefault("cluster", {}).update(endpointPublicAccessCidrs=["0.0.0.0/0"]))
     assert "cluster.endpointPublicAccessCidrs" in line and "0.0.0.0/0 opens the Kubernetes API" in line
 
 

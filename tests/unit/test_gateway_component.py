@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
 import kubernetes_validate
-import pytest
 import yaml
 
-from helpers import raw_environment
+from helpers import config_errors
 from inferstack_cli import render
 from inferstack_cli.plan import Plan
 from inferstack_gateway.config import parse_config
-from stacks.environment import ConfigError, load_environment
 
 PlanOf = Callable[[str], Plan]
 
@@ -89,24 +86,16 @@ def test_internal_load_balancer_is_optional(plan_of: PlanOf) -> None:
     assert dev["spec"]["type"] == "ClusterIP"
 
 
-def errors(edit: Callable[[dict[str, Any]], None]) -> list[str]:
-    env = copy.deepcopy(raw_environment("prod"))
-    edit(env)
-    with pytest.raises(ConfigError) as caught:
-        load_environment(env, "stacks/Pulumi.prod.yaml")
-    return str(caught.value).splitlines()
-
-
 def test_route_to_a_model_that_is_not_served() -> None:
-    (line,) = errors(lambda env: env["gateway"]["routes"][0].update(large="llama-405b"))
+    (line,) = config_errors(lambda env: env["gateway"]["routes"][0].update(large="llama-405b"))
     assert "gateway.routes[0].large: got 'llama-405b'; allowed: one of models[].name: llama-8b, llama-70b" in line
 
 
 def test_gateway_without_api_keys_is_refused() -> None:
-    (line,) = errors(lambda env: env["gateway"].update(apiKeys=[]))
+    (line,) = config_errors(lambda env: env["gateway"].update(apiKeys=[]))
     assert "gateway.apiKeys: got no keys" in line and "sha256sum" in line
 
 
 def test_api_key_must_be_a_hash_never_a_plaintext_key() -> None:
-    (line,) = errors(lambda env: env["gateway"]["apiKeys"][0].update(keySha256="my-secret-key"))
+    (line,) = config_errors(lambda env: env["gateway"]["apiKeys"][0].update(keySha256="my-secret-key"))
     assert "gateway.apiKeys[0].keySha256" in line and "[0-9a-f]{64}" in line

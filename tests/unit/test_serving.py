@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -15,10 +14,9 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from crdcheck import validate as validate_cr
-from helpers import bundled_stacks, only, plan_with, raw_environment
+from helpers import bundled_stacks, config_errors, only, plan_with
 from inferstack_cli import render
 from inferstack_cli.plan import Plan
-from stacks.environment import ConfigError, load_environment
 
 PlanOf = Callable[[str], Plan]
 K8S_VERSION = "1.33.0"
@@ -196,19 +194,11 @@ def test_stateful_caches_are_protected_unless_config_says_otherwise(plan_of: Pla
 # --- config errors for models ------------------------------------------------------------------
 
 
-def model_errors(edit: Callable[[dict[str, Any]], None]) -> list[str]:
-    env = copy.deepcopy(raw_environment("prod"))
-    edit(env)
-    with pytest.raises(ConfigError) as caught:
-        load_environment(env, "stacks/Pulumi.prod.yaml")
-    return str(caught.value).splitlines()
-
-
 def test_model_that_does_not_fit_its_pool_names_the_numbers() -> None:
     def edit(env: dict[str, Any]) -> None:
         env["models"][1].update(precision="bf16", tensorParallel=1)
 
-    (line,) = model_errors(edit)
+    (line,) = config_errors(edit)
     assert "models[1].tensorParallel: got 1 with bf16 on H200" in line
     assert "GB of weights" in line and "GB per GPU" in line and "does not fit" in line
     assert "fix: raise tensorParallel" in line
@@ -216,7 +206,7 @@ def test_model_that_does_not_fit_its_pool_names_the_numbers() -> None:
 
 def test_tensor_parallel_must_divide_the_attention_heads() -> None:
     # Qwen2.5-1.5B has 12 attention heads and 2 KV heads: TP=4 splits neither evenly.
-    (line,) = model_errors(lambda env: env["models"][0].update(model="Qwen/Qwen2.5-1.5B-Instruct", tensorParallel=4))
+    (line,) = config_errors(lambda env: env["models"][0].update(model="Qwen/Qwen2.5-1.5B-Instruct", tensorParallel=4))
     assert "models[0].tensorParallel: got 4" in line and "divide" in line
 
 
@@ -224,18 +214,18 @@ def test_engine_precision_pair_the_engine_does_not_run_is_refused() -> None:
     def edit(env: dict[str, Any]) -> None:
         env["gpuPools"][0]["instanceType"] = "p4d.24xlarge"
 
-    lines = model_errors(edit)
+    lines = config_errors(edit)
     assert any("models[0].precision: got 'fp8'" in line and "A100 has none" in line for line in lines)
 
 
 def test_model_on_a_pool_that_does_not_exist() -> None:
-    (line,) = model_errors(lambda env: env["models"][0].update(pool="h1000"))
+    (line,) = config_errors(lambda env: env["models"][0].update(pool="h1000"))
     assert "models[0].pool: got 'h1000'; allowed: one of gpuPools[].name: h100, h200" in line
     assert "did you mean 'h100'?" in line
 
 
 def test_unknown_model_lists_the_catalog() -> None:
-    (line,) = model_errors(lambda env: env["models"][0].update(model="meta-llama/Llama-3.1-8B"))
+    (line,) = config_errors(lambda env: env["models"][0].update(model="meta-llama/Llama-3.1-8B"))
     assert "models[0].model: got 'meta-llama/Llama-3.1-8B' (not in the model catalog)" in line
     assert "did you mean 'meta-llama/Llama-3.1-8B-Instruct'?" in line
 

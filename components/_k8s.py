@@ -1,0 +1,22 @@
+"""Apply a rendered custom-resource manifest (a plain dict from a pure builder) as a typed Pulumi resource."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+
+def custom_resource(
+    name: str, manifest: dict[str, Any], opts: pulumi.ResourceOptions, *, spec: Any = None
+) -> k8s.apiextensions.CustomResource:
+    """``spec`` overrides the manifest's (for a spec that holds Outputs)."""
+    return k8s.apiextensions.CustomResource(
+        name,
+        api_version=manifest["apiVersion"],
+        kind=manifest["kind"],
+        metadata=manifest["metadata"],
+        spec=manifest["spec"] if spec is None else spec,
+        opts=opts,
+    )
