@@ -63,9 +63,16 @@ def stack_config_path(stack: str, stacks_dir: Path) -> Path:
     return stacks_dir / f"Pulumi.{stack}.yaml"
 
 
+def source_name(stack: str, stacks_dir: Path) -> str:
+    """How errors name the stack file: as Pulumi users know it, or the path given with --stacks-dir."""
+    if stacks_dir.resolve() == program.STACKS_DIR:
+        return program.stack_file(stack)
+    return str(stack_config_path(stack, stacks_dir))
+
+
 def read_stack_config(stack: str, stacks_dir: Path) -> dict[str, Any]:
     path = stack_config_path(stack, stacks_dir)
-    source = program.stack_file(stack)
+    source = source_name(stack, stacks_dir)
     if not path.is_file():
         known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in stacks_dir.glob("Pulumi.*.yaml"))
         raise ConfigError(
@@ -83,10 +90,10 @@ def read_stack_config(stack: str, stacks_dir: Path) -> dict[str, Any]:
         document = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "the file"
-        raise ConfigError(
-            source, [ConfigIssue(where, "invalid YAML", "a YAML mapping", f"fix the syntax: {err}")]
-        ) from None
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "the file"
+        problem = getattr(err, "problem", None) or "unparsable"
+        issue = ConfigIssue(where, f"invalid YAML ({problem})", "a YAML mapping", "fix the indentation or syntax there")
+        raise ConfigError(source, [issue]) from None
     config = document.get("config") if isinstance(document, dict) else None
     if not isinstance(config, dict):
         raise ConfigError(
@@ -158,7 +165,7 @@ class MockEngine:
 def run_plan(stack: str, stacks_dir: Path = program.STACKS_DIR) -> Plan:
     """Plan ``stack`` offline. Raises ``ConfigError`` for bad config, before any resource exists."""
     config = read_stack_config(stack, stacks_dir)
-    env = load_environment(config.get(CONFIG_KEY), program.stack_file(stack))
+    env = load_environment(config.get(CONFIG_KEY), source_name(stack, stacks_dir))
     values, secret_keys = _config_values(config)
     with mock_engine(stack, values, secret_keys, env.region) as engine:
         program.run()

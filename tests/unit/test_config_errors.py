@@ -109,5 +109,16 @@ def test_plan_exits_2_with_one_line_per_problem_and_no_traceback(tmp_path: Path)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 2
-    assert all(line.startswith("stacks/Pulumi.broken.yaml: inferstack:environment.") for line in lines)
+    assert all(line.startswith(f"{tmp_path}/Pulumi.broken.yaml: inferstack:environment.") for line in lines)
     assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_invalid_yaml_is_one_line_naming_the_position(tmp_path: Path) -> None:
+    (tmp_path / "Pulumi.bad.yaml").write_text("config:\n  inferstack:environment:\n    tier: cloud\n   region: x\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "inferstack_cli.main", "plan", "--stack", "bad", "--stacks-dir", str(tmp_path)],
+        capture_output=True, text=True, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"{tmp_path}/Pulumi.bad.yaml: line 4, column 4: got invalid YAML")
