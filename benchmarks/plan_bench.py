@@ -63,10 +63,14 @@ def main() -> None:
             env = document["config"]["inferstack:environment"]
             template = env["gpuPools"][0]
             env["gpuPools"] = [{**template, "name": f"p{i}"} for i in range(pools)]
+            # One model per pool, so pools and models grow together (design.md: linear in both).
+            model = {"model": "meta-llama/Llama-3.1-8B-Instruct", "engine": "vllm", "precision": "fp8"}
+            env["models"] = [{**model, "name": f"m{i}", "pool": f"p{i}"} for i in range(pools)]
+            env["gateway"]["routes"] = []
             (Path(tmp) / f"Pulumi.bench{pools}.yaml").write_text(yaml.safe_dump(document))
             seconds, count = median_plan_seconds(f"bench{pools}", Path(tmp))
             rows.append(
-                {"case": f"{pools} x p5.48xlarge pools", "pools": pools, "resources": count, "seconds": seconds}
+                {"case": f"{pools} p5 pools + {pools} models", "pools": pools, "resources": count, "seconds": seconds}
             )
 
     per_pool = [(b["seconds"] - a["seconds"]) / (b["pools"] - a["pools"]) for a, b in itertools.pairwise(rows[1:])]
