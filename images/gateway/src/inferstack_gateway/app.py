@@ -51,6 +51,9 @@ Send = Callable[[Message], Awaitable[None]]
 JSON = b"application/json"
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 OPT_IN_HEADER = b"x-inferstack-cache-opt-in"
+DEFER_S = 0.002
+"""Work that follows a response (access log line, cache write-back, token accounting) waits this long and runs in
+one batch, so that it never sits in front of the next request a keep-alive client sends at once."""
 DONE_LINE = b"data: [DONE]"
 
 
@@ -99,6 +102,8 @@ class Gateway:
         self._tier_header = config.routing.tier_header.encode()
         self._prompt_version_header = config.routing.prompt_version_header.encode()
         self._background: set[asyncio.Task[Any]] = set()
+        self._deferred: list[Callable[[], Any]] = []
+        self._drain_handle: asyncio.TimerHandle | None = None
         # Label children resolved once: a labels() call takes a lock and validates on every request.
         self._model_metrics = {
             alias: (self.metrics.ttft.labels(alias), self.metrics.itl.labels(alias)) for alias in config.models
@@ -173,23 +178,24 @@ class Gateway:
         counter.inc()
         elapsed = time.perf_counter() - exchange.started
         if self.config.server.access_log:
-            access.info(
-                "request",
-                extra={
-                    "request_id": exchange.request_id,
-                    "route": exchange.route,
-                    "status": exchange.status,
-                    "cache": exchange.cache,
-                    "model": exchange.model,
-                    "tier": exchange.tier,
-                    "upstream": exchange.upstream,
-                    "tenant": exchange.tenant,
-                    "duration_ms": round(elapsed * 1000, 3),
-                    **exchange.detail,
-                },
-            )
+            self._defer(lambda: _access_log(exchange, elapsed))
         if self.tracer is not None:
             self.tracer.record(exchange, elapsed)
+
+    def _defer(self, work: Callable[[], Any]) -> None:
+        """Run `work` DEFER_S from now, batched with the other deferred work."""
+        self._deferred.append(work)
+        if self._drain_handle is None:
+            self._drain_handle = asyncio.get_running_loop().call_later(DEFER_S, self._drain)
+
+    def _drain(self) -> None:
+        self._drain_handle = None
+        deferred, self._deferred = self._deferred, []
+        for work in deferred:
+            try:
+                work()
+            except Exception:
+                logger.exception("deferred work failed")
 
     async def _send(
         self,
@@ -266,6 +272,9 @@ class Gateway:
 
     async def shutdown(self) -> None:
         self.ready = False
+        if self._drain_handle is not None:
+            self._drain_handle.cancel()
+            self._drain()
         if self._background:
             await asyncio.wait(self._background, timeout=5)
         if self.shared_limits is not None:
@@ -647,9 +656,12 @@ class Gateway:
         raw: bytes,
         streamed: bool,
     ) -> None:
-        task = asyncio.create_task(self._write_back(principal, request, model, keys, embedding, raw, streamed))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        def start() -> None:
+            task = asyncio.create_task(self._write_back(principal, request, model, keys, embedding, raw, streamed))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+        self._defer(start)
 
     async def _write_back(
         self,
@@ -714,6 +726,24 @@ async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any], excha
 def _consume_exception(task: asyncio.Task[Any]) -> None:
     if not task.cancelled():
         task.exception()
+
+
+def _access_log(exchange: Exchange, elapsed: float) -> None:
+    access.info(
+        "request",
+        extra={
+            "request_id": exchange.request_id,
+            "route": exchange.route,
+            "status": exchange.status,
+            "cache": exchange.cache,
+            "model": exchange.model,
+            "tier": exchange.tier,
+            "upstream": exchange.upstream,
+            "tenant": exchange.tenant,
+            "duration_ms": round(elapsed * 1000, 3),
+            **exchange.detail,
+        },
+    )
 
 
 def _ends_with_done(chunks: list[bytes]) -> bool:
