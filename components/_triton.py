@@ -35,7 +35,6 @@ DEFAULT_TOKENIZER_INSTANCES = 4
 # Ports of tritonserver; the trtllm launch script uses the same three.
 TRITON_HTTP_PORT = 8000
 TRITON_GRPC_PORT = 8001
-TRITON_METRICS_PORT = 8002
 
 # quantize.py turns a Hugging Face checkpoint into a TensorRT-LLM checkpoint for every precision
 # (``full_prec`` exports it unquantized), sharded for TP x PP. Path inside NVIDIA's
@@ -220,44 +219,4 @@ def trtllm_build_args(
     if precision == "fp8":
         # Attention over the FP8 KV cache in FP8 too (Hopper); pairs with paged context FMHA.
         cmd += ["--use_fp8_context_fmha", "enable"]
-    return cmd
-
-
-def tritonserver_command(
-    model_repository: str,
-    world_size: int,
-    *,
-    http_port: int = TRITON_HTTP_PORT,
-    grpc_port: int = TRITON_GRPC_PORT,
-    metrics_port: int = TRITON_METRICS_PORT,
-) -> list[str]:
-    """The server command for one node (TP x PP ranks on its GPUs).
-
-    One rank serves every model; with more GPUs, TensorRT-LLM runs one MPI rank per GPU and the
-    extra ranks load only ``tensorrt_llm`` (the backend's "leader mode", as TensorRT-LLM's
-    ``launch_triton_server.py`` starts it). Each rank gets its own Python-backend shared-memory
-    prefix so their stub processes do not collide. Multi-node groups (LeaderWorkerSet) also need
-    an MPI host list; that belongs to the component that knows the pod addresses.
-    """
-    if world_size < 1:
-        raise ValueError(f"world size must be at least 1; got {world_size}")
-    ports = [f"--http-port={http_port}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}"]
-
-    def rank(i: int) -> list[str]:
-        cmd = ["tritonserver", f"--model-repository={model_repository}", *ports]
-        if i == 0:
-            # Time-to-first-response histograms for decoupled models (facts.md, Triton metrics).
-            cmd.append("--metrics-config=histogram_latencies=true")
-        else:
-            cmd += ["--model-control-mode=explicit", "--load-model=tensorrt_llm"]
-        cmd += ["--disable-auto-complete-config", f"--backend-config=python,shm-region-prefix-name=prefix{i}_"]
-        return cmd
-
-    if world_size == 1:
-        return rank(0)
-    cmd = ["mpirun", "--allow-run-as-root"]
-    for i in range(world_size):
-        cmd += ["-n", "1", *rank(i)]
-        if i < world_size - 1:
-            cmd.append(":")
     return cmd

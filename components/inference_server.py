@@ -185,8 +185,12 @@ def _resources(placement: Placement, pool: GpuPoolSpec, fabric: Fabric, multi_no
     return {"requests": requests, "limits": limits}
 
 
-def _env(spec: ModelDeploySpec, fabric: Fabric, multi_node: bool) -> list[dict[str, Any]]:
+def _env(spec: ModelDeploySpec, fabric: Fabric, multi_node: bool, world_size: int = 1) -> list[dict[str, Any]]:
     env = [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HUB_OFFLINE", "value": "1"}]
+    if spec.engine == "triton" and world_size > 1:
+        # One server process drives every rank: the TensorRT-LLM backend's orchestrator mode spawns
+        # the per-GPU executor workers (``executor_worker_path`` in the rendered config) itself.
+        env.append({"name": "TRTLLM_ORCHESTRATOR", "value": "1"})
     if multi_node and fabric == "efa":
         # facts.md, "EFA in Kubernetes": libfabric's EFA provider with device RDMA for NCCL.
         env += [{"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"}]
@@ -236,7 +240,7 @@ def server_container(args: InferenceServerArgs, placement: Placement, *, role: s
         "name": "server",
         "image": _images.VLLM if spec.engine == "vllm" else _images.TRITON_TRTLLM,
         "command": command,
-        "env": _env(spec, args.fabric, multi_node),
+        "env": _env(spec, args.fabric, multi_node, placement.world_size),
         "resources": _resources(placement, args.pool, args.fabric, multi_node),
         "volumeMounts": [
             *_cache_volume_mounts(),

@@ -18,7 +18,6 @@ from components._triton import (
     MODEL_NAMES,
     engine_key,
     render_model_repository,
-    tritonserver_command,
     trtllm_build_args,
     trtllm_checkpoint_command,
 )
@@ -208,27 +207,3 @@ def test_engine_key_changes_with_everything_baked_into_the_engine() -> None:
         (H200, "fp8", 1, 1, PROFILES["throughput"]),
     ]
     assert len({engine_key(*v) for v in variants}) == len(variants)
-
-
-# --- server command --------------------------------------------------------------------------
-
-
-def test_single_gpu_server_runs_without_mpi() -> None:
-    # GIVEN one rank WHEN the command is rendered THEN it is plain tritonserver with latency histograms
-    cmd = tritonserver_command("/models", 1)
-    assert cmd[0] == "tritonserver"
-    assert "--model-repository=/models" in cmd
-    assert "--metrics-config=histogram_latencies=true" in cmd
-
-
-def test_multi_gpu_server_starts_one_rank_per_gpu_and_only_rank_0_serves_the_ensemble() -> None:
-    # GIVEN TP=4 on one node WHEN the command is rendered
-    cmd = tritonserver_command("/models", 4)
-    # THEN mpirun starts four app contexts; ranks 1..3 load only the engine, each with its own shm prefix
-    assert cmd[:2] == ["mpirun", "--allow-run-as-root"]
-    contexts = " ".join(cmd).split(" : ")
-    assert len(contexts) == 4
-    assert "--load-model" not in contexts[0]
-    for i, context in enumerate(contexts[1:], start=1):
-        assert "--model-control-mode=explicit --load-model=tensorrt_llm" in context
-        assert f"shm-region-prefix-name=prefix{i}_" in context
