@@ -3,7 +3,9 @@
 Processes (all on 127.0.0.1): a stand-in OpenAI upstream (uvicorn + uvloop + httptools, streaming SSE with a fixed
 TTFT and ITL), Redis 8 with RediSearch, an embeddings server with the real all-MiniLM-L6-v2 model on CPU, and the
 gateway itself started with its console script (`inferstack-gateway --config`). The load generator is this process
-(aiohttp, streamed requests, keep-alive).
+(aiohttp on uvloop, streamed requests, keep-alive): the same client for direct and gateway paths. On the default
+asyncio loop the client itself used about twice the CPU per request (0.5 ms), competing with what it measures on a
+2-core machine; uvloop halves that.
 
 Paths measured at concurrency 1 and 32:
   direct    client → upstream
@@ -13,7 +15,10 @@ Paths measured at concurrency 1 and 32:
   semantic  temperature 0, a paraphrase of a cached prompt (embedding + KNN, no upstream)
 
 Reported per path: TTFT p50/p99 (time to the first body byte), requests/s, gateway CPU ms per request, gateway RSS,
-and the x-inferstack-cache values seen. Added TTFT is the gateway's TTFT minus direct's at the same concurrency.
+and the x-inferstack-cache values seen. Added TTFT is the gateway's TTFT minus direct's at the same concurrency, in
+the same run. The whole sequence runs `--runs` times (default 3, fresh prompts each time); the table shows the
+median over runs of each figure (added TTFT and "vs direct" are computed per run, then the median is taken), and the
+JSON keeps every run.
 
     python benchmarks/gateway_bench.py            # writes benchmarks/results/gateway_bench.{json,md}
 """
@@ -260,6 +265,9 @@ WORDS = [
 ]
 
 
+COUNTRIES = ["France", "Japan", "Brazil", "Kenya", "Canada", "Norway", "Peru", "Vietnam"]
+
+
 def random_prompt(rng: random.Random) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(8)) + f" {rng.randrange(10**9)}?"
 
@@ -287,6 +295,7 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=16, help="tokens per answer (default 16)")
     parser.add_argument("--requests", type=int, default=400, help="requests per path at concurrency 1")
     parser.add_argument("--requests-c32", type=int, default=2000, help="requests per path at concurrency 32")
+    parser.add_argument("--runs", type=int, default=3, help="repetitions of the whole sequence (default 3)")
     parser.add_argument("--out", type=Path, default=RESULTS / "gateway_bench.json")
     args = parser.parse_args()
     if args.serve_upstream:
@@ -334,11 +343,12 @@ def main() -> int:
         wait_port(gateway_port, gateway)
         direct_url = f"http://127.0.0.1:{upstream_port}/v1/chat/completions"
         gateway_url = f"http://127.0.0.1:{gateway_port}/v1/chat/completions"
-        results: dict[str, dict[str, Any]] = {}
-
+        runs: list[dict[str, dict[str, Any]]] = []
         rng = random.Random(7)
 
-        async def bench() -> None:
+        async def bench(run: int) -> None:
+            results: dict[str, dict[str, Any]] = {}
+            runs.append(results)
             for concurrency, n in ((1, args.requests), (32, args.requests_c32)):
                 tag = f"c{concurrency}"
                 bypass = [chat(f"bypass {i}", 1.0) for i in range(n)]
@@ -351,19 +361,25 @@ def main() -> int:
                 misses = [chat(random_prompt(rng), 0.0) for _ in range(n)]
                 await settle([gateway.pid, embedder.pid])
                 results[f"miss/{tag}"] = await run_load(gateway_url, misses, concurrency, gateway.pid)
-                primed = chat(f"What is the capital of France? ({tag})", 0.0)
+                # A new country each run: "... of France? (c1)" in a second run would be a semantic hit on the
+                # first run's entry, and never reach the exact cache.
+                country = COUNTRIES[run % len(COUNTRIES)]
+                primed = chat(f"What is the capital of {country}? ({tag})", 0.0)
                 await prime(gateway_url, primed)
                 await asyncio.sleep(0.5)  # the write-back lands after the response
                 await settle([gateway.pid, embedder.pid])
                 results[f"exact_hit/{tag}"] = await run_load(gateway_url, [primed] * n, concurrency, gateway.pid)
-                paraphrase = chat(f"What's France's capital city? ({tag})", 0.0)
+                paraphrase = chat(f"What's {country}'s capital city? ({tag})", 0.0)
                 semantic_n = n if concurrency == 1 else min(n, 500)
                 await settle([gateway.pid, embedder.pid])
                 results[f"semantic_hit/{tag}"] = await run_load(
                     gateway_url, [paraphrase] * semantic_n, concurrency, gateway.pid
                 )
 
-        asyncio.run(bench())
+        import uvloop
+
+        for run in range(args.runs):
+            uvloop.run(bench(run))
     finally:
         for process in reversed(processes):
             process.terminate()
@@ -373,19 +389,23 @@ def main() -> int:
                 process.kill()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    for concurrency in (1, 32):
-        direct = results[f"direct/c{concurrency}"]
-        for path in ("bypass", "miss", "exact_hit", "semantic_hit"):
-            row = results[f"{path}/c{concurrency}"]
-            row["added_ttft_p50_ms"] = row["ttft_p50_ms"] - direct["ttft_p50_ms"]
-            row["added_ttft_p99_ms"] = row["ttft_p99_ms"] - direct["ttft_p99_ms"]
-            row["rps_vs_direct"] = row["rps"] / direct["rps"]
+    for results in runs:
+        for concurrency in (1, 32):
+            direct = results[f"direct/c{concurrency}"]
+            for path in ("bypass", "miss", "exact_hit", "semantic_hit"):
+                row = results[f"{path}/c{concurrency}"]
+                row["added_ttft_p50_ms"] = row["ttft_p50_ms"] - direct["ttft_p50_ms"]
+                row["added_ttft_p99_ms"] = row["ttft_p99_ms"] - direct["ttft_p99_ms"]
+                row["rps_vs_direct"] = row["rps"] / direct["rps"]
     report = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.processor() or cpu_model()}",
         "python": platform.python_version(),
         "upstream": {"ttft_ms": args.ttft_ms, "itl_ms": args.itl_ms, "tokens": args.tokens},
-        "results": results,
+        "client": "aiohttp on uvloop, one process, keep-alive",
+        "runs": len(runs),
+        "results": median_rows(runs),
+        "per_run": runs,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
@@ -393,6 +413,24 @@ def main() -> int:
     args.out.with_suffix(".md").write_text(table)
     print(table)
     return 0
+
+
+def median_rows(runs: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per path: the median over runs of every number; the cache results of all runs added up."""
+    out: dict[str, dict[str, Any]] = {}
+    for key in runs[0]:
+        rows = [run[key] for run in runs]
+        merged: dict[str, Any] = {}
+        for name, value in rows[0].items():
+            if name == "cache":
+                total: collections.Counter[str] = collections.Counter()
+                for row in rows:
+                    total.update(row["cache"])
+                merged["cache"] = dict(total)
+            elif isinstance(value, int | float):
+                merged[name] = statistics.median(row[name] for row in rows)
+        out[key] = merged
+    return out
 
 
 def cpu_model() -> str:
@@ -407,7 +445,8 @@ def render_table(report: dict[str, Any]) -> str:
     lines = [
         f"Gateway benchmark, {report['date']}, {report['machine']}, Python {report['python']}.",
         f"Upstream stand-in: TTFT {upstream['ttft_ms']:g} ms, ITL {upstream['itl_ms']:g} ms, "
-        f"{upstream['tokens']} tokens, streamed. Everything on one machine over loopback.",
+        f"{upstream['tokens']} tokens, streamed. Everything on one machine over loopback. Client: "
+        f"{report.get('client', 'aiohttp')}. Median of {report.get('runs', 1)} runs (cache: all runs added up).",
         "",
         "| path | conc. | TTFT p50 ms | TTFT p99 ms | added p50 ms | added p99 ms | req/s | vs direct "
         "| CPU ms/req | RSS MB | cache |",
