@@ -43,17 +43,15 @@ class GatewayMetrics:
     """Metric names the gateway exports. The gateway author aligns on these; they are its contract."""
 
     REQUESTS_TOTAL: Final = "inferstack_gateway_requests_total"
-    """Counter, labels ``model`` and ``cache`` (one of ``CACHE_RESULTS``), one increment per request."""
+    """Counter, labels ``route``, ``status``, ``cache`` (one of ``CACHE_RESULTS``) and ``model`` (the alias the
+    client asked for), one increment per request (images/gateway/src/inferstack_gateway/metrics.py)."""
     CACHE_LABEL: Final = "cache"
     CACHE_RESULTS: Final = ("hit", "semantic", "miss", "bypass")
     """``hit``: exact cache; ``semantic``: vector cache; ``miss``: looked up, went upstream; ``bypass``:
     not cacheable (multi-turn, streaming opt-out), went upstream without a lookup."""
     MODEL_LABEL: Final = "model"
-    TTFT_SECONDS: Final = "inferstack_gateway_time_to_first_token_seconds"
-    """Histogram, label ``model`` and ``cache``: time to first byte of the answer as the client sees it."""
-    PENDING_REQUESTS: Final = "inferstack_gateway_pending_requests"
-    """Gauge, label ``model``: requests held while the model has no ready upstream. It is the
-    scale-from-zero signal, because a model at zero replicas exports no queue metric of its own."""
+    TTFT_SECONDS: Final = "inferstack_gateway_ttft_seconds"
+    """Histogram, label ``model``: time to first byte of the answer as the client sees it."""
 
 
 # --- inference engines ---------------------------------------------------------------------------------
@@ -432,22 +430,22 @@ def cache_dashboard() -> dict[str, Any]:
         ),
         _Panel(
             "Gateway time to first token",
-            "As the client sees it, p50 and p99 by cache result: hits should answer in a few milliseconds.",
+            "As the client sees it, p50 and p99 per model alias, cache hits included.",
             "s",
             tuple(
                 _Target(
-                    f"histogram_quantile({q:g}, sum by (le, {g.CACHE_LABEL}) "
+                    f"histogram_quantile({q:g}, sum by (le, {g.MODEL_LABEL}) "
                     f"(rate({selector(g.TTFT_SECONDS + '_bucket', model)}[5m])))",
-                    f"{{{{cache}}}} p{round(q * 100)}",
+                    f"{{{{model}}}} p{round(q * 100)}",
                 )
                 for q in (0.5, 0.99)
             ),
         ),
         _Panel(
-            "Requests held for a cold model",
-            "Requests the gateway holds while a model has no ready replica (scale-from-zero signal).",
-            "short",
-            (_Target(f"sum by ({g.MODEL_LABEL}) ({selector(g.PENDING_REQUESTS, model)})", "{{model}}"),),
+            "Requests by model",
+            "Requests per second per model alias; for a scaled-to-zero model, this is what wakes it.",
+            "reqps",
+            (_Target(f"sum by ({g.MODEL_LABEL}) ({requests})", "{{model}}"),),
         ),
         _Panel(
             "Cache up",

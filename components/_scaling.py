@@ -139,7 +139,7 @@ def scaled_object(
 
     Warm capacity is the default: ``min_replicas`` must stay >= 1 unless ``scale_to_zero`` opts in. A
     model at zero has no pod left to export a queue, so scale-to-zero adds a second trigger on the
-    gateway's held requests (``inferstack_gateway_pending_requests``) that wakes it.
+    gateway's request rate for that model (``inferstack_gateway_requests_total{model=...}``) that wakes it.
 
     ``target_kind="LeaderWorkerSet"`` scales whole leader+worker groups (``target_name`` defaults to the
     model name).
@@ -196,17 +196,19 @@ def scaled_object(
     }
     if scale_to_zero:
         g = GatewayMetrics
-        pending = selector(g.PENDING_REQUESTS, f'{g.MODEL_LABEL}="{model}"')
+        # A model at zero has no pod to report a queue: the gateway's request rate for it wakes it. The
+        # first requests get a clear 503 from the gateway until a replica is ready (a cold start).
+        asked = selector(g.REQUESTS_TOTAL, f'{g.MODEL_LABEL}="{model}"')
         triggers.append(
             {
                 "type": "prometheus",
-                "name": "gateway-pending",
+                "name": "gateway-requests",
                 "metricType": "AverageValue",
                 "metadata": {
                     "serverAddress": server,
-                    "query": f"sum({pending})",
+                    "query": f"sum(rate({asked}[1m]))",
                     "threshold": _threshold(threshold),
-                    # Any held request activates the model (0 -> 1); KEDA activates on value > activation.
+                    # Any request activates the model (0 -> 1); KEDA activates on value > activation.
                     "activationThreshold": "0",
                 },
             }

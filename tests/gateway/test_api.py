@@ -84,7 +84,10 @@ def test_health_readiness_and_metrics_endpoints(gateway: Any, upstreams: Any) ->
     chat(gw.client(), temperature=1)
     status, headers, body = gw.http("GET", "/metrics")
     assert status == 200 and headers["content-type"].startswith("text/plain")
-    assert b'inferstack_gateway_requests_total{cache="bypass",route="/v1/chat/completions",status="200"} 1.0' in body
+    assert (
+        b'inferstack_gateway_requests_total{cache="bypass",model="local",route="/v1/chat/completions",status="200"} 1.0'
+        in body
+    )
 
 
 def test_readyz_is_503_until_startup_has_run(upstreams: Any, gateway: Any) -> None:

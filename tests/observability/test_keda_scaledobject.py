@@ -90,13 +90,13 @@ def test_scale_to_zero_opt_in_sets_min_zero() -> None:
     assert spec["cooldownPeriod"] == ScalingBehavior().cooldown_s
 
 
-def test_scale_to_zero_wakes_on_gateway_pending_requests() -> None:
+def test_scale_to_zero_wakes_on_gateway_requests_for_the_model() -> None:
     # GIVEN a model at zero replicas exports no queue of its own
     # WHEN its ScaledObject is built with scale_to_zero
-    trigger = _trigger(_build(scale_to_zero=True), "gateway-pending")
+    trigger = _trigger(_build(scale_to_zero=True), "gateway-requests")
 
-    # THEN a gateway trigger activates it on any request held for that model
-    assert trigger["metadata"]["query"] == 'sum(inferstack_gateway_pending_requests{model="llama-8b"})'
+    # THEN a gateway trigger activates it on any request the gateway saw for that model
+    assert trigger["metadata"]["query"] == 'sum(rate(inferstack_gateway_requests_total{model="llama-8b"}[1m]))'
     assert trigger["metadata"]["activationThreshold"] == "0"
 
 

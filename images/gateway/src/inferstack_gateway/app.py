@@ -108,7 +108,7 @@ class Gateway:
         self._model_metrics = {
             alias: (self.metrics.ttft.labels(alias), self.metrics.itl.labels(alias)) for alias in config.models
         }
-        self._request_counters: dict[tuple[str, int, str], Any] = {}
+        self._request_counters: dict[tuple[str, int, str, str], Any] = {}
         self._id_prefix = secrets.token_hex(4)
         self._ids = itertools.count(1)
         self._models_body = orjson.dumps(
@@ -169,11 +169,14 @@ class Gateway:
                 self._observe(exchange)
 
     def _observe(self, exchange: Exchange) -> None:
-        labels = (exchange.route, exchange.status, exchange.cache)
+        # The model label is the alias the client asked for ("" before one is known): per-model cache hit
+        # rates, and the wake-up signal of a scaled-to-zero model, read it.
+        model = exchange.model or ""
+        labels = (exchange.route, exchange.status, exchange.cache, model)
         counter = self._request_counters.get(labels)
         if counter is None:
             counter = self._request_counters[labels] = self.metrics.requests.labels(
-                exchange.route, str(exchange.status), exchange.cache
+                exchange.route, str(exchange.status), exchange.cache, model
             )
         counter.inc()
         elapsed = time.perf_counter() - exchange.started

@@ -16,8 +16,8 @@ class Metrics:
         r = self.registry
         self.requests = Counter(
             "inferstack_gateway_requests",
-            "Requests by route, status and cache result",
-            ["route", "status", "cache"],
+            "Requests by route, status, cache result and model alias",
+            ["route", "status", "cache", "model"],
             registry=r,
         )
         self.ttft = Histogram(
