@@ -113,9 +113,17 @@ class RedisStore:
         result = await pipe.execute()
         return [int(total) for total in result[::2]]
 
-    async def get_exact(self, exact_key: str) -> bytes | None:
-        value = await self.client.get(f"{self.prefix}x:{exact_key}")
-        return value if isinstance(value, bytes) else None
+    async def get_exact(self, exact_key: str, key_id: str, window: int, tokens: int) -> tuple[bytes | None, int]:
+        """The exact lookup, adding `tokens` to a key's token counter in the same round trip.
+
+        Returns (cached answer, the key's token count after the increment)."""
+        tokens_key = f"{self.prefix}rl:{key_id}:{window}:t"
+        pipe = self.client.pipeline(transaction=False)
+        pipe.get(f"{self.prefix}x:{exact_key}")
+        pipe.incrby(tokens_key, tokens)
+        pipe.expire(tokens_key, 2 * WINDOW_S)
+        value, total, _ = await pipe.execute()
+        return (value if isinstance(value, bytes) else None), int(total)
 
     # -- writes -------------------------------------------------------------------------------------------------------
 
