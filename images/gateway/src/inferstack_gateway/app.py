@@ -1,8 +1,9 @@
 """The gateway as one pure ASGI application.
 
-Request lifecycle (design.md): authenticate → read and validate the body → route (complexity tier) → one Redis round
-trip for the rate-limit counters and the exact lookup → semantic lookup (single-turn only) → upstream with failover,
-relayed byte for byte → cache write-back and token accounting after the response, off the critical path.
+Request lifecycle (design.md): authenticate → read and validate the body → route (complexity tier) → rate limits
+from this replica's lease of the shared Redis counters (limits.py), with the exact lookup for cacheable requests →
+semantic lookup (single-turn only) → upstream with failover, relayed byte for byte → cache write-back and token
+accounting after the response, deferred and off the critical path.
 """
 
 from __future__ import annotations
