@@ -20,3 +20,22 @@ def custom_resource(
         spec=manifest["spec"] if spec is None else spec,
         opts=opts,
     )
+
+
+def restricted_pod(uid: int) -> dict[str, Any]:
+    """Pod securityContext that meets the "restricted" Pod Security level for an image running as ``uid``."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": uid,
+        "runAsGroup": uid,
+        "fsGroup": uid,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+RESTRICTED_CONTAINER: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+"""Container securityContext of every kit container that writes nothing outside its volumes."""

@@ -16,6 +16,7 @@ import pulumi_kubernetes as k8s
 import yaml
 from pydantic import Field
 
+from components._k8s import RESTRICTED_CONTAINER, restricted_pod
 from components.redis_cache import CacheEndpoint
 from components.specs import Args, GatewaySpec, ModelDeploySpec, StrInput
 
@@ -156,12 +157,7 @@ class Gateway(pulumi.ComponentResource):
                     },
                     "spec": {
                         "nodeSelector": {"inferstack.io/pool": "system"},
-                        "securityContext": {
-                            "runAsNonRoot": True,
-                            "runAsUser": GATEWAY_UID,
-                            "runAsGroup": GATEWAY_UID,
-                            "seccompProfile": {"type": "RuntimeDefault"},
-                        },
+                        "securityContext": restricted_pod(GATEWAY_UID),
                         "topologySpreadConstraints": [
                             {
                                 "maxSkew": 1,
@@ -192,11 +188,7 @@ class Gateway(pulumi.ComponentResource):
                                     {"name": "keys", "mountPath": "/etc/inferstack/keys", "readOnly": True},
                                     {"name": "tmp", "mountPath": "/tmp"},
                                 ],
-                                "securityContext": {
-                                    "allowPrivilegeEscalation": False,
-                                    "readOnlyRootFilesystem": True,
-                                    "capabilities": {"drop": ["ALL"]},
-                                },
+                                "securityContext": RESTRICTED_CONTAINER,
                             }
                         ],
                         "volumes": [

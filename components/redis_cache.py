@@ -15,6 +15,7 @@ import pulumi_random as random
 from pydantic import Field
 
 from components import _images
+from components._k8s import RESTRICTED_CONTAINER, restricted_pod
 from components.specs import Args, CacheSpec, StrInput
 
 REDIS_PORT = 6379
@@ -98,12 +99,7 @@ class RedisCache(pulumi.ComponentResource):
                     "metadata": {"labels": labels},
                     "spec": {
                         "nodeSelector": {"inferstack.io/pool": "system"},
-                        "securityContext": {
-                            "runAsNonRoot": True,
-                            "runAsUser": REDIS_UID,
-                            "fsGroup": REDIS_UID,
-                            "seccompProfile": {"type": "RuntimeDefault"},
-                        },
+                        "securityContext": restricted_pod(REDIS_UID),
                         "containers": [
                             {
                                 "name": "redis",
@@ -123,11 +119,7 @@ class RedisCache(pulumi.ComponentResource):
                                 "readinessProbe": {**probe, "periodSeconds": 5},
                                 "livenessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 6},
                                 "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                                "securityContext": {
-                                    "allowPrivilegeEscalation": False,
-                                    "readOnlyRootFilesystem": True,
-                                    "capabilities": {"drop": ["ALL"]},
-                                },
+                                "securityContext": RESTRICTED_CONTAINER,
                             }
                         ],
                     },
