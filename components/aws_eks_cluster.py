@@ -24,7 +24,6 @@ class EksClusterArgs(Args):
     spec: ClusterSpec
     region: str
     """Required: the kubeconfig's token command names it."""
-    vpc_id: StrInput
     subnet_ids: list[StrInput]
     """Required: private subnets in at least two zones (an EKS control-plane requirement)."""
     tags: dict[str, str] = Field(default_factory=dict)

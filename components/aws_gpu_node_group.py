@@ -69,15 +69,13 @@ def ami_release_parameter(kubernetes_version: str) -> str:
 
 class GpuNodeGroupArgs(Args):
     pool: GpuPoolSpec
-    zone: str
-    """The pool's single zone (the pool's own, or the network's first)."""
     cluster_name: StrInput
     kubernetes_version: str
     cluster_security_group_id: StrInput
     """EKS adds it only when the launch template names no groups; with EFA interfaces it must be listed."""
     vpc_id: StrInput
     subnet_id: StrInput
-    """The private subnet of ``zone``."""
+    """The private subnet of the pool's single zone (the pool's own, or the network's first)."""
     node_role_arn: StrInput
     ami_release_version: str | None = None
     """Pin an AMI release (e.g. ``1.33.0-20250704``); by default the recommended one from SSM."""

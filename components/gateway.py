@@ -14,7 +14,6 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
-from pydantic import Field
 
 from components._k8s import RESTRICTED_CONTAINER, restricted_pod
 from components.redis_cache import CacheEndpoint
@@ -98,7 +97,6 @@ class GatewayArgs(Args):
     provider: k8s.Provider
     image: StrInput
     otlp_endpoint: str | None = None
-    tags: dict[str, str] = Field(default_factory=dict)
 
 
 class Gateway(pulumi.ComponentResource):

@@ -37,7 +37,6 @@ def compose(env: Environment, stack: str) -> dict[str, Any]:
         EksClusterArgs(
             spec=env.cluster,
             region=env.region,
-            vpc_id=network.vpc_id,
             subnet_ids=[network.private_subnet_ids[z] for z in zones],
             tags=tags,
         ),
@@ -63,7 +62,6 @@ def compose(env: Environment, stack: str) -> dict[str, Any]:
             f"gpu-{pool.name}",
             GpuNodeGroupArgs(
                 pool=pool,
-                zone=zone,
                 cluster_name=cluster.cluster_name,
                 kubernetes_version=env.cluster.kubernetes_version,
                 cluster_security_group_id=cluster.cluster_security_group_id,
@@ -200,7 +198,6 @@ def compose(env: Environment, stack: str) -> dict[str, Any]:
                 provider=provider,
                 image=pulumi.Output.concat(store.repository_urls["gateway"], ":", _images.KIT_IMAGE_TAG),
                 otlp_endpoint=observability.otlp_endpoint,
-                tags=tags,
             ),
             opts=pulumi.ResourceOptions(depends_on=[base, addons]),
         )

@@ -22,7 +22,6 @@ def cluster(engine: MockEngine, **spec: object) -> EksCluster:
         EksClusterArgs(
             spec=ClusterSpec.model_validate(spec),
             region="us-east-1",
-            vpc_id="vpc-1",
             subnet_ids=["subnet-a", "subnet-b"],
         ),
     )

@@ -23,7 +23,6 @@ def build(engine: MockEngine, **pool: Any) -> list[Any]:
         f"gpu-{spec.name}",
         GpuNodeGroupArgs(
             pool=spec,
-            zone="us-east-1a",
             cluster_name="c",
             kubernetes_version="1.33",
             cluster_security_group_id="sg-cluster",
