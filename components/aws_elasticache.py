@@ -29,7 +29,6 @@ class ElastiCacheValkeyArgs(Args):
     client_security_group_id: StrInput
     """The EKS cluster security group: the only source admitted on the Redis port."""
     provider: k8s.Provider
-    client_namespace: str = "inferstack-gateway"
     secret_namespaces: tuple[str, ...] = ("inferstack-gateway", "monitoring")
     """Where the password Secret is written: the gateway's and the Redis exporter's namespaces."""
     protect: bool = True

@@ -122,8 +122,7 @@ class ObservabilityArgs(Args):
     cache_url: StrInput | None = None
     """``redis://`` or ``rediss://`` address the Redis exporter scrapes."""
     cache_secret: tuple[str, str] | None = None
-    """(Secret name, key) with the cache password, in ``cache_secret_namespace``."""
-    cache_secret_namespace: str = "monitoring"
+    """(Secret name, key) with the cache password; the cache writes that Secret into the monitoring namespace."""
 
 
 class Observability(pulumi.ComponentResource):

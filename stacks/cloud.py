@@ -114,7 +114,6 @@ def compose(env: Environment, stack: str) -> dict[str, Any]:
                 subnet_ids=[network.private_subnet_ids[z] for z in zones],
                 client_security_group_id=cluster.cluster_security_group_id,
                 provider=provider,
-                client_namespace=base.gateway_namespace,
                 protect=env.cache.protect,
                 tags=tags,
             ),
