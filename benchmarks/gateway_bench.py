@@ -53,6 +53,17 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 # Servers started as subprocesses of this file.
 
 
+async def read_body(receive: Any) -> bytes:
+    """The whole request body of an ASGI HTTP request."""
+    body = b""
+    more = True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    return body
+
+
 def serve_upstream(port: int, ttft_ms: float, itl_ms: float, tokens: int) -> None:
     """A minimal OpenAI SSE server: the upstream both paths share."""
     import orjson
@@ -61,12 +72,7 @@ def serve_upstream(port: int, ttft_ms: float, itl_ms: float, tokens: int) -> Non
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        more = True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body = await read_body(receive)
         if scope["path"].endswith("/models"):
             await send(
                 {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]}
@@ -111,12 +117,7 @@ def serve_embeddings(port: int) -> None:
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        more = True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body = await read_body(receive)
         text = orjson.loads(body)["input"]
         vector = await asyncio.to_thread(model.encode, [text] if isinstance(text, str) else text)
         data = [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vector)]

@@ -10,6 +10,7 @@ Cross-section rules (a pool's zone must be one of the network's zones) live in
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from ipaddress import IPv4Network
 from typing import Annotated, Any, Literal
 
@@ -51,6 +52,17 @@ def config_error(message: str, *, allowed: str, fix: str) -> PydanticCustomError
 def did_you_mean(value: str, choices: list[str]) -> str:
     close = difflib.get_close_matches(value, choices, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def catalog_member(value: str, catalog: Mapping[str, Any], *, catalog_name: str, item: str) -> str:
+    """``value`` if it is a key of ``catalog``, else an error listing the catalog with a did-you-mean."""
+    if value not in catalog:
+        raise config_error(
+            f"not in the {catalog_name} catalog",
+            allowed=", ".join(catalog),
+            fix=f"use a catalog {item}{did_you_mean(value, list(catalog))}",
+        )
+    return value
 
 
 class NetworkSpec(Spec):
@@ -149,13 +161,7 @@ class GpuPoolSpec(ScalingSpec):
     @field_validator("instance_type")
     @classmethod
     def _known_instance_type(cls, value: str) -> str:
-        if value not in INSTANCES:
-            raise config_error(
-                "not in the GPU catalog",
-                allowed=", ".join(INSTANCES),
-                fix=f"use a catalog instance type{did_you_mean(value, list(INSTANCES))}",
-            )
-        return value
+        return catalog_member(value, INSTANCES, catalog_name="GPU", item="instance type")
 
     @property
     def spec(self) -> Any:
@@ -249,13 +255,7 @@ class ModelDeploySpec(Spec):
     def _known_model(cls, value: str) -> str:
         from components._models import MODELS
 
-        if value not in MODELS:
-            raise config_error(
-                "not in the model catalog",
-                allowed=", ".join(MODELS),
-                fix=f"use a catalog model id{did_you_mean(value, list(MODELS))}",
-            )
-        return value
+        return catalog_member(value, MODELS, catalog_name="model", item="model id")
 
     @field_validator("speculative", mode="before")
     @classmethod

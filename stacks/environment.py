@@ -7,13 +7,13 @@ the stack file, the key path, the value received, what is allowed, and the fix.
 
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from components._catalog import INSTANCES
 from components.specs import (
     CacheSpec,
     ClusterSpec,
@@ -25,6 +25,7 @@ from components.specs import (
     ObservabilitySpec,
     Spec,
     SystemPoolSpec,
+    did_you_mean,
 )
 
 CONFIG_KEY = "inferstack:environment"
@@ -99,7 +100,7 @@ def load_environment(raw: Any, source: str) -> Environment:
                     f"{CONFIG_KEY}.tier",
                     _show(tier),
                     ", ".join(TIERS) + " (onprem and edge are not provided by this version)",
-                    "set `tier: cloud`" + _did_you_mean(str(tier), list(TIERS)) if tier else "add `tier: cloud`",
+                    "set `tier: cloud`" + did_you_mean(str(tier), list(TIERS)) if tier else "add `tier: cloud`",
                 )
             ],
         )
@@ -135,7 +136,7 @@ def cross_checks(env: Environment) -> list[ConfigIssue]:
         if names.count(pool.name) > 1:
             issues.append(ConfigIssue(f"{at}.name", repr(pool.name), "a name unique among gpuPools", "rename one pool"))
         if pool.efa and not spec.efa:
-            efa_types = ", ".join(t for t, s in _instances().items() if s.efa)
+            efa_types = ", ".join(t for t, s in INSTANCES.items() if s.efa)
             issues.append(
                 ConfigIssue(
                     f"{at}.efa",
@@ -150,7 +151,7 @@ def cross_checks(env: Environment) -> list[ConfigIssue]:
                     f"{at}.zone",
                     repr(pool.zone),
                     "one of network.availabilityZones: " + ", ".join(zones),
-                    "set the zone to one of the network's zones" + _did_you_mean(pool.zone, list(zones)),
+                    "set the zone to one of the network's zones" + did_you_mean(pool.zone, list(zones)),
                 )
             )
         if pool.min_size > pool.max_size:
@@ -218,7 +219,7 @@ def cross_checks(env: Environment) -> list[ConfigIssue]:
                         f"{CONFIG_KEY}.gateway.routes[{i}].{key}",
                         repr(target),
                         "one of models[].name: " + ", ".join(models),
-                        "name a served model" + _did_you_mean(target, models),
+                        "name a served model" + did_you_mean(target, models),
                     )
                 )
         if route.alias in models:
@@ -291,7 +292,7 @@ def model_checks(env: Environment) -> list[ConfigIssue]:
                     f"{at}.pool",
                     repr(model.pool),
                     "one of gpuPools[].name: " + ", ".join(pools),
-                    "name an existing pool" + _did_you_mean(model.pool, list(pools)),
+                    "name an existing pool" + did_you_mean(model.pool, list(pools)),
                 )
             )
             continue
@@ -356,22 +357,11 @@ def gateway_checks(env: Environment) -> list[ConfigIssue]:
     return []
 
 
-def _instances() -> dict[str, Any]:
-    from components._catalog import INSTANCES
-
-    return dict(INSTANCES)
-
-
 def _show(value: Any) -> str:
     if value is None:
         return "nothing"
     text = json.dumps(value) if not isinstance(value, str) else repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _did_you_mean(value: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(value, choices, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _path(loc: tuple[int | str, ...]) -> str:
@@ -426,7 +416,7 @@ def _issue_from_pydantic(error: Any) -> ConfigIssue:
             path,
             f"unknown key {str(loc[-1])!r}",
             ", ".join(keys) or "no other keys",
-            "remove the key" + (_did_you_mean(str(loc[-1]), keys).replace(" (", ", or rename it (") if keys else ""),
+            "remove the key" + (did_you_mean(str(loc[-1]), keys).replace(" (", ", or rename it (") if keys else ""),
         )
     if kind == "missing":
         return ConfigIssue(
