@@ -168,6 +168,9 @@ def test_dashboards_and_rules_render_as_valid_objects(plan_of: PlanOf, stack: st
 
 def test_plan_prints_the_pinned_chart_versions(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--stack", "dev"]) == 0
-    out = capsys.readouterr().out
-    assert "keda                       keda" in out or "keda" in out.split("Helm charts")[1]
-    assert CHARTS["karpenter"].version in out.split("Helm charts")[1]
+    charts = capsys.readouterr().out.split("Helm charts")[1].split("Outputs:")[0]
+    rows = {line.split()[0]: line.split()[1:] for line in charts.splitlines()[3:] if line.strip()}
+    # Every release the dev stack installs is listed with its pinned chart, version and namespace.
+    for name in ("karpenter", "keda", "kube-prometheus-stack", "lws"):
+        pin = CHARTS[name]
+        assert rows[name] == [pin.chart_ref, pin.version, pin.namespace]
