@@ -77,6 +77,8 @@ class Exchange:
     tier: str | None = None
     upstream: str | None = None
     tenant: str | None = None
+    span: Any = None
+    """The request's OpenTelemetry span, when tracing is on."""
     detail: dict[str, Any] = field(default_factory=dict)
 
 
@@ -143,6 +145,8 @@ class Gateway:
         request_id = given.decode("latin-1")[:128] if given else f"{self._id_prefix}{next(self._ids):08x}"
         exchange = Exchange(request_id=request_id, route=path, started=time.perf_counter())
         route = self._routes.get(path)
+        if self.tracer is not None and path.startswith("/v1/"):
+            exchange.span = self.tracer.start(scope["method"], path if route else "unknown", headers)
         try:
             if route is None:
                 exchange.route = "unknown"
@@ -183,8 +187,8 @@ class Gateway:
         elapsed = time.perf_counter() - exchange.started
         if self.config.server.access_log:
             self._defer(lambda: _access_log(exchange, elapsed))
-        if self.tracer is not None:
-            self.tracer.record(exchange, elapsed)
+        if exchange.span is not None and self.tracer is not None:
+            self.tracer.finish(exchange.span, exchange)
 
     def _defer(self, work: Callable[[], Any]) -> None:
         """Run `work` DEFER_S from now, batched with the other deferred work."""
@@ -578,9 +582,10 @@ class Gateway:
                 payloads[name] = orjson.dumps({**request.body, "model": name or request.model})
             return payloads[name]
 
+        trace = None if exchange.span is None or self.tracer is None else self.tracer.upstream_headers(exchange.span)
         opened = await open_upstream(
             self.session, self.tiers[tier], path, payload,
-            stream=request.stream, budgets=self.config.budgets, deadline=deadline, tier=tier,
+            stream=request.stream, budgets=self.config.budgets, deadline=deadline, tier=tier, extra_headers=trace,
         )  # fmt: skip
         exchange.upstream = opened.upstream.name
         if opened.status >= 400:

@@ -102,11 +102,12 @@ async def open_upstream(
     budgets: BudgetsConfig,
     deadline: float,
     tier: str,
+    extra_headers: dict[str, str] | None = None,
 ) -> Opened:
     """Try each upstream in order; fail over on connect errors, 5xx and timeouts before the first byte.
 
-    `deadline` is the request's deadline on the loop clock. Raises GatewayError 503 (every upstream down or open)
-    or 504 (out of time).
+    `deadline` is the request's deadline on the loop clock; `extra_headers` (trace context) go to every upstream
+    tried. Raises GatewayError 503 (every upstream down or open) or 504 (out of time).
     """
     loop = asyncio.get_running_loop()
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=budgets.upstream_connect_ms / 1000)
@@ -127,8 +128,9 @@ async def open_upstream(
         response: aiohttp.ClientResponse | None = None
         try:
             async with asyncio.timeout(limit):
+                headers = upstream.headers if extra_headers is None else {**upstream.headers, **extra_headers}
                 response = await session.post(
-                    upstream.base + path, data=payload(upstream), headers=upstream.headers, timeout=timeout
+                    upstream.base + path, data=payload(upstream), headers=headers, timeout=timeout
                 )
                 upstream.latency.observe(loop.time() - started)
                 if response.status >= 500:
