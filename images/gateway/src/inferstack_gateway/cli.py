@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from inferstack_gateway import logs
+    from inferstack_gateway.server import GatewayHttpProtocol
 
     logs.configure(config.server.log_level)
     # Everything allocated so far (modules, config, the app, its metrics) lives as long as the process: keep it out of
@@ -41,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         host=config.server.host,
         port=config.server.port,
         loop="uvloop",
-        http="httptools",
+        http=GatewayHttpProtocol,  # uvicorn's httptools protocol, sending a response head with its first bytes
+        ws="none",
         lifespan="on",
         access_log=False,  # the gateway writes its own structured access log
         log_config=None,
