@@ -145,6 +145,7 @@ def gateway(
 
     from inferstack_gateway.app import Gateway
     from inferstack_gateway.config import parse_config
+    from inferstack_gateway.server import GatewayHttpProtocol
 
     handles: list[GatewayHandle] = []
     embeddings_server.reset()
@@ -176,7 +177,7 @@ def gateway(
         port = free_port()
         server = uvicorn.Server(
             uvicorn.Config(
-                app, host="127.0.0.1", port=port, loop="none", http="httptools", lifespan="on",
+                app, host="127.0.0.1", port=port, loop="none", http=GatewayHttpProtocol, lifespan="on",
                 access_log=False, log_config=None,
             )
         )  # fmt: skip

@@ -1,0 +1,82 @@
+"""The HTTP protocol: a response's head leaves in the same send as its first body bytes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from inferstack_gateway.server import HeadCoalescingTransport
+
+pytestmark = pytest.mark.asyncio
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+class RecordingTransport:
+    """Stands in for uvloop's transport: records each send (write or writelines) as one entry."""
+
+    def __init__(self) -> None:
+        self.sends: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.sends.append(data)
+
+    def writelines(self, parts: Any) -> None:
+        self.sends.append(b"".join(parts))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str) -> str:
+        return f"info:{name}"
+
+
+def coalescing() -> tuple[HeadCoalescingTransport, RecordingTransport]:
+    inner = RecordingTransport()
+    return HeadCoalescingTransport(inner, asyncio.get_running_loop()), inner  # type: ignore[arg-type]
+
+
+async def test_head_and_first_body_bytes_leave_in_one_send_and_later_chunks_go_straight_out() -> None:
+    transport, inner = coalescing()
+    transport.write(HEAD)
+    assert inner.sends == []  # held
+    transport.write(b'10\r\ndata: {"a":1}\n\n\r\n')
+    assert inner.sends == [HEAD + b'10\r\ndata: {"a":1}\n\n\r\n']
+    transport.write(b"0\r\n\r\n")
+    assert inner.sends[-1] == b"0\r\n\r\n" and len(inner.sends) == 2
+    await asyncio.sleep(0)
+    assert len(inner.sends) == 2  # nothing left behind to flush
+
+
+async def test_a_head_with_no_body_in_the_same_iteration_is_sent_by_the_end_of_it() -> None:
+    transport, inner = coalescing()
+    transport.write(HEAD)
+    await asyncio.sleep(0)
+    assert inner.sends == [HEAD]
+
+
+async def test_close_sends_a_held_head_first_and_a_closed_transport_gets_no_late_write() -> None:
+    transport, inner = coalescing()
+    transport.write(HEAD)
+    transport.close()
+    assert inner.sends == [HEAD] and inner.closed
+
+    transport, inner = coalescing()
+    transport.write(HEAD)
+    inner.closed = True  # the peer went away before the end of the iteration
+    await asyncio.sleep(0)
+    assert inner.sends == []
+
+
+async def test_everything_else_is_the_wrapped_transports() -> None:
+    transport, inner = coalescing()
+    transport.write(b"not a head")
+    assert inner.sends == [b"not a head"]
+    assert transport.get_extra_info("peername") == "info:peername"
+    assert transport.is_closing() is False
