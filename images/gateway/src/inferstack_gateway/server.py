@@ -57,5 +57,5 @@ class HeadCoalescingTransport:
 class GatewayHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol over a HeadCoalescingTransport. Pass as uvicorn's `http`."""
 
-    def connection_made(self, transport: asyncio.Transport) -> None:
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn
         super().connection_made(HeadCoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
