@@ -69,6 +69,7 @@ class Exchange:
     request_id: str
     route: str
     started: float
+    headers: dict[bytes, bytes]
     status: int = 500
     cache: str = "bypass"
     response_started: bool = False
@@ -143,7 +144,7 @@ class Gateway:
         given = headers.get(b"x-request-id")
         # Unique, not secret: a per-process random prefix and a counter (no urandom syscall per request).
         request_id = given.decode("latin-1")[:128] if given else f"{self._id_prefix}{next(self._ids):08x}"
-        exchange = Exchange(request_id=request_id, route=path, started=time.perf_counter())
+        exchange = Exchange(request_id=request_id, route=path, started=time.perf_counter(), headers=headers)
         route = self._routes.get(path)
         if self.tracer is not None and path.startswith("/v1/"):
             exchange.span = self.tracer.start(scope["method"], path if route else "unknown", headers)
@@ -309,7 +310,7 @@ class Gateway:
         await self._send(send, exchange, 200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST.encode())
 
     async def _models(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
-        self.keys.authenticate(dict(scope["headers"]).get(b"authorization"))
+        self.keys.authenticate(exchange.headers.get(b"authorization"))
         await self._send(send, exchange, 200, self._models_body, JSON)
 
     # -- completions --------------------------------------------------------------------------------------------------
@@ -328,7 +329,7 @@ class Gateway:
             self.metrics.in_flight.dec()
 
     async def _complete_inner(self, kind: Kind, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
-        headers = dict(scope["headers"])
+        headers = exchange.headers
         principal = self.keys.authenticate(headers.get(b"authorization"))
         exchange.tenant = principal.tenant
         raw = await self._read_body(headers, receive)

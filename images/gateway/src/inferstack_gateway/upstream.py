@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
+from yarl import URL
 
 from inferstack_gateway.config import BudgetsConfig, UpstreamConfig
 from inferstack_gateway.errors import GatewayError
@@ -60,6 +61,8 @@ class Upstream:
         self.name = name
         self.config = config
         self.base = config.url
+        # Parsed once: aiohttp takes a URL object as it is, where a string is parsed again on every request.
+        self.urls = {path: URL(config.url + path) for path in ("/chat/completions", "/completions")}
         self.model = config.model
         self.headers = {"content-type": "application/json"}
         if config.api_key is not None:
@@ -130,7 +133,7 @@ async def open_upstream(
             async with asyncio.timeout(limit):
                 headers = upstream.headers if extra_headers is None else {**upstream.headers, **extra_headers}
                 response = await session.post(
-                    upstream.base + path, data=payload(upstream), headers=headers, timeout=timeout
+                    upstream.urls[path], data=payload(upstream), headers=headers, timeout=timeout
                 )
                 upstream.latency.observe(loop.time() - started)
                 if response.status >= 500:
