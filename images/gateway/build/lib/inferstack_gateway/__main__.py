@@ -1,0 +1,3 @@
+from inferstack_gateway.cli import main
+
+raise SystemExit(main())

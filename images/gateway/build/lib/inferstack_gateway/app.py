@@ -1,0 +1,824 @@
+"""The gateway as one pure ASGI application.
+
+Request lifecycle (design.md): authenticate → read and validate the body → route (complexity tier) → rate limits
+from this replica's lease of the shared Redis counters (limits.py), with the exact lookup for cacheable requests →
+semantic lookup (single-turn only) → upstream with failover, relayed byte for byte → cache write-back and token
+accounting after the response, deferred and off the critical path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import secrets
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from redis.exceptions import RedisError
+
+from inferstack_gateway import sse
+from inferstack_gateway.auth import KeyTable, Principal
+from inferstack_gateway.config import GatewayConfig, ModelConfig
+from inferstack_gateway.embeddings import Embedder, EmbeddingError
+from inferstack_gateway.errors import GatewayError, error_body
+from inferstack_gateway.limits import SharedLimiter
+from inferstack_gateway.logs import access, logger
+from inferstack_gateway.metrics import Metrics
+from inferstack_gateway.normalize import (
+    CacheKeys,
+    Kind,
+    ParsedRequest,
+    cache_keys,
+    parse_chat,
+    parse_completion,
+    parse_json_body,
+    unknown_model,
+)
+from inferstack_gateway.store import LocalLimiter, RedisStore, close_quietly, retry_after_s
+from inferstack_gateway.tracing import Tracer, setup_tracing
+from inferstack_gateway.upstream import Opened, Upstream, open_upstream
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+JSON = b"application/json"
+SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+OPT_IN_HEADER = b"x-inferstack-cache-opt-in"
+DEFER_S = 0.002
+"""Work that follows a response (access log line, cache write-back, token accounting) waits this long and runs in
+one batch, so that it never sits in front of the next request a keep-alive client sends at once."""
+DONE_LINE = b"data: [DONE]"
+
+
+class ClientGone(Exception):
+    """The client disconnected while the gateway was still reading its request."""
+
+
+@dataclass(slots=True)
+class Exchange:
+    """What one request did, for the response headers, metrics, the access log and the trace."""
+
+    request_id: str
+    route: str
+    started: float
+    headers: dict[bytes, bytes]
+    status: int = 500
+    cache: str = "bypass"
+    response_started: bool = False
+    finished: bool = False
+    model: str | None = None
+    tier: str | None = None
+    upstream: str | None = None
+    tenant: str | None = None
+    span: Any = None
+    """The request's OpenTelemetry span, when tracing is on."""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class Gateway:
+    """ASGI app. Construct with a validated config; resources are opened in the lifespan startup."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self.keys = KeyTable(config)
+        self.ready = False
+        self.session: aiohttp.ClientSession | None = None
+        self.store: RedisStore | None = None
+        self.embedder: Embedder | None = None
+        self.tracer: Tracer | None = None
+        self.local_limits = LocalLimiter()
+        self.shared_limits: SharedLimiter | None = None
+        self.upstreams = {name: Upstream(name, cfg, self.metrics) for name, cfg in config.upstreams.items()}
+        self.tiers = {name: [self.upstreams[u] for u in tier.upstreams] for name, tier in config.tiers.items()}
+        self._keywords = {
+            alias: [[k.lower() for k in rule.keywords] for rule in model.complexity]
+            for alias, model in config.models.items()
+        }
+        self._tier_header = config.routing.tier_header.encode()
+        self._prompt_version_header = config.routing.prompt_version_header.encode()
+        self._background: set[asyncio.Task[Any]] = set()
+        self._deferred: list[Callable[[], Any]] = []
+        self._drain_handle: asyncio.TimerHandle | None = None
+        # Label children resolved once: a labels() call takes a lock and validates on every request.
+        self._model_metrics = {
+            alias: (self.metrics.ttft.labels(alias), self.metrics.itl.labels(alias)) for alias in config.models
+        }
+        self._request_counters: dict[tuple[str, int, str, str], Any] = {}
+        self._id_prefix = secrets.token_hex(4)
+        self._ids = itertools.count(1)
+        self._models_body = orjson.dumps(
+            {
+                "object": "list",
+                "data": [{"id": a, "object": "model", "created": 0, "owned_by": "inferstack"} for a in config.models],
+            }
+        )
+        self._routes: dict[str, tuple[bytes, Callable[[Scope, Receive, Send, Exchange], Awaitable[None]]]] = {
+            "/v1/chat/completions": (b"POST", self._chat),
+            "/v1/completions": (b"POST", self._completion),
+            "/v1/models": (b"GET", self._models),
+            "/healthz": (b"GET", self._healthz),
+            "/readyz": (b"GET", self._readyz),
+            "/metrics": (b"GET", self._metrics),
+        }
+
+    # -- ASGI entry ---------------------------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        headers = dict(scope["headers"])
+        given = headers.get(b"x-request-id")
+        # Unique, not secret: a per-process random prefix and a counter (no urandom syscall per request).
+        request_id = given.decode("latin-1")[:128] if given else f"{self._id_prefix}{next(self._ids):08x}"
+        exchange = Exchange(request_id=request_id, route=path, started=time.perf_counter(), headers=headers)
+        route = self._routes.get(path)
+        if self.tracer is not None and path.startswith("/v1/"):
+            exchange.span = self.tracer.start(scope["method"], path if route else "unknown", headers)
+        try:
+            if route is None:
+                exchange.route = "unknown"
+                raise GatewayError(404, f"Unknown path {path}.", code="unknown_url")
+            method, handler = route
+            if scope["method"].encode() != method:
+                raise GatewayError(
+                    405, f"{path} accepts {method.decode()} only.", code="method_not_allowed",
+                    headers=[(b"allow", method)],
+                )  # fmt: skip
+            await handler(scope, receive, send, exchange)
+        except GatewayError as exc:
+            if not exchange.response_started:
+                await self._send(send, exchange, exc.status, exc.body(), JSON, exc.headers)
+        except ClientGone:
+            exchange.status = 499
+            self.metrics.client_disconnects.inc()
+        except Exception:
+            logger.exception("unhandled error", extra={"request_id": request_id, "path": path})
+            if not exchange.response_started:
+                body = error_body("The gateway failed to handle the request. It has been logged.", "server_error")
+                await self._send(send, exchange, 500, body, JSON)
+        finally:
+            if exchange.route.startswith("/v1/"):
+                self._observe(exchange)
+
+    def _observe(self, exchange: Exchange) -> None:
+        # The model label is the alias the client asked for ("" before one is known): per-model cache hit
+        # rates, and the wake-up signal of a scaled-to-zero model, read it.
+        model = exchange.model or ""
+        labels = (exchange.route, exchange.status, exchange.cache, model)
+        counter = self._request_counters.get(labels)
+        if counter is None:
+            counter = self._request_counters[labels] = self.metrics.requests.labels(
+                exchange.route, str(exchange.status), exchange.cache, model
+            )
+        counter.inc()
+        elapsed = time.perf_counter() - exchange.started
+        if self.config.server.access_log:
+            self._defer(lambda: _access_log(exchange, elapsed))
+        if exchange.span is not None and self.tracer is not None:
+            self.tracer.finish(exchange.span, exchange)
+
+    def _defer(self, work: Callable[[], Any]) -> None:
+        """Run `work` DEFER_S from now, batched with the other deferred work."""
+        self._deferred.append(work)
+        if self._drain_handle is None:
+            self._drain_handle = asyncio.get_running_loop().call_later(DEFER_S, self._drain)
+
+    def _drain(self) -> None:
+        self._drain_handle = None
+        deferred, self._deferred = self._deferred, []
+        for work in deferred:
+            try:
+                work()
+            except Exception:
+                logger.exception("deferred work failed")
+
+    async def _send(
+        self,
+        send: Send,
+        exchange: Exchange,
+        status: int,
+        body: bytes,
+        content_type: bytes,
+        extra: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
+        exchange.status = status
+        exchange.response_started = True
+        headers = [
+            (b"content-type", content_type),
+            (b"content-length", b"%d" % len(body)),
+            (b"x-request-id", exchange.request_id.encode("latin-1")),
+        ]
+        if exchange.route.startswith("/v1/") and exchange.route != "/v1/models":
+            headers.append((b"x-inferstack-cache", exchange.cache.encode()))
+        if extra:
+            headers.extend(extra)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        exchange.finished = True
+        await send({"type": "http.response.body", "body": body})
+
+    # -- lifespan -----------------------------------------------------------------------------------------------------
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as exc:
+                    logger.exception("startup failed")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def startup(self) -> None:
+        config = self.config
+        connector = aiohttp.TCPConnector(
+            limit=0, limit_per_host=config.server.upstream_connections, keepalive_timeout=75, ttl_dns_cache=30
+        )
+        self.session = aiohttp.ClientSession(connector=connector)
+        if config.redis.url is not None:
+            self.store = RedisStore(config.redis, self.metrics, config.embeddings.dimensions)
+            self.shared_limits = SharedLimiter(self.store)
+        if config.embeddings.url is not None:
+            self.embedder = Embedder(config.embeddings, self.session)
+        self.tracer = setup_tracing(config.tracing)
+        semantic = any(m.cache.semantic.enabled and m.cache.policy != "never" for m in config.models.values())
+        if self.store is not None and semantic:
+            try:
+                await asyncio.wait_for(self.store.ensure_index(), 2)
+            except (RedisError, OSError, TimeoutError) as exc:
+                self.store.failed("create_index", exc)  # retried on the first semantic lookup
+        await asyncio.gather(*(self._warm(u) for u in self.upstreams.values()))
+        self.ready = True
+        logger.info("gateway ready", extra={"models": sorted(config.models), "upstreams": sorted(self.upstreams)})
+
+    async def _warm(self, upstream: Upstream) -> None:
+        """Open a keep-alive connection to each upstream before the first request (its failure is only logged)."""
+        assert self.session is not None
+        try:
+            async with asyncio.timeout(2), self.session.get(f"{upstream.base}/models", headers=upstream.headers) as r:
+                await r.read()
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            logger.warning("upstream not reachable at startup", extra={"upstream": upstream.name, "error": repr(exc)})
+
+    async def shutdown(self) -> None:
+        self.ready = False
+        if self._drain_handle is not None:
+            self._drain_handle.cancel()
+            self._drain()
+        if self._background:
+            await asyncio.wait(self._background, timeout=5)
+        if self.shared_limits is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.shared_limits.drain(), 5)
+        if self.session is not None:
+            await self.session.close()
+        await close_quietly(self.store)
+        if self.tracer is not None:
+            self.tracer.shutdown()
+
+    # -- small endpoints ----------------------------------------------------------------------------------------------
+
+    async def _healthz(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
+        await self._send(send, exchange, 200, b'{"status":"ok"}', JSON)
+
+    async def _readyz(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
+        if self.ready:
+            await self._send(send, exchange, 200, b'{"status":"ready"}', JSON)
+        else:
+            await self._send(send, exchange, 503, b'{"status":"starting"}', JSON)
+
+    async def _metrics(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
+        await self._send(send, exchange, 200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST.encode())
+
+    async def _models(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
+        self.keys.authenticate(exchange.headers.get(b"authorization"))
+        await self._send(send, exchange, 200, self._models_body, JSON)
+
+    # -- completions --------------------------------------------------------------------------------------------------
+
+    async def _chat(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
+        await self._complete("chat", scope, receive, send, exchange)
+
+    async def _completion(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
+        await self._complete("completions", scope, receive, send, exchange)
+
+    async def _complete(self, kind: Kind, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
+        self.metrics.in_flight.inc()
+        try:
+            await self._complete_inner(kind, scope, receive, send, exchange)
+        finally:
+            self.metrics.in_flight.dec()
+
+    async def _complete_inner(self, kind: Kind, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
+        headers = exchange.headers
+        principal = self.keys.authenticate(headers.get(b"authorization"))
+        exchange.tenant = principal.tenant
+        raw = await self._read_body(headers, receive)
+        body = parse_json_body(raw)
+        request = parse_chat(body) if kind == "chat" else parse_completion(body)
+        model = self.config.models.get(request.model)
+        if model is None:
+            raise unknown_model(request.model, list(self.config.models))
+        exchange.model = request.model
+        tier = self._choose_tier(request, model, headers)
+        exchange.tier = tier
+
+        keys: CacheKeys | None = None
+        if self._cacheable(request, model, headers):
+            prompt_version = (headers.get(self._prompt_version_header) or b"").decode("latin-1") or model.prompt_version
+            keys = cache_keys(
+                request, tenant=principal.tenant, alias=request.model, model_version=model.version,
+                prompt_version=prompt_version, tier=tier,
+            )  # fmt: skip
+
+        exact = keys if keys and model.cache.exact else None
+        cached, looked_up = await self._admit(principal, request, exact)
+        if cached is not None:
+            exchange.cache = "hit"
+            await self._send_cached(send, exchange, request, cached)
+            return
+
+        embedding: asyncio.Task[bytes] | None = None
+        # An exact stage that overran means the gateway or Redis is saturated: do not add an embedding on top.
+        overloaded = exact is not None and not looked_up
+        semantic = keys is not None and model.cache.semantic.enabled and request.single_turn_text is not None
+        if semantic and not overloaded and self._redis_ok():
+            assert keys is not None and request.single_turn_text is not None
+            looked_up = True
+            found, embedding = await self._semantic_lookup(request.single_turn_text, keys, model, exchange)
+            if found is not None:
+                exchange.cache = "semantic"
+                await self._send_cached(send, exchange, request, found)
+                return
+        exchange.cache = "miss" if keys is not None and looked_up else "bypass"
+        write_keys = keys if exchange.cache == "miss" else None
+        await self._proxy(request, model, tier, principal, write_keys, embedding, receive, send, exchange)
+
+    async def _read_body(self, headers: dict[bytes, bytes], receive: Receive) -> bytes:
+        limit = self.config.server.max_body_bytes
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise _too_large(limit)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def _choose_tier(self, request: ParsedRequest, model: ModelConfig, headers: dict[bytes, bytes]) -> str:
+        override = headers.get(self._tier_header)
+        if override is not None:
+            tier = override.decode("latin-1").strip()
+            allowed = self.config.tiers_of(request.model)
+            if tier not in allowed:
+                raise GatewayError(
+                    400,
+                    f"Header {self.config.routing.tier_header}: '{tier}' is not a tier of model '{request.model}'. "
+                    f"Allowed: {', '.join(sorted(allowed))}.",
+                    param=self.config.routing.tier_header,
+                )
+            return tier
+        if model.complexity:
+            text = request.last_user_text.lower()
+            tokens = request.prompt_tokens_estimate
+            for rule, keywords in zip(model.complexity, self._keywords[request.model], strict=True):
+                if (
+                    (rule.min_prompt_tokens is not None and tokens >= rule.min_prompt_tokens)
+                    or (rule.min_turns is not None and request.turns >= rule.min_turns)
+                    or any(k in text for k in keywords)
+                ):
+                    return rule.tier
+        return model.tier
+
+    def _cacheable(self, request: ParsedRequest, model: ModelConfig, headers: dict[bytes, bytes]) -> bool:
+        cache = model.cache
+        if self.store is None or cache.policy == "never" or not (cache.exact or cache.semantic.enabled):
+            return False
+        control = headers.get(b"cache-control")
+        if control is not None and (b"no-store" in control or b"no-cache" in control):
+            return False
+        if cache.policy == "always" or request.temperature == 0:
+            return True
+        return cache.allow_request_opt_in and headers.get(OPT_IN_HEADER, b"").lower() == b"true"
+
+    def _redis_ok(self) -> bool:
+        return self.store is not None and self.store.available()
+
+    async def _admit(
+        self, principal: Principal, request: ParsedRequest, exact: CacheKeys | None
+    ) -> tuple[bytes | None, bool]:
+        """Count the request against its key's limits and look up the exact cache.
+
+        Most requests are admitted from this replica's lease of the key's shared limit (limits.py) and need no Redis
+        round trip at all unless they are cacheable; the others reserve slots and look up the exact cache in one
+        round trip. Returns (cached answer, whether the exact cache was consulted).
+        """
+        tokens = request.prompt_tokens_estimate
+        store = self.store
+        limiter = self.shared_limits
+        if store is None or limiter is None or not store.available():
+            self._admit_locally(principal, tokens)
+            return None, False
+        leased = limiter.lease(principal, tokens, carried=exact is not None)
+        if leased and exact is None:
+            return None, False
+        cached: bytes | None = None
+        refused: str | None = None
+        answered = False
+        window, pending = limiter.take_pending(principal.key_id) if leased else (0, 0)
+        total: int | None = None
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.config.budgets.exact_cache_ms / 1000):
+                if leased:
+                    assert exact is not None
+                    cached, total = await store.get_exact(exact.exact, principal.key_id, window, pending)
+                else:
+                    refused, cached = await limiter.admit(principal, tokens, exact.exact if exact else None)
+            answered = True
+            store.succeeded()
+        except TimeoutError:
+            # An overrun skips this stage only: under load the event loop itself can lag past a few ms, and
+            # treating that as an outage would turn every hit into upstream traffic for retry_after_ms.
+            self.metrics.cache_skipped.labels("exact", "budget").inc()
+        except (RedisError, OSError) as exc:
+            store.failed("admit", exc)
+        if leased:
+            limiter.settle(principal.key_id, window, total, pending)
+        if exact is not None and answered:
+            self.metrics.cache_lookup.labels("exact").observe(time.perf_counter() - started)
+        if not leased and not answered:
+            self._admit_locally(principal, tokens)
+        elif refused == "requests":
+            raise _rate_limited("requests", principal.requests_per_minute, self.metrics)
+        elif refused == "tokens":
+            raise _rate_limited("tokens", principal.tokens_per_minute, self.metrics)
+        return cached, answered and exact is not None
+
+    def _admit_locally(self, principal: Principal, tokens: int) -> None:
+        usage = self.local_limits.admit(principal.key_id, tokens)
+        if usage.requests > principal.requests_per_minute:
+            raise _rate_limited("requests", principal.requests_per_minute, self.metrics)
+        if usage.tokens_before >= principal.tokens_per_minute:
+            raise _rate_limited("tokens", principal.tokens_per_minute, self.metrics)
+
+    async def _semantic_lookup(
+        self, text: str, keys: CacheKeys, model: ModelConfig, exchange: Exchange
+    ) -> tuple[bytes | None, asyncio.Task[bytes] | None]:
+        """Embed and search within the budget. The embedding task outlives an overrun so the write-back can use it."""
+        assert self.embedder is not None and self.store is not None
+        embedding = asyncio.create_task(self.embedder.embed(text))
+        embedding.add_done_callback(_consume_exception)
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.config.budgets.semantic_cache_ms / 1000):
+                vector = await asyncio.shield(embedding)
+                found = await self.store.nearest(vector, keys.tenant_tag, keys.partition)
+            self.store.succeeded()
+        except TimeoutError:
+            self.metrics.cache_skipped.labels("semantic", "budget").inc()
+            return None, embedding
+        except EmbeddingError as exc:
+            self.metrics.cache_skipped.labels("semantic", "embeddings").inc()
+            exchange.detail["semantic_skipped"] = str(exc)
+            return None, None
+        except (RedisError, OSError) as exc:
+            self.store.failed("semantic", exc)
+            return None, embedding
+        self.metrics.cache_lookup.labels("semantic").observe(time.perf_counter() - started)
+        if found is None:
+            return None, embedding
+        distance, answer = found
+        exchange.detail["semantic_distance"] = round(distance, 4)
+        return (answer if distance <= model.cache.semantic.max_distance else None), embedding
+
+    async def _send_cached(self, send: Send, exchange: Exchange, request: ParsedRequest, answer: bytes) -> None:
+        self._model_metrics[request.model][0].observe(time.perf_counter() - exchange.started)
+        if not request.stream:
+            await self._send(send, exchange, 200, answer, JSON)
+            return
+        body = sse.replay(request.kind, orjson.loads(answer), request.include_usage)
+        await self._send(send, exchange, 200, body, SSE_HEADERS[0][1], SSE_HEADERS[1:])
+
+    # -- upstream -----------------------------------------------------------------------------------------------------
+
+    async def _proxy(
+        self,
+        request: ParsedRequest,
+        model: ModelConfig,
+        tier: str,
+        principal: Principal,
+        keys: CacheKeys | None,
+        embedding: asyncio.Task[bytes] | None,
+        receive: Receive,
+        send: Send,
+        exchange: Exchange,
+    ) -> None:
+        """Run the upstream exchange; it is cancelled (closing the upstream request) if the client leaves first.
+
+        The exchange runs in the request's own task; a small watcher task cancels that task on a disconnect.
+        """
+        task = asyncio.current_task()
+        assert task is not None
+        watcher = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, task, exchange))
+        try:
+            await self._relay(request, model, tier, principal, keys, embedding, send, exchange)
+        except asyncio.CancelledError:
+            if not (watcher.done() and not watcher.cancelled() and watcher.result()):
+                raise
+            task.uncancel()
+            self.metrics.client_disconnects.inc()
+            exchange.status = 499
+            exchange.detail["disconnected"] = True
+        finally:
+            watcher.cancel()
+
+    async def _relay(
+        self,
+        request: ParsedRequest,
+        model: ModelConfig,
+        tier: str,
+        principal: Principal,
+        keys: CacheKeys | None,
+        embedding: asyncio.Task[bytes] | None,
+        send: Send,
+        exchange: Exchange,
+    ) -> None:
+        assert self.session is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.budgets.request_ms / 1000 - (time.perf_counter() - exchange.started)
+        path = "/chat/completions" if request.kind == "chat" else "/completions"
+        payloads: dict[str | None, bytes] = {}
+
+        def payload(upstream: Upstream) -> bytes:
+            name = upstream.model
+            if name not in payloads:
+                payloads[name] = orjson.dumps({**request.body, "model": name or request.model})
+            return payloads[name]
+
+        trace = None if exchange.span is None or self.tracer is None else self.tracer.upstream_headers(exchange.span)
+        opened = await open_upstream(
+            self.session, self.tiers[tier], path, payload,
+            stream=request.stream, budgets=self.config.budgets, deadline=deadline, tier=tier, extra_headers=trace,
+        )  # fmt: skip
+        exchange.upstream = opened.upstream.name
+        if opened.status >= 400:
+            # The upstream refused the request itself (4xx): pass it on, in OpenAI's shape, and do not fail over.
+            exchange.cache = "bypass" if keys is None else exchange.cache
+            await self._send(send, exchange, opened.status, _as_openai_error(opened.first, opened.status), JSON)
+            return
+        if not request.stream:
+            self._model_metrics[request.model][0].observe(time.perf_counter() - exchange.started)
+            await self._send(send, exchange, 200, opened.first, JSON)
+            self._after(principal, request, model, keys, embedding, opened.first, streamed=False)
+            return
+        raw = await self._stream(opened, request, send, exchange, deadline)
+        if raw is not None:
+            self._after(principal, request, model, keys, embedding, raw, streamed=True)
+
+    async def _stream(
+        self, opened: Opened, request: ParsedRequest, send: Send, exchange: Exchange, deadline: float
+    ) -> bytes | None:
+        """Relay the SSE body chunk by chunk as it arrives. Returns the whole body if it ended with [DONE]."""
+        headers = [
+            *SSE_HEADERS,
+            (b"x-request-id", exchange.request_id.encode("latin-1")),
+            (b"x-inferstack-cache", exchange.cache.encode()),
+        ]
+        exchange.status = 200
+        exchange.response_started = True
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        now = time.perf_counter()
+        ttft, itl = self._model_metrics[request.model]
+        ttft.observe(now - exchange.started)
+        chunks = [opened.first]
+        response = opened.response
+        content = response.content
+        error: str | None = None
+        try:
+            async with asyncio.timeout_at(deadline):
+                chunk = opened.first
+                while True:
+                    # When the upstream has already ended its stream, its last chunk also ends the response.
+                    if content.at_eof() and _ends_with_done(chunks):
+                        exchange.finished = True
+                        await send({"type": "http.response.body", "body": chunk})
+                        return b"".join(chunks)
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    chunk = await content.readany()
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    previous, now = now, time.perf_counter()
+                    itl.observe(now - previous)
+        except TimeoutError:
+            error = "The request budget ran out while the upstream was still streaming."
+            opened.upstream.error("timeout_mid_stream")
+        except (aiohttp.ClientError, OSError) as exc:
+            error = f"The upstream stream broke: {type(exc).__name__}."
+            opened.upstream.error("broken_stream")
+        finally:
+            response.close()
+        if error is None and not _ends_with_done(chunks):
+            error = "The upstream ended the stream without [DONE]."
+            opened.upstream.error("truncated_stream")
+        exchange.finished = True
+        if error is not None:
+            exchange.detail["stream_error"] = error
+            event = {"error": {"message": error, "type": "server_error", "param": None, "code": "upstream_stream"}}
+            await send({"type": "http.response.body", "body": b"data: " + orjson.dumps(event) + b"\n\n"})
+            return None
+        await send({"type": "http.response.body", "body": b""})
+        return b"".join(chunks)
+
+    # -- after the response -------------------------------------------------------------------------------------------
+
+    def _after(
+        self,
+        principal: Principal,
+        request: ParsedRequest,
+        model: ModelConfig,
+        keys: CacheKeys | None,
+        embedding: asyncio.Task[bytes] | None,
+        raw: bytes,
+        streamed: bool,
+    ) -> None:
+        def start() -> None:
+            task = asyncio.create_task(self._write_back(principal, request, model, keys, embedding, raw, streamed))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+        self._defer(start)
+
+    async def _write_back(
+        self,
+        principal: Principal,
+        request: ParsedRequest,
+        model: ModelConfig,
+        keys: CacheKeys | None,
+        embedding: asyncio.Task[bytes] | None,
+        raw: bytes,
+        streamed: bool,
+    ) -> None:
+        """Token accounting and cache writes for a complete answer. Nothing here can reach the client."""
+        try:
+            if keys is None and streamed and (reported := sse.reported_completion_tokens(raw)) is not None:
+                # Nothing to cache: the usage the upstream reported is all that is needed, no need to rebuild the
+                # whole answer from its events.
+                response, tokens = None, reported
+            else:
+                response = sse.assemble(request.kind, raw) if streamed else _complete_body(raw)
+                tokens = _output_tokens(response)
+            store = self.store
+            if store is None or self.shared_limits is None or not store.available():
+                self.local_limits.charge_tokens(principal.key_id, tokens)
+                return
+            self.shared_limits.charge(principal.key_id, tokens)
+            value = None if response is None else (orjson.dumps(response) if streamed else raw)
+            try:
+                if keys is None:
+                    return
+                if value is None:
+                    self.metrics.cache_writes.labels("exact", "incomplete").inc()
+                    return
+                semantic = None
+                if embedding is not None:
+                    try:
+                        vector = await embedding
+                        ttl = model.cache.semantic.ttl_s
+                        semantic = (vector, keys.tenant_tag, keys.partition, ttl)
+                    except EmbeddingError:
+                        self.metrics.cache_writes.labels("semantic", "no_embedding").inc()
+                await store.write(keys.exact, value, model.cache.ttl_s if model.cache.exact else None, semantic)
+                self.metrics.cache_writes.labels("exact", "stored").inc()
+                if semantic is not None:
+                    self.metrics.cache_writes.labels("semantic", "stored").inc()
+            except (RedisError, OSError) as exc:
+                store.failed("write", exc)
+        except Exception:
+            logger.exception("cache write-back failed")
+
+
+async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any], exchange: Exchange) -> bool:
+    """Cancel `task` when the client disconnects before its response is complete. True if it did."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    # uvicorn reports a disconnect after a complete response as well: only an unfinished response was cut short.
+    if exchange.finished:
+        return False
+    task.cancel()
+    return True
+
+
+def _consume_exception(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+def _access_log(exchange: Exchange, elapsed: float) -> None:
+    access.info(
+        "request",
+        extra={
+            "request_id": exchange.request_id,
+            "route": exchange.route,
+            "status": exchange.status,
+            "cache": exchange.cache,
+            "model": exchange.model,
+            "tier": exchange.tier,
+            "upstream": exchange.upstream,
+            "tenant": exchange.tenant,
+            "duration_ms": round(elapsed * 1000, 3),
+            **exchange.detail,
+        },
+    )
+
+
+def _ends_with_done(chunks: list[bytes]) -> bool:
+    tail = chunks[-1].rstrip()
+    if len(tail) >= len(DONE_LINE) or len(chunks) == 1:
+        return tail.endswith(DONE_LINE)
+    return b"".join(chunks).rstrip().endswith(DONE_LINE)  # [DONE] split across chunks
+
+
+def _too_large(limit: int) -> GatewayError:
+    return GatewayError(413, f"The request body is larger than the limit of {limit} bytes.", code="request_too_large")
+
+
+def _rate_limited(limit: str, value: int, metrics: Metrics) -> GatewayError:
+    metrics.rate_limited.labels(limit).inc()
+    wait = retry_after_s()
+    return GatewayError(
+        429,
+        f"Rate limit reached: {value} {limit} per minute for this API key. Retry after {wait} s.",
+        type="rate_limit_error" if limit == "requests" else "tokens",
+        code="rate_limit_exceeded",
+        headers=[(b"retry-after", str(wait).encode())],
+    )
+
+
+def _as_openai_error(body: bytes, status: int) -> bytes:
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        parsed = None
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
+        return body
+    message = parsed.get("message") if isinstance(parsed, dict) else None
+    text = message if isinstance(message, str) else body[:500].decode("utf-8", "replace")
+    return error_body(f"The upstream refused the request (HTTP {status}): {text}", "invalid_request_error")
+
+
+def _complete_body(raw: bytes) -> dict[str, Any] | None:
+    """A non-streamed answer worth caching: JSON with choices, each finished."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices:
+        return None
+    if not all(isinstance(c, dict) and c.get("finish_reason") for c in choices):
+        return None
+    return body
+
+
+def _output_tokens(response: dict[str, Any] | None) -> int:
+    if response is None:
+        return 0
+    usage = response.get("usage")
+    if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+        return int(usage["completion_tokens"])
+    text = 0
+    for choice in response.get("choices") or ():
+        message = choice.get("message") or {}
+        text += len(message.get("content") or choice.get("text") or "")
+    return text // 4

@@ -1,0 +1,515 @@
+"""The gateway's configuration: one YAML file, validated into one frozen pydantic model.
+
+This module imports only pydantic and PyYAML so that the Pulumi component can import `GatewayConfig`,
+build it from the stack's config and render the ConfigMap with `render_yaml` without pulling in the
+server's dependencies.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+__all__ = [
+    "ApiKeyConfig",
+    "AuthConfig",
+    "BudgetsConfig",
+    "CacheConfig",
+    "CircuitBreakerConfig",
+    "ComplexityRule",
+    "ConfigError",
+    "EmbeddingsConfig",
+    "GatewayConfig",
+    "LimitsConfig",
+    "ModelConfig",
+    "RedisConfig",
+    "RoutingConfig",
+    "SemanticCacheConfig",
+    "ServerConfig",
+    "TierConfig",
+    "TracingConfig",
+    "UpstreamConfig",
+    "interpolate_env",
+    "load_config",
+    "load_keys_file",
+    "parse_config",
+    "render_yaml",
+]
+
+Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$")]
+PositiveMs = Annotated[float, Field(gt=0)]
+
+
+class ConfigError(Exception):
+    """A configuration problem. `str()` is the message a user sees: it names the key path and the fix."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _http_url(value: str, what: str) -> str:
+    if not re.match(r"^https?://[^\s/]+", value):
+        raise PydanticCustomError(
+            "url", "{what} must be an http:// or https:// URL, got {value}", {"what": what, "value": repr(value)}
+        )
+    return value.rstrip("/")
+
+
+class ServerConfig(_Frozen):
+    """Where and how the gateway listens."""
+
+    host: str = "0.0.0.0"
+    """Interface to bind. The pod network decides reachability; the Service is internal by default."""
+    port: int = Field(default=8080, ge=1, le=65535)
+    """TCP port."""
+    max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    """Larger request bodies are refused with 413 before they are parsed."""
+    upstream_connections: int = Field(default=1024, ge=1)
+    """Keep-alive connection pool size per upstream host (one shared aiohttp session)."""
+    access_log: bool = True
+    """One structured JSON line per request, with its request id."""
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    """Level of the gateway's JSON logs."""
+
+
+class RedisConfig(_Frozen):
+    """The cache and the shared rate-limit counters. Standalone Redis 8, Redis Stack, Valkey or ElastiCache."""
+
+    url: str | None = None
+    """redis:// or rediss:// URL. Without one, caching is off and rate limits are per replica."""
+    key_prefix: str = "inferstack:"
+    """Prefix of every key and of the vector index name, so several gateways can share one Redis."""
+    timeout_ms: PositiveMs = 50
+    """Socket connect/read timeout. The stage budgets cut lookups shorter than this."""
+    max_connections: int = Field(default=128, ge=1)
+    """Connection pool size per worker."""
+    retry_after_ms: PositiveMs = 1000
+    """After a Redis error, skip Redis for this long instead of paying a timeout on every request."""
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^(redis|rediss|unix)://", value):
+            raise PydanticCustomError(
+                "url", "must start with redis://, rediss:// or unix://, got {value}", {"value": repr(value)}
+            )
+        return value
+
+
+class EmbeddingsConfig(_Frozen):
+    """An OpenAI-compatible /v1/embeddings endpoint, used only by the semantic cache."""
+
+    url: str | None = None
+    """Base URL including /v1, e.g. http://embeddings:8000/v1. Required when any model enables the semantic cache."""
+    model: str = "all-MiniLM-L6-v2"
+    """Model name sent in the embeddings request."""
+    dimensions: int = Field(default=384, ge=2, le=8192)
+    """Vector size of that model; part of the index definition."""
+    timeout_ms: PositiveMs = 500
+    """Deadline of one embeddings call. The lookup waits at most budgets.semantic_cache_ms of it; the write-back
+    reuses the same call, so a slow embedding still lands in the cache."""
+    api_key: SecretStr | None = None
+    """Bearer token for the embeddings endpoint, if it needs one."""
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        return None if value is None else _http_url(value, "embeddings.url")
+
+
+class BudgetsConfig(_Frozen):
+    """Latency budget per stage. A cache stage that overruns is skipped; an upstream that overruns fails over."""
+
+    exact_cache_ms: PositiveMs = 5
+    """Exact-cache lookup (one Redis round trip, shared with the rate-limit counters)."""
+    semantic_cache_ms: PositiveMs = 50
+    """Semantic lookup: embedding plus KNN query."""
+    upstream_connect_ms: PositiveMs = 500
+    """TCP connect to one upstream; past it the next upstream is tried."""
+    upstream_ttft_ms: PositiveMs = 10_000
+    """Streaming: time to the first event from one upstream, after which the next upstream is tried."""
+    request_ms: PositiveMs = 300_000
+    """The whole request. Past it the client gets 504 (or the stream ends with an error event)."""
+
+
+class CircuitBreakerConfig(_Frozen):
+    """Per-upstream circuit breaker."""
+
+    failures_to_open: int = Field(default=5, ge=1)
+    """Consecutive failures that open the circuit."""
+    open_s: float = Field(default=10, gt=0)
+    """How long an open circuit skips the upstream before one probe request is let through."""
+
+
+class UpstreamConfig(_Frozen):
+    """One OpenAI-compatible server: vLLM, trtllm-serve, Triton's OpenAI frontend, or another gateway."""
+
+    url: str
+    """Base URL including /v1, e.g. http://vllm-small:8000/v1."""
+    model: str | None = None
+    """Model name the server serves. Default: the alias the client asked for."""
+    api_key: SecretStr | None = None
+    """Bearer token sent upstream."""
+    circuit_breaker: CircuitBreakerConfig = CircuitBreakerConfig()
+    """When to stop sending to a failing upstream."""
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return _http_url(value, "url")
+
+
+class TierConfig(_Frozen):
+    """A tier is an ordered failover list of upstreams serving one class of model (small, large)."""
+
+    upstreams: list[Name] = Field(min_length=1)
+    """Names under `upstreams:`, tried in order on connect errors, 5xx and timeouts before the first byte."""
+
+
+class ComplexityRule(_Frozen):
+    """Escalate to `tier` when ANY of the given conditions holds."""
+
+    tier: Name
+    """Tier to use when the rule matches."""
+    min_prompt_tokens: int | None = Field(default=None, ge=1)
+    """Estimated prompt tokens (characters / 4) at or above which the rule matches."""
+    min_turns: int | None = Field(default=None, ge=1)
+    """Number of user messages at or above which the rule matches."""
+    keywords: list[str] = []
+    """Case-insensitive substrings of the last user message that make the rule match."""
+
+    @model_validator(mode="after")
+    def _has_condition(self) -> Self:
+        if self.min_prompt_tokens is None and self.min_turns is None and not self.keywords:
+            raise PydanticCustomError(
+                "config",
+                "a complexity rule for tier {tier} has no condition. Fix: set min_prompt_tokens, min_turns or keywords",
+                {"tier": repr(self.tier)},
+            )
+        return self
+
+
+class SemanticCacheConfig(_Frozen):
+    """Vector-similarity cache for single-turn requests, partitioned by tenant, model and prompt version."""
+
+    enabled: bool = False
+    """Look up and store single-turn requests by embedding."""
+    max_distance: float = Field(default=0.1, ge=0, le=2)
+    """Cosine distance at or under which a stored answer is served. 0.2 serves wrong answers with MiniLM
+    ("delete" vs "reset my password" is 0.19); keep it strict."""
+    ttl_s: int = Field(default=3600, ge=1)
+    """Lifetime of a semantic entry."""
+
+
+class CacheConfig(_Frozen):
+    """What is cached for one model alias."""
+
+    policy: Literal["temperature_zero", "always", "never"] = "temperature_zero"
+    """temperature_zero: only requests with temperature 0 (or opted in per request). always: every request.
+    never: nothing."""
+    allow_request_opt_in: bool = True
+    """Honour the `x-inferstack-cache-opt-in: true` request header for non-zero temperatures."""
+    exact: bool = True
+    """Exact cache on the deterministic request key."""
+    ttl_s: int = Field(default=3600, ge=1)
+    """Lifetime of an exact entry."""
+    semantic: SemanticCacheConfig = SemanticCacheConfig()
+    """Semantic cache."""
+
+
+class ModelConfig(_Frozen):
+    """A model alias clients send in `model`."""
+
+    tier: Name
+    """Default tier."""
+    version: str = "1"
+    """Model version; part of every cache key. Bump it when the weights change to invalidate the cache."""
+    prompt_version: str = "1"
+    """Default prompt version (clients may send the routing.prompt_version_header). Part of every cache key."""
+    complexity: list[ComplexityRule] = []
+    """Escalation rules, first match wins."""
+    cache: CacheConfig = CacheConfig()
+    """Caching for this alias."""
+
+
+class RoutingConfig(_Frozen):
+    """Request headers that steer routing."""
+
+    tier_header: str = "x-inferstack-tier"
+    """A request header naming a tier of the model (its default tier or a complexity tier) overrides the rules."""
+    prompt_version_header: str = "x-inferstack-prompt-version"
+    """A request header carrying the prompt version."""
+
+    @field_validator("tier_header", "prompt_version_header")
+    @classmethod
+    def _lower(cls, value: str) -> str:
+        return value.lower()
+
+
+class ApiKeyConfig(_Frozen):
+    """One API key. Stored as its SHA-256; a plaintext `key` (from ${ENV}) is hashed at load and dropped."""
+
+    tenant: Name
+    """Tenant the key belongs to. Cache entries never cross tenants."""
+    name: str | None = None
+    """Label for logs and metrics. Default: the first 8 hex digits of the hash."""
+    key_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    """Lower-case hex SHA-256 of the key: `printf %s "$KEY" | sha256sum`."""
+    key: SecretStr | None = None
+    """The key itself, for local use with ${GATEWAY_API_KEY}. Prefer key_sha256 or auth.keys_file."""
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    """Override of limits.requests_per_minute for this key."""
+    tokens_per_minute: int | None = Field(default=None, ge=1)
+    """Override of limits.tokens_per_minute for this key."""
+
+    @model_validator(mode="after")
+    def _exactly_one_secret(self) -> Self:
+        if (self.key_sha256 is None) == (self.key is None or not self.key.get_secret_value()):
+            raise PydanticCustomError(
+                "config",
+                "api key of tenant {tenant} needs exactly one of key_sha256 or key (got {got}). Fix: keep key_sha256 "
+                "and remove key, or set key to a non-empty value",
+                {"tenant": repr(self.tenant), "got": "both" if self.key_sha256 else "neither"},
+            )
+        return self
+
+
+class AuthConfig(_Frozen):
+    """API-key authentication."""
+
+    enabled: bool = True
+    """Require `Authorization: Bearer <key>` on /v1/*. Turn off only behind another authenticating proxy."""
+    keys: list[ApiKeyConfig] = []
+    """Keys given inline."""
+    keys_file: str | None = None
+    """YAML list of keys (same fields, hashed), typically a mounted Kubernetes Secret. Relative to the config file."""
+
+
+class LimitsConfig(_Frozen):
+    """Default per-key rate limits, shared across replicas through Redis (per replica while Redis is down)."""
+
+    requests_per_minute: int = Field(default=600, ge=1)
+    """Requests per key per minute."""
+    tokens_per_minute: int = Field(default=400_000, ge=1)
+    """Prompt + completion tokens per key per minute (estimated at admission, corrected from usage)."""
+
+
+class TracingConfig(_Frozen):
+    """Optional OTLP tracing (needs the `tracing` extra)."""
+
+    otlp_endpoint: str | None = None
+    """OTLP/gRPC collector, e.g. http://otel-collector:4317. Unset: no tracing, no import cost."""
+    service_name: str = "inferstack-gateway"
+    """service.name resource attribute."""
+
+
+class GatewayConfig(_Frozen):
+    """The whole gateway configuration."""
+
+    server: ServerConfig = ServerConfig()
+    redis: RedisConfig = RedisConfig()
+    embeddings: EmbeddingsConfig = EmbeddingsConfig()
+    budgets: BudgetsConfig = BudgetsConfig()
+    upstreams: dict[Name, UpstreamConfig] = Field(min_length=1)
+    tiers: dict[Name, TierConfig] = Field(min_length=1)
+    models: dict[Name, ModelConfig] = Field(min_length=1)
+    routing: RoutingConfig = RoutingConfig()
+    auth: AuthConfig = AuthConfig()
+    limits: LimitsConfig = LimitsConfig()
+    tracing: TracingConfig = TracingConfig()
+
+    @model_validator(mode="after")
+    def _references(self) -> Self:
+        for tier_name, tier in self.tiers.items():
+            for i, upstream in enumerate(tier.upstreams):
+                if upstream not in self.upstreams:
+                    _reference_error(f"tiers.{tier_name}.upstreams.{i}", upstream, "upstreams", self.upstreams)
+        for alias, model in self.models.items():
+            if model.tier not in self.tiers:
+                _reference_error(f"models.{alias}.tier", model.tier, "tiers", self.tiers)
+            for i, rule in enumerate(model.complexity):
+                if rule.tier not in self.tiers:
+                    _reference_error(f"models.{alias}.complexity.{i}.tier", rule.tier, "tiers", self.tiers)
+            caching = model.cache.policy != "never"
+            if caching and (model.cache.exact or model.cache.semantic.enabled) and self.redis.url is None:
+                raise PydanticCustomError(
+                    "config",
+                    "models.{alias}.cache needs a Redis. Fix: set redis.url, or set models.{alias}.cache.policy: never",
+                    {"alias": alias, "path": "redis.url"},
+                )
+            if caching and model.cache.semantic.enabled and self.embeddings.url is None:
+                raise PydanticCustomError(
+                    "config",
+                    "models.{alias}.cache.semantic.enabled is true but embeddings.url is not set. Fix: set "
+                    "embeddings.url to an OpenAI-compatible base URL (…/v1), or disable the semantic cache",
+                    {"alias": alias, "path": "embeddings.url"},
+                )
+        if self.auth.enabled and not self.auth.keys and self.auth.keys_file is None:
+            raise PydanticCustomError(
+                "config",
+                "auth.enabled is true but no key is configured. Fix: add auth.keys or auth.keys_file, or set "
+                "auth.enabled: false behind another authenticating proxy",
+                {"path": "auth"},
+            )
+        return self
+
+    def tiers_of(self, alias: str) -> frozenset[str]:
+        """Tiers a request for `alias` may land on: its default tier and every complexity tier."""
+        model = self.models[alias]
+        return frozenset([model.tier, *(rule.tier for rule in model.complexity)])
+
+
+def _reference_error(path: str, value: str, section: str, known: Mapping[str, object]) -> None:
+    raise PydanticCustomError(
+        "config",
+        "{path}: {value} is not defined under `{section}:`. Fix: use one of {known}, or add it under `{section}:`",
+        {"path": path, "value": repr(value), "section": section, "known": ", ".join(sorted(known)) or "(none)"},
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loading: YAML -> ${VAR} interpolation -> pydantic, with errors that name the key and the fix.
+
+_VAR = re.compile(r"\$(?:\$|\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\})")
+
+
+def interpolate_env(data: Any, env: Mapping[str, str], path: str = "") -> Any:
+    """Replace ${VAR} and ${VAR:-default} in every string scalar; `$$` is a literal `$`."""
+    if isinstance(data, dict):
+        return {key: interpolate_env(value, env, f"{path}.{key}" if path else str(key)) for key, value in data.items()}
+    if isinstance(data, list):
+        return [interpolate_env(value, env, f"{path}.{i}") for i, value in enumerate(data)]
+    if not isinstance(data, str) or "$" not in data:
+        return data
+
+    def replace(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name, default = match.group(1), match.group(2)
+        value = env.get(name)
+        if value is None or (value == "" and default is not None):
+            if default is None:
+                raise ConfigError(
+                    f"{path}: environment variable {name} is not set. "
+                    f"Fix: export {name}, or write ${{{name}:-<default>}} in the config"
+                )
+            return default
+        return value
+
+    return _VAR.sub(replace, data)
+
+
+def _format_validation_error(error: ValidationError, source: str) -> ConfigError:
+    lines = [f"invalid gateway config ({source}):"]
+    for item in error.errors():
+        path = ".".join(str(part) for part in item["loc"])
+        ctx = item.get("ctx") or {}
+        kind = item["type"]
+        if kind == "config":
+            lines.append(f"  {path}: {item['msg']}" if path else f"  {item['msg']}")
+            continue
+        received = item.get("input")
+        if kind == "missing":
+            fix = "add this key"
+        elif kind == "extra_forbidden":
+            fix = "remove it or fix its spelling"
+        elif kind == "literal_error":
+            fix = f"use one of {ctx.get('expected')}"
+        elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+            fix = "use a value in range"
+        else:
+            fix = "see images/gateway/config.example.yaml for the expected shape"
+        shown = "" if kind in ("missing", "extra_forbidden") and received is None else f" (got {received!r})"
+        if isinstance(received, dict | list) or "key" in path.rsplit(".", 1)[-1] or "api_key" in path:
+            shown = ""  # never echo secrets or whole sections
+        lines.append(f"  {path or '(top level)'}: {item['msg']}{shown}. Fix: {fix}")
+    return ConfigError("\n".join(lines))
+
+
+def parse_config(data: Any, *, env: Mapping[str, str] | None = None, source: str = "<config>") -> GatewayConfig:
+    """Validate an already-parsed YAML document (after ${VAR} interpolation from `env`, default os.environ)."""
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"invalid gateway config ({source}): the top level must be a mapping, got {type(data).__name__}"
+        )
+    data = interpolate_env(data, os.environ if env is None else env)
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        raise _format_validation_error(exc, source) from None
+
+
+def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> GatewayConfig:
+    """Read, interpolate and validate a config file. Raises ConfigError with a user-facing message."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read the gateway config {path}: {exc.strerror}. Fix: pass an existing file"
+        ) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    config = parse_config(data, env=env, source=str(path))
+    if config.auth.keys_file is not None and not Path(config.auth.keys_file).is_absolute():
+        resolved = (path.parent / config.auth.keys_file).as_posix()
+        config = config.model_copy(update={"auth": config.auth.model_copy(update={"keys_file": resolved})})
+    return config
+
+
+def load_keys_file(path: str) -> list[ApiKeyConfig]:
+    """Read auth.keys_file: a YAML list of ApiKeyConfig mappings (hashed keys)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(
+            f"auth.keys_file: cannot read {path}: {exc.strerror}. Fix: mount the keys Secret there"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"auth.keys_file: {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, list):
+        raise ConfigError(f"auth.keys_file: {path} must hold a YAML list of keys, got {type(data).__name__}")
+    keys = []
+    for i, item in enumerate(data):
+        try:
+            keys.append(ApiKeyConfig.model_validate(item))
+        except ValidationError as exc:
+            raise _format_validation_error(exc, f"{path}, item {i}") from None
+    return keys
+
+
+def render_yaml(config: GatewayConfig) -> str:
+    """Render a config as YAML for a ConfigMap (the inverse of `parse_config`).
+
+    A secret may appear only as an environment reference (`${VAR}`), so the ConfigMap never carries one: the
+    Deployment maps VAR from a Kubernetes Secret. API keys belong in key_sha256 or auth.keys_file.
+    """
+
+    def reveal(value: Any, path: str) -> Any:
+        if isinstance(value, SecretStr):
+            secret = value.get_secret_value()
+            if not re.fullmatch(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}", secret):
+                raise ConfigError(
+                    f"{path}: a plaintext secret cannot be rendered into a ConfigMap. "
+                    "Fix: set it to ${VAR} and provide VAR from a Secret (API keys: use key_sha256 or auth.keys_file)"
+                )
+            return secret
+        if isinstance(value, dict):
+            return {k: reveal(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [reveal(v, f"{path}.{i}") for i, v in enumerate(value)]
+        return value
+
+    data = reveal(config.model_dump(mode="python", exclude_defaults=True), "")
+    rendered: str = yaml.safe_dump(data, sort_keys=False)
+    return rendered

@@ -1,0 +1,51 @@
+"""Client of an OpenAI-compatible /v1/embeddings endpoint (the gateway never runs a model itself, so a semantic
+lookup is network I/O and cannot block the event loop)."""
+
+from __future__ import annotations
+
+import asyncio
+from array import array
+
+import aiohttp
+import orjson
+
+from inferstack_gateway.config import EmbeddingsConfig
+
+
+class EmbeddingError(Exception):
+    pass
+
+
+class Embedder:
+    def __init__(self, config: EmbeddingsConfig, session: aiohttp.ClientSession) -> None:
+        assert config.url is not None
+        self._url = f"{config.url}/embeddings"
+        self._model = config.model
+        self._dimensions = config.dimensions
+        self._timeout_s = config.timeout_ms / 1000
+        self._session = session
+        self._headers = {"content-type": "application/json"}
+        if config.api_key is not None:
+            self._headers["authorization"] = f"Bearer {config.api_key.get_secret_value()}"
+
+    async def embed(self, text: str) -> bytes:
+        """The FLOAT32 vector of `text`, as the bytes a Redis VECTOR field stores."""
+        payload = orjson.dumps({"model": self._model, "input": text})
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                async with self._session.post(self._url, data=payload, headers=self._headers) as response:
+                    raw = await response.read()
+                    if response.status != 200:
+                        raise EmbeddingError(f"embeddings endpoint answered HTTP {response.status}")
+        except TimeoutError:
+            raise EmbeddingError(f"embeddings endpoint timed out ({self._timeout_s * 1000:.0f} ms)") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise EmbeddingError(f"embeddings endpoint unreachable: {type(exc).__name__}") from None
+        try:
+            vector = orjson.loads(raw)["data"][0]["embedding"]
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+            raise EmbeddingError("embeddings endpoint returned an unexpected body") from None
+        if not isinstance(vector, list) or len(vector) != self._dimensions:
+            got = len(vector) if isinstance(vector, list) else type(vector).__name__
+            raise EmbeddingError(f"expected {self._dimensions} dimensions (embeddings.dimensions), got {got}")
+        return array("f", vector).tobytes()

@@ -1,0 +1,79 @@
+"""Prometheus instruments, on a registry per gateway instance (so several can live in one process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# Sub-millisecond buckets for cache lookups; TTFT up to the 100 ms p99 target and beyond for cold paths.
+_FAST = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25)
+_TTFT = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_ITL = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "inferstack_gateway_requests",
+            "Requests by route, status, cache result and model alias",
+            ["route", "status", "cache", "model"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "inferstack_gateway_ttft_seconds",
+            "Time to first byte of the answer, per model",
+            ["model"],
+            buckets=_TTFT,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "inferstack_gateway_itl_seconds",
+            "Time between streamed chunks, per model",
+            ["model"],
+            buckets=_ITL,
+            registry=r,
+        )
+        self.cache_lookup = Histogram(
+            "inferstack_gateway_cache_lookup_seconds",
+            "Cache lookup latency by kind (exact, semantic)",
+            ["kind"],
+            buckets=_FAST,
+            registry=r,
+        )
+        self.cache_skipped = Counter(
+            "inferstack_gateway_cache_skipped",
+            "Cache stages skipped, by kind and reason",
+            ["kind", "reason"],
+            registry=r,
+        )
+        self.cache_writes = Counter(
+            "inferstack_gateway_cache_writes", "Cache write-backs by kind and outcome", ["kind", "outcome"], registry=r
+        )
+        self.upstream_latency = Histogram(
+            "inferstack_gateway_upstream_latency_seconds",
+            "Upstream time to response headers",
+            ["upstream"],
+            buckets=_TTFT,
+            registry=r,
+        )
+        self.upstream_errors = Counter(
+            "inferstack_gateway_upstream_errors", "Upstream failures by reason", ["upstream", "reason"], registry=r
+        )
+        self.in_flight = Gauge("inferstack_gateway_in_flight_requests", "Requests in progress", registry=r)
+        self.circuit_open = Gauge(
+            "inferstack_gateway_circuit_open",
+            "1 while an upstream's circuit breaker is open",
+            ["upstream"],
+            registry=r,
+        )
+        self.redis_errors = Counter(
+            "inferstack_gateway_redis_errors", "Redis operations that failed or overran", ["op"], registry=r
+        )
+        self.redis_up = Gauge("inferstack_gateway_redis_up", "0 while Redis is considered down", registry=r)
+        self.rate_limited = Counter(
+            "inferstack_gateway_rate_limited", "Requests refused with 429, by limit", ["limit"], registry=r
+        )
+        self.client_disconnects = Counter(
+            "inferstack_gateway_client_disconnects", "Requests whose client went away before the end", registry=r
+        )

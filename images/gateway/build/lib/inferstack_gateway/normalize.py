@@ -1,0 +1,258 @@
+"""Request validation, normalization and the deterministic cache key.
+
+Validation covers only the fields the gateway reads or keys on; everything else passes through to the upstream,
+which stays the authority on the rest of the OpenAI schema.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from inferstack_gateway.errors import GatewayError, bad_request
+
+Kind = Literal["chat", "completions"]
+
+# Bump when the key material changes shape, so old entries are never read with a new meaning.
+KEY_SCHEMA = 1
+
+# Fields that do not change the generated output. Everything else is part of the key: an unknown field is
+# assumed to matter, which can cost a hit but never serves a wrong answer.
+NON_OUTPUT_FIELDS = frozenset({"model", "stream", "stream_options", "user", "metadata", "store", "service_tier"})
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+_FLOAT_RANGES: dict[str, tuple[float, float]] = {
+    "temperature": (0.0, 2.0),
+    "top_p": (0.0, 1.0),
+    "presence_penalty": (-2.0, 2.0),
+    "frequency_penalty": (-2.0, 2.0),
+}
+_INT_MINIMUMS = {"max_tokens": 1, "max_completion_tokens": 1, "n": 1, "seed": None, "top_logprobs": 0, "best_of": 1}
+
+
+@dataclass(slots=True)
+class ParsedRequest:
+    """A validated request and what the gateway derives from it."""
+
+    kind: Kind
+    body: dict[str, Any]
+    model: str
+    stream: bool
+    include_usage: bool
+    temperature: float | None
+    prompt: list[Any] | str | list[str]
+    """Normalized messages (chat) or prompt (completions)."""
+    prompt_chars: int
+    turns: int
+    last_user_text: str
+    single_turn_text: str | None
+    """The one user message of a single-turn request (the semantic cache's embedding input), else None."""
+    system_text: str
+
+    @property
+    def prompt_tokens_estimate(self) -> int:
+        # ~4 characters per token for English BPE vocabularies; close enough for routing and admission.
+        return max(1, self.prompt_chars // 4)
+
+
+def parse_json_body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise bad_request(f"The request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise bad_request(f"The request body must be a JSON object, got {type(body).__name__}.")
+    return body
+
+
+def _number(body: dict[str, Any], name: str) -> None:
+    value = body.get(name)
+    if value is None:
+        return
+    low, high = _FLOAT_RANGES[name]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise bad_request(f"'{name}' must be a number between {low:g} and {high:g}, got {value!r}.", name)
+    body[name] = float(value)  # 0 and 0.0 must produce the same key
+
+
+def _integer(body: dict[str, Any], name: str, minimum: int | None) -> None:
+    value = body.get(name)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
+        bound = "an integer" if minimum is None else f"an integer >= {minimum}"
+        raise bad_request(f"'{name}' must be {bound}, got {value!r}.", name)
+
+
+def _common(body: dict[str, Any]) -> tuple[str, bool, bool, float | None]:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad_request("'model' is required and must be a non-empty string.", "model")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise bad_request(f"'stream' must be a boolean, got {stream!r}.", "stream")
+    options = body.get("stream_options")
+    include_usage = False
+    if options is not None:
+        if not isinstance(options, dict):
+            raise bad_request("'stream_options' must be an object.", "stream_options")
+        include_usage = options.get("include_usage", False) is True
+    for name in _FLOAT_RANGES:
+        _number(body, name)
+    for name, minimum in _INT_MINIMUMS.items():
+        _integer(body, name, minimum)
+    stop = body.get("stop")
+    if stop is not None:
+        if isinstance(stop, str):
+            body["stop"] = [stop]
+        elif not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+            raise bad_request("'stop' must be a string or a list of strings.", "stop")
+    for name in ("tools", "functions"):
+        if body.get(name) is not None and not isinstance(body[name], list):
+            raise bad_request(f"'{name}' must be a list.", name)
+    if body.get("response_format") is not None and not isinstance(body["response_format"], dict):
+        raise bad_request("'response_format' must be an object.", "response_format")
+    temperature = body.get("temperature")
+    return model, stream, include_usage, temperature
+
+
+def _text_of(content: Any, where: str) -> tuple[Any, str]:
+    """Return (normalized content, its text) for a message content: a string, a list of parts, or null."""
+    if content is None:
+        return None, ""
+    if isinstance(content, str):
+        stripped = content.strip()
+        return stripped, stripped
+    if isinstance(content, list):
+        parts, texts = [], []
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                raise bad_request(f"'{where}.content[{j}]' must be an object with a 'type'.", f"{where}.content")
+            if part["type"] == "text":
+                text = part.get("text")
+                if not isinstance(text, str):
+                    raise bad_request(f"'{where}.content[{j}].text' must be a string.", f"{where}.content")
+                part = {**part, "text": text.strip()}
+                texts.append(part["text"])
+            parts.append(part)
+        return parts, "\n".join(texts)
+    raise bad_request(f"'{where}.content' must be a string, a list of content parts or null.", f"{where}.content")
+
+
+def parse_chat(body: dict[str, Any]) -> ParsedRequest:
+    model, stream, include_usage, temperature = _common(body)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("'messages' is required and must be a non-empty list.", "messages")
+    normalized: list[Any] = []
+    chars = turns = 0
+    last_user = ""
+    user_texts: list[str] = []
+    system_texts: list[str] = []
+    only_system_then_user = True
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise bad_request(f"'{where}' must be an object.", "messages")
+        role = message.get("role")
+        if role not in ROLES:
+            raise bad_request(f"'{where}.role' must be one of {', '.join(sorted(ROLES))}, got {role!r}.", "messages")
+        content, text = _text_of(message.get("content"), where)
+        normalized.append({**message, "content": content})
+        chars += len(text)
+        if role == "user":
+            turns += 1
+            last_user = text
+            user_texts.append(text)
+            only_system_then_user = only_system_then_user and i == len(messages) - 1
+        elif role in ("system", "developer"):
+            system_texts.append(text)
+        else:
+            only_system_then_user = False
+    body["messages"] = normalized
+    single = user_texts[0] if turns == 1 and only_system_then_user and user_texts[0] else None
+    return ParsedRequest(
+        kind="chat",
+        body=body,
+        model=model,
+        stream=stream,
+        include_usage=include_usage,
+        temperature=temperature,
+        prompt=normalized,
+        prompt_chars=chars,
+        turns=turns,
+        last_user_text=last_user,
+        single_turn_text=single,
+        system_text="\n".join(system_texts),
+    )
+
+
+def parse_completion(body: dict[str, Any]) -> ParsedRequest:
+    model, stream, include_usage, temperature = _common(body)
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        prompt = prompt.strip()
+        text = prompt
+    elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        prompt = [p.strip() for p in prompt]
+        text = "\n".join(prompt)
+    elif isinstance(prompt, list) and prompt and all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
+        text = " " * (4 * len(prompt))  # token ids: count 1 token each
+    else:
+        raise bad_request(
+            "'prompt' is required and must be a string, a list of strings or a list of token ids.", "prompt"
+        )
+    body["prompt"] = prompt
+    return ParsedRequest(
+        kind="completions",
+        body=body,
+        model=model,
+        stream=stream,
+        include_usage=include_usage,
+        temperature=temperature,
+        prompt=prompt,
+        prompt_chars=len(text),
+        turns=1,
+        last_user_text=text if isinstance(prompt, str) else "",
+        single_turn_text=prompt if isinstance(prompt, str) and prompt else None,
+        system_text="",
+    )
+
+
+def _digest(material: Any) -> str:
+    return hashlib.sha256(orjson.dumps(material, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class CacheKeys:
+    exact: str
+    """Hex digest over tenant, model version, prompt version, tier, output-relevant parameters and the prompt."""
+    partition: str
+    """Semantic partition: the same, minus the user message (system prompt included)."""
+    tenant_tag: str
+
+
+def cache_keys(
+    request: ParsedRequest, *, tenant: str, alias: str, model_version: str, prompt_version: str, tier: str
+) -> CacheKeys:
+    params = {k: v for k, v in request.body.items() if k not in NON_OUTPUT_FIELDS and k not in ("messages", "prompt")}
+    scope = [KEY_SCHEMA, request.kind, tenant, alias, model_version, prompt_version, tier, params]
+    return CacheKeys(
+        exact=_digest([*scope, request.prompt]),
+        partition=_digest([*scope, request.system_text]),
+        tenant_tag=hashlib.sha256(tenant.encode()).hexdigest()[:32],
+    )
+
+
+def unknown_model(model: str, known: list[str]) -> GatewayError:
+    return GatewayError(
+        404,
+        f"The model '{model}' does not exist. Available models: {', '.join(sorted(known))}.",
+        param="model",
+        code="model_not_found",
+    )

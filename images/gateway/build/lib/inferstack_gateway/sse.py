@@ -1,0 +1,178 @@
+"""Server-sent events as OpenAI sends them: parse a finished stream into one response, and replay a response.
+
+Both run off the critical path (write-back) or on a cache hit, never per relayed chunk: a miss is relayed byte
+for byte.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from inferstack_gateway.normalize import Kind
+
+DONE = b"data: [DONE]\n\n"
+
+
+def parse_events(raw: bytes) -> tuple[list[dict[str, Any]], bool]:
+    """Split an SSE body into its JSON `data:` payloads. Returns (events, saw [DONE])."""
+    events: list[dict[str, Any]] = []
+    done = False
+    for block in raw.replace(b"\r\n", b"\n").split(b"\n\n"):
+        data = b"\n".join(line[5:].lstrip() for line in block.split(b"\n") if line.startswith(b"data:"))
+        if not data:
+            continue
+        if data == b"[DONE]":
+            done = True
+            break
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return events, False
+        if isinstance(event, dict):
+            events.append(event)
+    return events, done
+
+
+def assemble(kind: Kind, raw: bytes) -> dict[str, Any] | None:
+    """Rebuild the non-streamed response from a complete stream; None if it was truncated or carried an error."""
+    events, done = parse_events(raw)
+    if not done or not events or any("error" in e for e in events):
+        return None
+    first = events[0]
+    choices: dict[int, dict[str, Any]] = {}
+    usage = None
+    for event in events:
+        if event.get("usage"):
+            usage = event["usage"]
+        for choice in event.get("choices") or ():
+            index = choice.get("index", 0)
+            slot = choices.setdefault(index, {"text": [], "role": "assistant", "tools": {}, "finish_reason": None})
+            if kind == "chat":
+                delta = choice.get("delta") or {}
+                if delta.get("role"):
+                    slot["role"] = delta["role"]
+                if delta.get("content"):
+                    slot["text"].append(delta["content"])
+                for call in delta.get("tool_calls") or ():
+                    merged = slot["tools"].setdefault(
+                        call.get("index", 0),
+                        {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+                    )
+                    if call.get("id"):
+                        merged["id"] = call["id"]
+                    function = call.get("function") or {}
+                    merged["function"]["name"] += function.get("name") or ""
+                    merged["function"]["arguments"] += function.get("arguments") or ""
+            elif choice.get("text"):
+                slot["text"].append(choice["text"])
+            if choice.get("finish_reason"):
+                slot["finish_reason"] = choice["finish_reason"]
+    if not choices or any(slot["finish_reason"] is None for slot in choices.values()):
+        return None
+    out_choices = []
+    for index in sorted(choices):
+        slot = choices[index]
+        text = "".join(slot["text"])
+        if kind == "chat":
+            message: dict[str, Any] = {"role": slot["role"], "content": text if text or not slot["tools"] else None}
+            if slot["tools"]:
+                message["tool_calls"] = [slot["tools"][i] for i in sorted(slot["tools"])]
+            out_choices.append(
+                {"index": index, "message": message, "logprobs": None, "finish_reason": slot["finish_reason"]}
+            )
+        else:
+            out_choices.append({"index": index, "text": text, "logprobs": None, "finish_reason": slot["finish_reason"]})
+    response: dict[str, Any] = {
+        "id": first.get("id"),
+        "object": "chat.completion" if kind == "chat" else "text_completion",
+        "created": first.get("created"),
+        "model": first.get("model"),
+        "choices": out_choices,
+    }
+    if first.get("system_fingerprint"):
+        response["system_fingerprint"] = first["system_fingerprint"]
+    if usage is not None:
+        response["usage"] = usage
+    return response
+
+
+def replay(kind: Kind, response: dict[str, Any], include_usage: bool) -> bytes:
+    """Render a stored non-streamed response as the SSE stream OpenAI would have sent for it."""
+    base: dict[str, Any] = {
+        "id": response.get("id"),
+        "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
+        "created": response.get("created"),
+        "model": response.get("model"),
+    }
+    if response.get("system_fingerprint"):
+        base["system_fingerprint"] = response["system_fingerprint"]
+    if include_usage:
+        base["usage"] = None
+    out = bytearray()
+
+    def emit(choices: list[dict[str, Any]], **extra: Any) -> None:
+        out.extend(b"data: ")
+        out.extend(orjson.dumps({**base, "choices": choices, **extra}))
+        out.extend(b"\n\n")
+
+    for choice in response.get("choices") or ():
+        index = choice.get("index", 0)
+        finish = {"finish_reason": choice.get("finish_reason"), "logprobs": None}
+        if kind == "chat":
+            message = choice.get("message") or {}
+            emit([{"index": index, "delta": {"role": message.get("role", "assistant"), "content": ""}, **_open()}])
+            if message.get("content"):
+                emit([{"index": index, "delta": {"content": message["content"]}, **_open()}])
+            if message.get("tool_calls"):
+                calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+                emit([{"index": index, "delta": {"tool_calls": calls}, **_open()}])
+            emit([{"index": index, "delta": {}, **finish}])
+        else:
+            emit([{"index": index, "text": choice.get("text", ""), **finish}])
+    if include_usage and response.get("usage") is not None:
+        emit([], usage=response["usage"])
+    out.extend(DONE)
+    return bytes(out)
+
+
+def _open() -> dict[str, Any]:
+    return {"logprobs": None, "finish_reason": None}
+
+
+def completion_tokens(kind: Kind, raw: bytes, streamed: bool) -> int | None:
+    """Total tokens of a finished response from its `usage`, if the upstream reported it."""
+    if streamed:
+        events, _ = parse_events(raw)
+        usage = next((e["usage"] for e in reversed(events) if e.get("usage")), None)
+    else:
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return None
+        usage = body.get("usage") if isinstance(body, dict) else None
+    if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+        return int(usage["completion_tokens"])
+    return None
+
+
+def reported_completion_tokens(raw: bytes) -> int | None:
+    """`usage.completion_tokens` of a complete stream's last event that carries `usage`, parsing that event only.
+
+    None when it cannot be read that way (no usage, an error event, anything unusual): use assemble() then.
+    """
+    at = raw.rfind(b'"usage"')
+    if at < 0 or b'"error"' in raw:
+        return None
+    start = raw.rfind(b"data:", 0, at)
+    end = raw.find(b"\n\n", at)
+    if start < 0 or end < 0 or b"\r" in raw:
+        return None
+    try:
+        event = orjson.loads(raw[start + 5 : end])
+    except orjson.JSONDecodeError:
+        return None
+    usage = event.get("usage") if isinstance(event, dict) else None
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None

@@ -1,0 +1,193 @@
+"""Upstreams: circuit breakers and ordered failover over one shared keep-alive aiohttp session."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+from yarl import URL
+
+from inferstack_gateway.config import BudgetsConfig, UpstreamConfig
+from inferstack_gateway.errors import GatewayError
+from inferstack_gateway.logs import logger
+from inferstack_gateway.metrics import Metrics
+
+
+class CircuitBreaker:
+    """Closed → open after N consecutive failures → one probe after `open_s` → closed on success."""
+
+    def __init__(self, failures_to_open: int, open_s: float, on_change: Callable[[bool], None]) -> None:
+        self._threshold = failures_to_open
+        self._open_s = open_s
+        self._failures = 0
+        self._open_until: float | None = None
+        self._probing = False
+        self._on_change = on_change
+
+    @property
+    def is_open(self) -> bool:
+        return self._open_until is not None
+
+    def allow(self) -> bool:
+        if self._open_until is None:
+            return True
+        if self._probing or time.monotonic() < self._open_until:
+            return False
+        self._probing = True  # half-open: exactly one request probes the upstream
+        return True
+
+    def success(self) -> None:
+        self._failures = 0
+        self._probing = False
+        if self._open_until is not None:
+            self._open_until = None
+            self._on_change(False)
+
+    def failure(self) -> None:
+        self._failures += 1
+        self._probing = False
+        if self._open_until is not None or self._failures >= self._threshold:
+            was_open = self._open_until is not None
+            self._open_until = time.monotonic() + self._open_s
+            if not was_open:
+                self._on_change(True)
+
+
+class Upstream:
+    def __init__(self, name: str, config: UpstreamConfig, metrics: Metrics) -> None:
+        self.name = name
+        self.config = config
+        self.base = config.url
+        # Parsed once: aiohttp takes a URL object as it is, where a string is parsed again on every request.
+        self.urls = {path: URL(config.url + path) for path in ("/chat/completions", "/completions")}
+        self.model = config.model
+        self.headers = {"content-type": "application/json"}
+        if config.api_key is not None:
+            self.headers["authorization"] = f"Bearer {config.api_key.get_secret_value()}"
+        gauge = metrics.circuit_open.labels(name)
+        gauge.set(0)
+
+        def on_change(is_open: bool) -> None:
+            gauge.set(1 if is_open else 0)
+            logger.warning("circuit breaker %s", "opened" if is_open else "closed", extra={"upstream": name})
+
+        breaker = config.circuit_breaker
+        self.breaker = CircuitBreaker(breaker.failures_to_open, breaker.open_s, on_change)
+        self.latency = metrics.upstream_latency.labels(name)
+        self._errors = metrics.upstream_errors
+
+    def error(self, reason: str) -> None:
+        self._errors.labels(self.name, reason).inc()
+        self.breaker.failure()
+
+
+@dataclass(slots=True)
+class Opened:
+    """An upstream answer that has passed the failover point: headers received and, for streams, a first chunk."""
+
+    upstream: Upstream
+    response: aiohttp.ClientResponse
+    status: int
+    first: bytes
+    """Streams: the first chunk. Otherwise: the whole body."""
+
+
+async def open_upstream(
+    session: aiohttp.ClientSession,
+    upstreams: list[Upstream],
+    path: str,
+    payload: Callable[[Upstream], bytes],
+    *,
+    stream: bool,
+    budgets: BudgetsConfig,
+    deadline: float,
+    tier: str,
+    extra_headers: dict[str, str] | None = None,
+) -> Opened:
+    """Try each upstream in order; fail over on connect errors, 5xx and timeouts before the first byte.
+
+    `deadline` is the request's deadline on the loop clock; `extra_headers` (trace context) go to every upstream
+    tried. Raises GatewayError 503 (every upstream down or open) or 504 (out of time).
+    """
+    loop = asyncio.get_running_loop()
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=budgets.upstream_connect_ms / 1000)
+    failures: list[str] = []
+    timed_out = False
+    for upstream in upstreams:
+        if not upstream.breaker.allow():
+            failures.append(f"{upstream.name}: circuit open")
+            continue
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            timed_out = True
+            break
+        # A stream must show its first event within the TTFT budget; a non-streamed answer arrives whole, so it
+        # only has the request budget.
+        limit = min(budgets.upstream_ttft_ms / 1000, remaining) if stream else remaining
+        started = loop.time()
+        response: aiohttp.ClientResponse | None = None
+        try:
+            async with asyncio.timeout(limit):
+                headers = upstream.headers if extra_headers is None else {**upstream.headers, **extra_headers}
+                response = await session.post(
+                    upstream.urls[path], data=payload(upstream), headers=headers, timeout=timeout
+                )
+                upstream.latency.observe(loop.time() - started)
+                if response.status >= 500:
+                    body = await response.read()
+                    failures.append(f"{upstream.name}: HTTP {response.status}")
+                    upstream.error(f"http_{response.status}")
+                    logger.warning(
+                        "upstream failed, failing over",
+                        extra={
+                            "upstream": upstream.name,
+                            "status": response.status,
+                            "body": body[:200].decode("utf-8", "replace"),
+                        },
+                    )
+                    response.release()
+                    continue
+                if response.status >= 400 or not stream:
+                    first = await response.read()
+                else:
+                    first = await response.content.readany()
+                    if not first:
+                        raise aiohttp.ClientPayloadError("stream closed before the first event")
+        except TimeoutError:
+            if response is not None:
+                response.close()
+            timed_out = True
+            reason = "timeout before the first byte" if stream else "timeout"
+            failures.append(f"{upstream.name}: {reason} ({limit * 1000:.0f} ms)")
+            upstream.error("timeout")
+            continue
+        except (aiohttp.ClientError, OSError) as exc:
+            if response is not None:
+                response.close()
+            failures.append(f"{upstream.name}: {type(exc).__name__} {exc}".strip())
+            upstream.error("connect" if response is None else "broken")
+            continue
+        except BaseException:
+            if response is not None:
+                response.close()  # cancelled (client went away): drop the upstream request with it
+            raise
+        upstream.breaker.success()
+        return Opened(upstream, response, response.status, first)
+    detail = "; ".join(failures) or "no upstream attempted"
+    if timed_out and loop.time() >= deadline:
+        raise GatewayError(
+            504, f"The request budget ran out before tier '{tier}' answered ({detail}).", type="timeout", code="timeout"
+        )
+    if timed_out and all("timeout" in f for f in failures):
+        raise GatewayError(
+            504, f"Every upstream of tier '{tier}' timed out ({detail}).", type="timeout", code="upstream_timeout"
+        )
+    raise GatewayError(
+        503,
+        f"Every upstream of tier '{tier}' is unavailable ({detail}).",
+        type="service_unavailable",
+        code="upstreams_unavailable",
+    )
