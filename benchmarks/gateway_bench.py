@@ -17,7 +17,7 @@ Paths measured at concurrency 1 and 32:
 
 Reported per path: TTFT p50/p99 (time to the first body byte), requests/s, gateway CPU ms per request, gateway RSS,
 and the x-inferstack-cache values seen. Added TTFT is the gateway's TTFT minus direct's at the same concurrency, in
-the same run. The whole sequence runs `--runs` times (default 3, fresh prompts each time); the table shows the
+the same run. The whole sequence runs `--runs` times (default 5, fresh prompts each time); the table shows the
 median over runs of each figure (added TTFT and "vs direct" are computed per run, then the median is taken), and the
 JSON keeps every run.
 
@@ -339,7 +339,7 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=16, help="tokens per answer (default 16)")
     parser.add_argument("--requests", type=int, default=400, help="requests per path at concurrency 1")
     parser.add_argument("--requests-c32", type=int, default=2000, help="requests per path at concurrency 32")
-    parser.add_argument("--runs", type=int, default=3, help="repetitions of the whole sequence (default 3)")
+    parser.add_argument("--runs", type=int, default=5, help="repetitions of the whole sequence (default 5)")
     parser.add_argument("--out", type=Path, default=RESULTS / "gateway_bench.json")
     args = parser.parse_args()
     if args.serve_upstream:
