@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     if args.check:
-        print(f"{args.config}: ok ({len(config.models)} models, {len(config.upstreams)} upstreams)")
+        models, upstreams = len(config.models), len(config.upstreams)
+        print(f"{args.config}: ok ({models} model{'s' * (models != 1)}, {upstreams} upstream{'s' * (upstreams != 1)})")
         return 0
 
     import uvicorn
