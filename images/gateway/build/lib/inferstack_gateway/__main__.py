@@ -1,3 +1,0 @@
-from inferstack_gateway.cli import main
-
-raise SystemExit(main())
