@@ -33,7 +33,6 @@ from gateway_harness import (
     RedisServer,
     StandIn,
     deep_merge,
-    finish_task,
     free_port,
     sha256,
     start_app,
@@ -198,6 +197,4 @@ def gateway(
 
     yield make
     for handle in handles:
-        handle.close_clients()
-        handle.server.should_exit = True
-        loop_thread.run(finish_task(handle.task), timeout=15)
+        handle.stop(loop_thread)

@@ -326,6 +326,12 @@ class GatewayHandle:
         finally:
             connection.close()
 
+    def stop(self, loop_thread: LoopThread) -> None:
+        """Close the test's clients and shut the gateway down (lifespan shutdown included); stopping twice is fine."""
+        self.close_clients()
+        self.server.should_exit = True
+        loop_thread.run(finish_task(self.task), timeout=15)
+
     def metric(self, name: str, **labels: str) -> float:
         value = self.app.metrics.registry.get_sample_value(name, labels)
         return 0.0 if value is None else float(value)

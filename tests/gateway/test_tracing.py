@@ -8,7 +8,7 @@ from concurrent import futures
 from typing import Any
 
 import pytest
-from gateway_harness import API_KEY_A, GatewayHandle, StandIn, finish_task
+from gateway_harness import API_KEY_A, GatewayHandle, StandIn
 
 grpc = pytest.importorskip("grpc", reason="tracing is an optional extra: pip install 'inferstack-gateway[tracing]'")
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc  # noqa: E402
@@ -53,13 +53,6 @@ def collector() -> Iterator[tuple[str, Receiver]]:
     server.stop(None)
 
 
-def stop(gw: GatewayHandle, loop_thread: Any) -> None:
-    """Shut the gateway down, which exports the spans still waiting in its batch."""
-    gw.close_clients()
-    gw.server.should_exit = True
-    loop_thread.run(finish_task(gw.task), timeout=15)
-
-
 def test_requests_are_exported_as_spans_joined_to_the_callers_trace(
     gateway: Any, upstreams: Any, collector: tuple[str, Receiver], loop_thread: Any
 ) -> None:
@@ -73,7 +66,7 @@ def test_requests_are_exported_as_spans_joined_to_the_callers_trace(
     key = {"authorization": f"Bearer {API_KEY_A}"}
     status, _, _ = gw.http("POST", "/v1/chat/completions", b"{not json", key)
     assert status == 400
-    stop(gw, loop_thread)
+    gw.stop(loop_thread)  # shutting down exports the spans still waiting in the batch
 
     # THEN the collector holds one SERVER span per request, under the gateway's service name
     spans = sorted(receiver.spans, key=lambda s: s.start_time_unix_nano)
@@ -115,7 +108,7 @@ def test_upstream_errors_mark_the_span_as_failed(
         {"authorization": f"Bearer {API_KEY_A}", "content-type": "application/json"},
     )  # fmt: skip
     assert status == 503
-    stop(gw, loop_thread)
+    gw.stop(loop_thread)  # shutting down exports the spans still waiting in the batch
     (span,) = receiver.spans
     assert attributes(span)["http.response.status_code"] == 503
     assert span.status.code == span.status.STATUS_CODE_ERROR
