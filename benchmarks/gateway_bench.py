@@ -412,10 +412,11 @@ def main() -> int:
             await asyncio.sleep(0.5)  # the write-back lands after the response
             await settle([gateway.pid, embedder.pid])
             results[f"exact_hit/{tag}"] = await run_load(gateway_url, [primed] * n, concurrency, gateway.pid)
-            paraphrase = chat(f"What's {country}'s capital city? ({tag})", 0.0)
+            paraphrase_text = f"What's {country}'s capital city? ({tag})"
+            paraphrase = chat(paraphrase_text, 0.0)
             semantic_n = n if concurrency == 1 else min(n, 500)
             # The limit a semantic hit is compared with: the same text embedded by a direct call.
-            embed = json.dumps({"model": "all-MiniLM-L6-v2", "input": f"What's {country}'s capital city? ({tag})"})
+            embed = json.dumps({"model": "all-MiniLM-L6-v2", "input": paraphrase_text})
             await settle([gateway.pid, embedder.pid])
             results[f"embeddings/{tag}"] = await run_load(
                 embed_url, [embed.encode()] * semantic_n, concurrency, None, expect=b'"embedding"'

@@ -48,7 +48,6 @@ class Tracer:
         return carrier
 
     def finish(self, span: Any, exchange: Exchange) -> None:
-        span.set_attribute("http.route", exchange.route)
         span.set_attribute("http.response.status_code", exchange.status)
         span.set_attribute("inferstack.request_id", exchange.request_id)
         span.set_attribute("inferstack.cache", exchange.cache)
