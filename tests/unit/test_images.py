@@ -10,6 +10,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 IMAGES = Path(__file__).resolve().parents[2] / "images"
 
@@ -55,11 +57,17 @@ def test_model_loader_copies_the_tested_script_and_pins_its_dependency() -> None
     assert re.search(r"^boto3==\d+\.\d+\.\d+$", lock, flags=re.MULTILINE)
 
 
+def gateway_lock() -> tuple[str, dict[str, str]]:
+    """The gateway's requirements.lock: its text, and its pins by canonical project name."""
+    lock = (IMAGES / "gateway" / "requirements.lock").read_text()
+    pins = re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", lock, flags=re.MULTILINE)
+    return lock, {canonicalize_name(name): version for name, version in pins}
+
+
 def test_gateway_image_is_multi_stage_and_installs_its_pinned_lock_with_the_tracing_extra() -> None:
     # GIVEN the gateway's build context
     text = dockerfile("gateway")
-    lock = (IMAGES / "gateway" / "requirements.lock").read_text()
-    pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", lock, flags=re.MULTILINE))
+    lock, pins = gateway_lock()
     # THEN it builds in one stage and runs from another
     assert len(re.findall(r"^FROM ", text, flags=re.MULTILINE)) >= 2
     # AND every dependency comes from the lock, exact versions only
@@ -67,7 +75,6 @@ def test_gateway_image_is_multi_stage_and_installs_its_pinned_lock_with_the_trac
     assert all(not line or line.startswith("#") or "==" in line for line in lock.splitlines())
     # AND the lock holds the runtime and the OTLP exporter: the cloud stack always sets tracing.otlp_endpoint, and
     # a gateway without OpenTelemetry refuses to start with it
-    normalized = {name.lower().replace("_", "-") for name in pins}
     assert {
         "aiohttp",
         "uvicorn",
@@ -77,25 +84,19 @@ def test_gateway_image_is_multi_stage_and_installs_its_pinned_lock_with_the_trac
         "redis",
         "prometheus-client",
         "pydantic",
-    } <= normalized
-    assert {"opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-grpc"} <= normalized
+    } <= pins.keys()
+    assert {"opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-grpc"} <= pins.keys()
 
 
 def test_gateway_lock_satisfies_every_requirement_of_its_package() -> None:
     # GIVEN the gateway's declared runtime and tracing requirements and its lock
-    from packaging.requirements import Requirement
-
     project = tomllib.loads((IMAGES / "gateway" / "pyproject.toml").read_text())["project"]
-    lock = (IMAGES / "gateway" / "requirements.lock").read_text()
-    pins = {
-        name.lower().replace("_", "-"): version
-        for name, version in re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", lock, flags=re.MULTILINE)
-    }
+    _, pins = gateway_lock()
     # WHEN each requirement that applies on Linux is checked THEN the lock pins a version inside its range
     for line in [*project["dependencies"], *project["optional-dependencies"]["tracing"]]:
         requirement = Requirement(line)
         if requirement.marker is not None and not requirement.marker.evaluate({"sys_platform": "linux"}):
             continue
-        name = requirement.name.lower().replace("_", "-")
+        name = canonicalize_name(requirement.name)
         assert name in pins, f"requirements.lock has no pin for {name}"
         assert requirement.specifier.contains(pins[name]), f"{name}=={pins[name]} is outside {requirement.specifier}"
