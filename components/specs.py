@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from components._catalog import INSTANCES
+from components.catalog.instances import INSTANCES
 
 StrInput = Annotated[Any, "pulumi.Input[str]"]
 """A string or a ``pulumi.Output[str]``: pydantic cannot validate Outputs, so it passes them through."""
@@ -165,7 +165,7 @@ class GpuPoolSpec(ScalingSpec):
 
     @property
     def spec(self) -> Any:
-        """The catalog row (``components._catalog.InstanceSpec``)."""
+        """The catalog row (``components.catalog.instances.InstanceSpec``)."""
         return INSTANCES[self.instance_type]
 
     @property
@@ -248,19 +248,19 @@ class ModelDeploySpec(Spec):
     slo: SloSpec = SloSpec()
     autoscaling: AutoscalingSpec = AutoscalingSpec()
     speculative: Any | None = None
-    """vLLM speculative decoding (``components._vllm.SpeculativeConfig``): method, numSpeculativeTokens, ..."""
+    """vLLM speculative decoding (``components.serving._vllm.SpeculativeConfig``): method, numSpeculativeTokens, ..."""
 
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: str) -> str:
-        from components._models import MODELS
+        from components.catalog.models import MODELS
 
         return catalog_member(value, MODELS, catalog_name="model", item="model id")
 
     @field_validator("speculative", mode="before")
     @classmethod
     def _speculative(cls, value: Any) -> Any:
-        from components._vllm import SpeculativeConfig
+        from components.serving._vllm import SpeculativeConfig
 
         if value is None or isinstance(value, SpeculativeConfig):
             return value

@@ -68,7 +68,7 @@ def _gpu_rows(plan: Plan) -> list[list[str]]:
 
 
 def _model_rows(plan: Plan) -> list[list[str]]:
-    from components._placement import place
+    from components.serving._placement import place
 
     rows = []
     for spec in plan.environment.models:
@@ -129,7 +129,7 @@ def summary(plan: Plan, seconds: float) -> str:
         if plan.environment.models
         else "  (none)",
         "",
-        "Helm charts (pinned in components/_charts.py):",
+        "Helm charts (pinned in components/catalog/charts.py):",
         _table(
             sorted(
                 [

@@ -6,22 +6,27 @@ from typing import Any
 
 import pulumi
 
-from components import _images
-from components._alerts import ModelSlo
-from components.aws_eks_cluster import EksCluster, EksClusterArgs
-from components.aws_elasticache import ElastiCacheValkey, ElastiCacheValkeyArgs
-from components.aws_gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
-from components.aws_iam import NodeRole, NodeRoleArgs, PodIdentityRole, PodIdentityRoleArgs
-from components.aws_karpenter import Karpenter, KarpenterArgs
-from components.aws_model_store import ModelStore, ModelStoreArgs, read_policy
-from components.aws_network import Network, NetworkArgs
-from components.aws_system_node_group import SystemNodeGroup, SystemNodeGroupArgs
-from components.cluster_addons import ClusterAddons, ClusterAddonsArgs
-from components.gateway import Gateway, GatewayArgs
-from components.inference_server import InferenceServer, InferenceServerArgs
-from components.observability import Observability, ObservabilityArgs
-from components.redis_cache import RedisCache, RedisCacheArgs
-from components.serving_base import MODEL_LOADER_SERVICE_ACCOUNT, SERVING_NAMESPACE, ServingBase, ServingBaseArgs
+from components.addons.cluster_addons import ClusterAddons, ClusterAddonsArgs
+from components.aws.eks_cluster import EksCluster, EksClusterArgs
+from components.aws.elasticache import ElastiCacheValkey, ElastiCacheValkeyArgs
+from components.aws.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
+from components.aws.iam import NodeRole, NodeRoleArgs, PodIdentityRole, PodIdentityRoleArgs
+from components.aws.karpenter import Karpenter, KarpenterArgs
+from components.aws.model_store import ModelStore, ModelStoreArgs, read_policy
+from components.aws.network import Network, NetworkArgs
+from components.aws.system_node_group import SystemNodeGroup, SystemNodeGroupArgs
+from components.cache.redis_cache import RedisCache, RedisCacheArgs
+from components.catalog import images as _images
+from components.gateway.gateway import Gateway, GatewayArgs
+from components.observability.alerts import ModelSlo
+from components.observability.observability import Observability, ObservabilityArgs
+from components.serving.inference_server import InferenceServer, InferenceServerArgs
+from components.serving.serving_base import (
+    MODEL_LOADER_SERVICE_ACCOUNT,
+    SERVING_NAMESPACE,
+    ServingBase,
+    ServingBaseArgs,
+)
 from stacks.environment import Environment
 
 

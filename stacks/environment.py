@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from components._catalog import INSTANCES
+from components.catalog.instances import INSTANCES
 from components.specs import (
     CacheSpec,
     ClusterSpec,
@@ -276,7 +276,7 @@ def cross_checks(env: Environment) -> list[ConfigIssue]:
 
 def model_checks(env: Environment) -> list[ConfigIssue]:
     """Each model's pool exists, its engine runs its precision there, and it fits (with numbers)."""
-    from components._placement import PlacementProblem, place
+    from components.serving._placement import PlacementProblem, place
 
     issues: list[ConfigIssue] = []
     pools = {p.name: p for p in env.gpu_pools}
@@ -328,7 +328,7 @@ def model_checks(env: Environment) -> list[ConfigIssue]:
 
 def gateway_checks(env: Environment) -> list[ConfigIssue]:
     """Render the gateway's config with stand-in URLs and let the gateway's own schema judge it."""
-    from components.gateway import gateway_config, validate_config
+    from components.gateway.gateway import gateway_config, validate_config
 
     try:
         from inferstack_gateway.config import ConfigError as GatewayConfigError

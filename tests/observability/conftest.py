@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from components._alerts import ModelSlo
+from components.observability.alerts import ModelSlo
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 

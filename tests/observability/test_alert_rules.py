@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from components._alerts import FATAL_XIDS, ModelSlo, prometheus_rule
+from components.observability.alerts import FATAL_XIDS, ModelSlo, prometheus_rule
 from crdcheck import validate
 
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from components._charts import CHARTS, chart, prometheus_selector_labels, prometheus_url
+from components.catalog.charts import CHARTS, chart, prometheus_selector_labels, prometheus_url
 from crdcheck import CRD_DIR
 
 REQUIRED = (

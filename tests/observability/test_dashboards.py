@@ -9,7 +9,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from components._dashboards import (
+from components.observability.dashboards import (
     DASHBOARDS,
     GatewayMetrics,
     cache_dashboard,

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from components._catalog import INSTANCES, instance
-from components._efa import efa_interface_layout
+from components.aws.efa import efa_interface_layout
+from components.catalog.instances import INSTANCES, instance
 
 
 @pytest.mark.parametrize(("instance_type", "efa_only"), [("p5.48xlarge", 32), ("p5en.48xlarge", 16)])

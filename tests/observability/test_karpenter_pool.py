@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from components._catalog import InstanceSpec, instance
-from components._efa import efa_interface_layout
-from components._scaling import KarpenterGpuPool, karpenter_node_class, karpenter_node_pool
+from components.aws._karpenter import KarpenterGpuPool, karpenter_node_class, karpenter_node_pool
+from components.aws.efa import efa_interface_layout
+from components.catalog.instances import InstanceSpec, instance
 from crdcheck import validate
 
 RESERVATION = "cr-0123456789abcdef0"

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from components._dashboards import ENGINES, Engine
-from components._scaling import ScalingBehavior, queue_query, scaled_object
+from components.autoscaling.keda import ScalingBehavior, queue_query, scaled_object
+from components.observability.dashboards import ENGINES, Engine
 from crdcheck import validate
 
 QUEUE_METRIC: dict[Engine, str] = {

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from components._charts import CHARTS
-from components._scaling import (
+from components.catalog.charts import CHARTS
+from components.observability.monitors import (
     engine_pod_monitor,
     gateway_service_monitor,
     redis_exporter_service_monitor,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from components._models import (
+from components.catalog.models import (
     MODEL_CACHE_ROOT,
     MODELS,
     hf_checkpoint_dir,

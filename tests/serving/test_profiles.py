@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from components._profiles import PROFILES, profile
+from components.catalog.profiles import PROFILES, profile
 
 ORDER = ["ultra-low-latency", "balanced", "throughput"]
 

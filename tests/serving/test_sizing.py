@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from components._catalog import GPUS
-from components._models import ModelSpec, model
-from components._profiles import PROFILES
-from components._sizing import (
+from components.catalog.instances import GPUS
+from components.catalog.models import ModelSpec, model
+from components.catalog.profiles import PROFILES
+from components.catalog.sizing import (
     ALLREDUCE_LATENCY_S,
     SizingError,
     check_fit,

@@ -10,11 +10,11 @@ import pytest
 from serving.serving_helpers import canonical_model_config, parse_model_config
 from tritonclient.grpc import model_config_pb2
 
-from components._catalog import GPUS
-from components._models import model
-from components._profiles import PROFILES, LatencyProfile
-from components._sizing import ENGINE_PRECISIONS
-from components._triton import (
+from components.catalog.instances import GPUS
+from components.catalog.models import model
+from components.catalog.profiles import PROFILES, LatencyProfile
+from components.catalog.sizing import ENGINE_PRECISIONS
+from components.serving._triton import (
     MODEL_NAMES,
     engine_key,
     render_model_repository,

@@ -9,10 +9,10 @@ from collections.abc import Callable
 import pytest
 from pydantic import ValidationError
 
-from components._models import model
-from components._profiles import PROFILES
-from components._sizing import ENGINE_PRECISIONS
-from components._vllm import SpeculativeConfig, vllm_args
+from components.catalog.models import model
+from components.catalog.profiles import PROFILES
+from components.catalog.sizing import ENGINE_PRECISIONS
+from components.serving._vllm import SpeculativeConfig, vllm_args
 
 L8B = model("meta-llama/Llama-3.1-8B-Instruct")
 L70B = model("meta-llama/Llama-3.1-70B-Instruct")

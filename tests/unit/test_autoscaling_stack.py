@@ -10,8 +10,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from components._charts import CHARTS
-from components._profiles import PROFILES
+from components.catalog.charts import CHARTS
+from components.catalog.profiles import PROFILES
 from crdcheck import validate as validate_cr
 from helpers import bundled_stacks, plan_with
 from inferstack_cli import render

@@ -6,8 +6,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from components._catalog import INSTANCES
-from components._efa import efa_interface_layout
+from components.aws.efa import efa_interface_layout
+from components.catalog.instances import INSTANCES
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from ipaddress import IPv4Network
 
-from components.aws_eks_cluster import EksCluster, EksClusterArgs
-from components.aws_iam import NODE_POLICIES, NodeRole, NodeRoleArgs
-from components.aws_model_store import ModelStore, ModelStoreArgs
-from components.aws_network import Network, NetworkArgs, subnet_cidrs
+from components.aws.eks_cluster import EksCluster, EksClusterArgs
+from components.aws.iam import NODE_POLICIES, NodeRole, NodeRoleArgs
+from components.aws.model_store import ModelStore, ModelStoreArgs
+from components.aws.network import Network, NetworkArgs, subnet_cidrs
 from components.specs import ClusterSpec, ModelStoreSpec, NetworkSpec
 from helpers import only
 from inferstack_cli.plan import MockEngine

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from components.aws_gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
+from components.aws.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
 from components.specs import GpuPoolSpec
 from helpers import children, only, user_data_node_config
 from inferstack_cli.mocks import MOCK_AMI_RELEASE

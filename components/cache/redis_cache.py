@@ -1,0 +1,177 @@
+"""RedisCache: the gateway's cache, in the cluster. Redis 8 with the Query Engine (vector search).
+
+For on-prem, edge and dev. The cloud tier's ElastiCache form (``aws_elasticache.py``) exposes the
+same ``CacheEndpoint`` so the gateway does not care which one it got.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pulumi_random as random
+from pydantic import Field
+
+from components.catalog import images as _images
+from components.kube.objects import RESTRICTED_CONTAINER, restricted_pod
+from components.specs import Args, CacheSpec, StrInput
+
+REDIS_PORT = 6379
+REDIS_UID = 999
+"""The ``redis`` user of the official image."""
+SECRET_KEY = "password"
+
+
+@dataclass(frozen=True)
+class CacheEndpoint:
+    """What the gateway needs to reach a cache, whichever form it is."""
+
+    host: pulumi.Output[str]
+    port: int
+    tls: bool
+    secret_name: str
+    """A Kubernetes Secret, in the gateway's namespace, holding the password under ``secret_key``."""
+    secret_key: str = SECRET_KEY
+
+    def url(self) -> pulumi.Output[str]:
+        scheme = "rediss" if self.tls else "redis"
+        return pulumi.Output.concat(scheme, "://", self.host, ":", str(self.port))
+
+
+class RedisCacheArgs(Args):
+    spec: CacheSpec = CacheSpec()
+    namespace: StrInput
+    provider: k8s.Provider
+    client_namespace: str = "inferstack-gateway"
+    secret_namespaces: tuple[str, ...] = ("inferstack-gateway", "monitoring")
+    """Where the password Secret is written: the gateway's and the Redis exporter's namespaces."""
+    """Where the gateway runs: the only namespace whose pods may connect, and where its Secret goes."""
+    client_labels: dict[str, str] = Field(default_factory=lambda: {"app.kubernetes.io/name": "inferstack-gateway"})
+    monitoring_namespace: str = "monitoring"
+    protect: bool = True
+    """Keep the data volume's StatefulSet from being deleted by ``pulumi destroy``."""
+
+
+def redis_args(memory_gib: int) -> list[str]:
+    """Server flags: a memory ceiling below the container limit, LRU eviction, AOF persistence."""
+    maxmemory_mb = int(memory_gib * 1024 * 0.8)  # headroom for fork-on-rewrite and buffers
+    return [
+        "--requirepass", "$(REDIS_PASSWORD)",
+        "--maxmemory", f"{maxmemory_mb}mb",
+        "--maxmemory-policy", "allkeys-lru",
+        "--appendonly", "yes",
+        "--dir", "/data",
+        "--protected-mode", "yes",
+    ]  # fmt: skip
+
+
+class RedisCache(pulumi.ComponentResource):
+    endpoint: CacheEndpoint
+
+    def __init__(self, name: str, args: RedisCacheArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("inferstack:redis_cache:RedisCache", name, None, opts)
+        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider)
+        labels = {"app.kubernetes.io/name": "inferstack-redis", "app.kubernetes.io/instance": name}
+        meta = {"name": name, "namespace": args.namespace, "labels": labels}
+        password = random.RandomPassword(name, length=48, special=False, opts=pulumi.ResourceOptions(parent=self))
+        secret_name = f"{name}-auth"
+        for namespace in sorted({args.namespace, *args.secret_namespaces}):
+            k8s.core.v1.Secret(
+                f"{name}-auth-{namespace}",
+                metadata={"name": secret_name, "namespace": namespace, "labels": labels},
+                string_data={SECRET_KEY: password.result},
+                opts=k8s_opts,
+            )
+        probe = {
+            "exec": {"command": ["sh", "-c", 'redis-cli -a "$REDIS_PASSWORD" --no-auth-warning ping | grep -q PONG']}
+        }
+        memory = f"{args.spec.memory_gib}Gi"
+        k8s.apps.v1.StatefulSet(
+            name,
+            metadata=meta,
+            spec={
+                "serviceName": f"{name}-headless",
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "nodeSelector": {"inferstack.io/pool": "system"},
+                        "securityContext": restricted_pod(REDIS_UID),
+                        "containers": [
+                            {
+                                "name": "redis",
+                                "image": _images.REDIS,
+                                "args": redis_args(args.spec.memory_gib),
+                                "env": [
+                                    {
+                                        "name": "REDIS_PASSWORD",
+                                        "valueFrom": {"secretKeyRef": {"name": secret_name, "key": SECRET_KEY}},
+                                    }
+                                ],
+                                "ports": [{"name": "redis", "containerPort": REDIS_PORT}],
+                                "resources": {
+                                    "requests": {"cpu": "1", "memory": memory},
+                                    "limits": {"memory": memory},
+                                },
+                                "readinessProbe": {**probe, "periodSeconds": 5},
+                                "livenessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 6},
+                                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                                "securityContext": RESTRICTED_CONTAINER,
+                            }
+                        ],
+                    },
+                },
+                "volumeClaimTemplates": [
+                    {
+                        "metadata": {"name": "data"},
+                        "spec": {
+                            "accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": f"{args.spec.storage_gib}Gi"}},
+                        },
+                    }
+                ],
+            },
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, protect=args.protect),
+        )
+        service_port = [{"name": "redis", "port": REDIS_PORT, "targetPort": "redis"}]
+        k8s.core.v1.Service(
+            f"{name}-headless",
+            metadata={**meta, "name": f"{name}-headless"},
+            spec={"clusterIP": "None", "selector": labels, "ports": service_port},
+            opts=k8s_opts,
+        )
+        service = k8s.core.v1.Service(
+            name, metadata=meta, spec={"selector": labels, "ports": service_port}, opts=k8s_opts
+        )
+        k8s.policy.v1.PodDisruptionBudget(
+            name, metadata=meta, spec={"maxUnavailable": 1, "selector": {"matchLabels": labels}}, opts=k8s_opts
+        )
+
+        def ns(n: str) -> dict[str, Any]:
+            return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}}
+
+        k8s.networking.v1.NetworkPolicy(
+            name,
+            metadata=meta,
+            spec={
+                "podSelector": {"matchLabels": labels},
+                "policyTypes": ["Ingress"],
+                "ingress": [
+                    {
+                        "from": [
+                            {**ns(args.client_namespace), "podSelector": {"matchLabels": args.client_labels}},
+                            # The Redis exporter scrapes from the monitoring namespace.
+                            ns(args.monitoring_namespace),
+                        ],
+                        "ports": [{"port": "redis", "protocol": "TCP"}],
+                    }
+                ],
+            },
+            opts=k8s_opts,
+        )
+        host = pulumi.Output.concat(service.id.apply(lambda _: name), ".", args.namespace, ".svc.cluster.local")
+        self.endpoint = CacheEndpoint(host=host, port=REDIS_PORT, tls=False, secret_name=secret_name)
+        self.register_outputs({"host": host})

@@ -1,0 +1,277 @@
+"""Gateway: the kit's OpenAI-compatible gateway (``images/gateway``) in the cluster.
+
+Its config is rendered from the stack's models and cache and validated by the gateway's own
+schema (``inferstack_gateway.config``) before anything is applied, so a config the gateway
+would refuse at start fails the plan instead. Secrets never enter the ConfigMap: the Redis
+password and the hashed API keys come from Kubernetes Secrets.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+from components.cache.redis_cache import CacheEndpoint
+from components.kube.objects import RESTRICTED_CONTAINER, restricted_pod
+from components.specs import Args, GatewaySpec, ModelDeploySpec, StrInput
+
+APP = {"app.kubernetes.io/name": "inferstack-gateway"}
+PORT = 8080
+CONFIG_PATH = "/etc/inferstack/gateway.yaml"
+KEYS_PATH = "/etc/inferstack/keys/keys.yaml"
+TRITON_ENTRY_MODEL = "ensemble"
+"""The Triton entry model: components/serving/_triton.py renders ensemble → pre → tensorrt_llm → post."""
+GATEWAY_UID = 10001
+"""The gateway image's user (images/gateway/Dockerfile)."""
+
+
+def gateway_config(
+    spec: GatewaySpec,
+    models: list[ModelDeploySpec],
+    upstream_urls: dict[str, str],
+    *,
+    otlp_endpoint: str | None,
+) -> dict[str, Any]:
+    """The gateway's config document. Secrets appear only as ``${VAR}`` references."""
+    semantic = spec.embeddings_url is not None
+    config: dict[str, Any] = {
+        "server": {"port": PORT},
+        "redis": {"url": "${GATEWAY_REDIS_URL}"},
+        # vLLM serves the model under its Hugging Face id; Triton's OpenAI frontend under the entry model's name.
+        "upstreams": {
+            m.name: {"url": upstream_urls[m.name], "model": TRITON_ENTRY_MODEL if m.engine == "triton" else m.model}
+            for m in models
+        },
+        "tiers": {m.name: {"upstreams": [m.name]} for m in models},
+        "models": {},
+        "auth": {"keys_file": KEYS_PATH},
+        "limits": {"requests_per_minute": spec.requests_per_minute, "tokens_per_minute": spec.tokens_per_minute},
+    }
+    cache = {
+        "policy": "temperature_zero",
+        "exact": True,
+        "semantic": {"enabled": semantic, "max_distance": spec.semantic_max_distance},
+    }
+    for m in models:
+        config["models"][m.name] = {"tier": m.name, "cache": copy.deepcopy(cache)}
+    for route in spec.routes:
+        rule: dict[str, Any] = {"tier": route.large}
+        if route.large_if_prompt_tokens:
+            rule["min_prompt_tokens"] = route.large_if_prompt_tokens
+        if route.large_if_turns:
+            rule["min_turns"] = route.large_if_turns
+        if route.large_if_keywords:
+            rule["keywords"] = list(route.large_if_keywords)
+        config["models"][route.alias] = {"tier": route.small, "complexity": [rule], "cache": copy.deepcopy(cache)}
+    if semantic:
+        config["embeddings"] = {"url": spec.embeddings_url}
+    if otlp_endpoint:
+        config["tracing"] = {"otlp_endpoint": otlp_endpoint}
+    return config
+
+
+def validate_config(config: dict[str, Any]) -> str:
+    """Validate with the gateway's own schema (with stand-in values for the ``${VAR}`` secrets) and render."""
+    from inferstack_gateway.config import parse_config
+
+    parse_config(config, env={"GATEWAY_REDIS_URL": "redis://validation:6379"}, source="gateway config (rendered)")
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def keys_file(spec: GatewaySpec) -> str:
+    keys = [k.model_dump(exclude_none=True) for k in spec.api_keys]
+    return yaml.safe_dump(keys, sort_keys=False)
+
+
+class GatewayArgs(Args):
+    spec: GatewaySpec
+    models: list[ModelDeploySpec]
+    upstream_urls: dict[str, StrInput]
+    """Model name → OpenAI base URL (``…/v1``) of its InferenceServer."""
+    cache: CacheEndpoint
+    namespace: str
+    provider: k8s.Provider
+    image: StrInput
+    otlp_endpoint: str | None = None
+
+
+class Gateway(pulumi.ComponentResource):
+    service_name: str
+    url: pulumi.Output[str]
+
+    def __init__(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("inferstack:gateway:Gateway", name, None, opts)
+        spec = args.spec
+        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider)
+        meta = {"name": name, "namespace": args.namespace, "labels": APP}
+
+        def render(urls: dict[str, str]) -> str:
+            return validate_config(gateway_config(spec, args.models, urls, otlp_endpoint=args.otlp_endpoint))
+
+        config_text = pulumi.Output.all(**args.upstream_urls).apply(render)
+        config_map = k8s.core.v1.ConfigMap(
+            f"{name}-config",
+            metadata={**meta, "name": f"{name}-config"},
+            data={"gateway.yaml": config_text},
+            opts=k8s_opts,
+        )
+        keys = k8s.core.v1.Secret(
+            f"{name}-keys",
+            metadata={**meta, "name": f"{name}-keys"},
+            string_data={"keys.yaml": pulumi.Output.secret(keys_file(spec))},
+            opts=k8s_opts,
+        )
+        scheme = "rediss" if args.cache.tls else "redis"
+        env = [
+            {
+                "name": "REDIS_PASSWORD",
+                "valueFrom": {"secretKeyRef": {"name": args.cache.secret_name, "key": args.cache.secret_key}},
+            },
+            {
+                "name": "GATEWAY_REDIS_URL",
+                # Kubernetes expands $(REDIS_PASSWORD) from the variable above: the password never sits in a ConfigMap.
+                "value": pulumi.Output.concat(
+                    scheme, "://:$(REDIS_PASSWORD)@", args.cache.host, ":", str(args.cache.port)
+                ),
+            },
+        ]
+        probe = {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5}
+        k8s.apps.v1.Deployment(
+            name,
+            metadata=meta,
+            spec={
+                "replicas": spec.replicas,
+                "selector": {"matchLabels": APP},
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                "template": {
+                    "metadata": {
+                        "labels": APP,
+                        # Roll the pods when the rendered config changes.
+                        "annotations": {"inferstack.io/config-sha256": config_text.apply(_sha256)},
+                    },
+                    "spec": {
+                        "nodeSelector": {"inferstack.io/pool": "system"},
+                        "securityContext": restricted_pod(GATEWAY_UID),
+                        "topologySpreadConstraints": [
+                            {
+                                "maxSkew": 1,
+                                "topologyKey": "topology.kubernetes.io/zone",
+                                "whenUnsatisfiable": "ScheduleAnyway",
+                                "labelSelector": {"matchLabels": APP},
+                            }
+                        ],
+                        "containers": [
+                            {
+                                "name": "gateway",
+                                "image": args.image,
+                                "args": ["--config", CONFIG_PATH],
+                                "env": env,
+                                "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
+                                "resources": {
+                                    "requests": {"cpu": "1", "memory": "256Mi"},
+                                    "limits": {"memory": "512Mi"},
+                                },
+                                "readinessProbe": probe,
+                                "livenessProbe": {**probe, "httpGet": {"path": "/healthz", "port": "http"}},
+                                "volumeMounts": [
+                                    {
+                                        "name": "config",
+                                        "mountPath": "/etc/inferstack/gateway.yaml",
+                                        "subPath": "gateway.yaml",
+                                    },
+                                    {"name": "keys", "mountPath": "/etc/inferstack/keys", "readOnly": True},
+                                    {"name": "tmp", "mountPath": "/tmp"},
+                                ],
+                                "securityContext": RESTRICTED_CONTAINER,
+                            }
+                        ],
+                        "volumes": [
+                            {"name": "config", "configMap": {"name": f"{name}-config"}},
+                            {"name": "keys", "secret": {"secretName": f"{name}-keys"}},
+                            {"name": "tmp", "emptyDir": {}},
+                        ],
+                    },
+                },
+            },
+            # The HPA owns the replica count after creation.
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=args.provider, depends_on=[config_map, keys], ignore_changes=["spec.replicas"]
+            ),
+        )
+        annotations = (
+            {
+                # Read by the AWS Load Balancer Controller: an internal NLB straight to the pod IPs.
+                "service.beta.kubernetes.io/aws-load-balancer-type": "external",
+                "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
+                "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
+            }
+            if spec.load_balancer == "internal"
+            else {}
+        )
+        k8s.core.v1.Service(
+            name,
+            metadata={**meta, "annotations": annotations},
+            spec={
+                "type": "LoadBalancer" if spec.load_balancer == "internal" else "ClusterIP",
+                "selector": APP,
+                "ports": [{"name": "http", "port": 80, "targetPort": "http"}],
+            },
+            opts=k8s_opts,
+        )
+        k8s.policy.v1.PodDisruptionBudget(
+            name, metadata=meta, spec={"minAvailable": 1, "selector": {"matchLabels": APP}}, opts=k8s_opts
+        )
+        k8s.autoscaling.v2.HorizontalPodAutoscaler(
+            name,
+            metadata=meta,
+            spec={
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                "minReplicas": spec.replicas,
+                "maxReplicas": max(spec.max_replicas, spec.replicas),
+                "metrics": [
+                    {
+                        "type": "Resource",
+                        "resource": {
+                            "name": "cpu",
+                            "target": {"type": "Utilization", "averageUtilization": spec.target_cpu_percent},
+                        },
+                    }
+                ],
+                # Up fast (a burst), down slowly (no flapping): separate from the GPU tier's KEDA policy.
+                "behavior": {
+                    "scaleUp": {
+                        "stabilizationWindowSeconds": 0,
+                        "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}],
+                    },
+                    "scaleDown": {
+                        "stabilizationWindowSeconds": 300,
+                        "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+                    },
+                },
+            },
+            opts=k8s_opts,
+        )
+        k8s.networking.v1.NetworkPolicy(
+            name,
+            metadata=meta,
+            spec={
+                "podSelector": {"matchLabels": APP},
+                "policyTypes": ["Ingress"],
+                # Clients reach the API port from anywhere the Service exposes it; nothing else is open.
+                "ingress": [{"ports": [{"port": "http", "protocol": "TCP"}]}],
+            },
+            opts=k8s_opts,
+        )
+        self.service_name = name
+        self.url = pulumi.Output.concat("http://", name, ".", args.namespace, ".svc/v1")
+        self.register_outputs({"url": self.url})
+
+
+def _sha256(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()

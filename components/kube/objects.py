@@ -1,0 +1,54 @@
+"""Apply a rendered custom-resource manifest (a plain dict from a pure builder) as a typed Pulumi resource."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+
+def custom_resource(
+    name: str, manifest: dict[str, Any], opts: pulumi.ResourceOptions, *, spec: Any = None
+) -> k8s.apiextensions.CustomResource:
+    """``spec`` overrides the manifest's (for a spec that holds Outputs)."""
+    return k8s.apiextensions.CustomResource(
+        name,
+        api_version=manifest["apiVersion"],
+        kind=manifest["kind"],
+        metadata=manifest["metadata"],
+        spec=manifest["spec"] if spec is None else spec,
+        opts=opts,
+    )
+
+
+def restricted_pod(uid: int) -> dict[str, Any]:
+    """Pod securityContext that meets the "restricted" Pod Security level for an image running as ``uid``."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": uid,
+        "runAsGroup": uid,
+        "fsGroup": uid,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+RESTRICTED_CONTAINER: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+"""Container securityContext of every kit container that writes nothing outside its volumes."""
+
+
+MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "inferstack"}
+"""Label on every object the kit renders itself (not the charts')."""
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def check_name(field: str, value: str) -> None:
+    """Refuse a name Kubernetes would refuse, before a render hands it on."""
+    if not _DNS_LABEL.match(value) or len(value) > 63:
+        raise ValueError(f"{field}: {value!r} is not a DNS-1123 label; use lowercase letters, digits and '-'")

@@ -1,0 +1,273 @@
+"""PrometheusRule manifests: per-model SLO alerts, GPU health and cache availability.
+
+``prometheus_rule(models)`` is a pure function of the models' SLOs; its output is golden-tested and
+validated against the prometheus-operator CRD (``tests/observability``). Metric names come from
+``_dashboards`` (the one vocabulary), so a dashboard and the alert on the same number cannot disagree.
+
+Recording rules first turn each engine's histogram into one series per model with one name
+(``inferstack_model:ttft_seconds:p99_rate5m``), whatever the engine and its unit. The per-model alerts
+then compare that series with the model's own target; naming follows the Prometheus convention
+``level:metric:operations`` (prometheus.io/docs/practices/rules).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from components.catalog.charts import CHARTS, prometheus_selector_labels
+from components.observability.dashboards import (
+    BY_MODEL,
+    DCGM_XID_ERRORS,
+    ENGINE_METRICS,
+    ENGINES,
+    KSM_DEPLOYMENT_AVAILABLE,
+    KSM_DEPLOYMENT_SPEC,
+    KSM_STATEFULSET_READY,
+    KSM_STATEFULSET_SPEC,
+    MODEL_LABEL,
+    REDIS_UP,
+    Engine,
+    itl_quantile,
+    selector,
+    ttft_quantile,
+)
+
+WorkloadKind = Literal["Deployment", "LeaderWorkerSet"]
+
+SLO_BURN_FACTOR: Final = 1.1
+"""An SLO alert fires when p99 exceeds the target by 10 %, so noise right at the target stays quiet."""
+SLO_BURN_FOR: Final = "5m"
+"""How long p99 must stay above target x ``SLO_BURN_FACTOR`` (the recording window is 5 m as well)."""
+
+TTFT_P99: Final = f"{MODEL_LABEL}:ttft_seconds:p99_rate5m"
+ITL_P99: Final = f"{MODEL_LABEL}:itl_seconds:p99_rate5m"
+QUEUE_PER_REPLICA: Final = f"{MODEL_LABEL}:queue_waiting:avg"
+
+# XIDs after which the GPU needs a reset or the node a drain (NVIDIA "XID Errors" catalog,
+# docs.nvidia.com/deploy/xid-errors): 48 double-bit ECC, 64 ECC row-remapping failure, 74 NVLink error,
+# 79 GPU has fallen off the bus, 95 uncontained ECC error, 119/120 GSP RPC timeout / GSP error. Other XIDs
+# (e.g. 13, 31, 43: application faults) are worth a look but not a page.
+FATAL_XIDS: Final = (48, 64, 74, 79, 95, 119, 120)
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class ModelSlo:
+    """One served model and the latency it promises; the input of every per-model rule."""
+
+    name: str
+    """The kit's model name: the ``inferstack.io/model`` pod label and the workload's name."""
+    engine: Engine
+    ttft_p99_ms: float
+    """Time-to-first-token target at p99, in milliseconds."""
+    itl_p99_ms: float
+    """Inter-token latency target at p99, in milliseconds (alerted for vLLM: Triton exports no ITL)."""
+    namespace: str
+    workload_kind: WorkloadKind = "Deployment"
+    """``LeaderWorkerSet`` for multi-node models: readiness is then read from its leader StatefulSet."""
+    queue_alert_per_replica: float = 4.0
+    """Waiting requests per replica, sustained 10 m, that mean the autoscaler cannot keep up (at its
+    maximum, or no GPU node to be had). Well above the KEDA targets so scaling gets its chance first."""
+
+    def __post_init__(self) -> None:
+        for field in ("name", "namespace"):
+            value = getattr(self, field)
+            if not _DNS_LABEL.match(value):
+                raise ValueError(
+                    f"ModelSlo.{field}: {value!r} is not a DNS-1123 label; use lowercase letters, digits and '-'"
+                )
+        if self.engine not in ENGINES:
+            raise ValueError(f"ModelSlo.engine: {self.engine!r}; allowed: {', '.join(ENGINES)}")
+        if self.workload_kind not in ("Deployment", "LeaderWorkerSet"):
+            raise ValueError(f"ModelSlo.workload_kind: {self.workload_kind!r}; allowed: Deployment, LeaderWorkerSet")
+        for field in ("ttft_p99_ms", "itl_p99_ms", "queue_alert_per_replica"):
+            if not getattr(self, field) > 0:
+                raise ValueError(f"ModelSlo.{field}: {getattr(self, field)!r} must be > 0")
+
+    @property
+    def matchers(self) -> tuple[str, str]:
+        return f'namespace="{self.namespace}"', f'{MODEL_LABEL}="{self.name}"'
+
+
+def _number(value: float) -> str:
+    """A threshold as PromQL reads it, without float noise (100 ms x 1.1 = 0.11, not 0.11000000000000001)."""
+    return f"{round(value, 9):.9g}"
+
+
+def recording_rules() -> list[dict[str, Any]]:
+    """Engine-neutral per-model series: TTFT/ITL p99 in seconds and waiting requests per replica."""
+    rules: list[dict[str, Any]] = []
+    for engine in ENGINES:
+        rules.append({"record": TTFT_P99, "expr": ttft_quantile(engine, 0.99), "labels": {"engine": engine}})
+        itl = itl_quantile(engine, 0.99)
+        if itl is not None:
+            rules.append({"record": ITL_P99, "expr": itl, "labels": {"engine": engine}})
+    for engine in ENGINES:
+        rules.append(
+            {
+                "record": QUEUE_PER_REPLICA,
+                # One series per serving pod, so the average is the load each replica carries.
+                "expr": f"avg by ({BY_MODEL}) ({ENGINE_METRICS[engine].queue})",
+                "labels": {"engine": engine},
+            }
+        )
+    return rules
+
+
+def _alert(
+    name: str,
+    expr: str,
+    severity: str,
+    summary: str,
+    description: str,
+    for_: str | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    rule: dict[str, Any] = {"alert": name, "expr": expr}
+    if for_ is not None:
+        rule["for"] = for_
+    rule["labels"] = {"severity": severity, **(labels or {})}
+    rule["annotations"] = {"summary": summary, "description": description}
+    return rule
+
+
+def model_alerts(slo: ModelSlo) -> list[dict[str, Any]]:
+    """SLO burn, sustained queue and zero ready replicas for one model."""
+    sel = ",".join(slo.matchers)
+    who = f"{slo.namespace}/{slo.name}"
+    ttft_s = slo.ttft_p99_ms * SLO_BURN_FACTOR / 1000
+    alerts = [
+        _alert(
+            "InferstackTTFTSLOBurn",
+            f"{TTFT_P99}{{{sel}}} > {_number(ttft_s)}",
+            "critical",
+            f"{who}: TTFT p99 above its {slo.ttft_p99_ms:g} ms target",
+            f"TTFT p99 over 5 m is {{{{ $value | humanizeDuration }}}}, more than {SLO_BURN_FACTOR:g} x the "
+            f"{slo.ttft_p99_ms:g} ms target. Check the queue depth and replica count panels: a queue means "
+            "scaling lags; no queue means prefill is slow (long prompts, cold prefix cache).",
+            SLO_BURN_FOR,
+        )
+    ]
+    if ENGINE_METRICS[slo.engine].itl_bucket is not None:
+        itl_s = slo.itl_p99_ms * SLO_BURN_FACTOR / 1000
+        alerts.append(
+            _alert(
+                "InferstackITLSLOBurn",
+                f"{ITL_P99}{{{sel}}} > {_number(itl_s)}",
+                "warning",
+                f"{who}: inter-token latency p99 above its {slo.itl_p99_ms:g} ms target",
+                "ITL p99 over 5 m is {{ $value | humanizeDuration }}. Decode is memory-bound: batches too "
+                "large for the GPU, or prefills stretching decode steps (see the model's latency profile).",
+                SLO_BURN_FOR,
+            )
+        )
+    alerts.append(
+        _alert(
+            "InferstackQueueSustained",
+            f"{QUEUE_PER_REPLICA}{{{sel}}} > {_number(slo.queue_alert_per_replica)}",
+            "warning",
+            f"{who}: requests keep queueing",
+            "{{ $value }} requests wait per replica for 10 m: the autoscaler is at its maximum or no GPU "
+            "node can be provisioned (Karpenter NodePool limits, capacity, reservation).",
+            "10m",
+        )
+    )
+    if slo.workload_kind == "Deployment":
+        available = selector(KSM_DEPLOYMENT_AVAILABLE, f'namespace="{slo.namespace}"', f'deployment="{slo.name}"')
+        desired = selector(KSM_DEPLOYMENT_SPEC, f'namespace="{slo.namespace}"', f'deployment="{slo.name}"')
+    else:
+        # The LWS controller runs one leader StatefulSet named after the LeaderWorkerSet, one leader pod per
+        # group; kube-state-metrics does not know LeaderWorkerSets themselves.
+        available = selector(KSM_STATEFULSET_READY, f'namespace="{slo.namespace}"', f'statefulset="{slo.name}"')
+        desired = selector(KSM_STATEFULSET_SPEC, f'namespace="{slo.namespace}"', f'statefulset="{slo.name}"')
+    alerts.append(
+        _alert(
+            "InferstackModelUnavailable",
+            # "desired > 0" keeps a model that scaled to zero on purpose quiet; 5 m leaves room for a cold start
+            # including a GPU node boot.
+            f"({available} == 0) and ({desired} > 0)",
+            "critical",
+            f"{who}: no ready replica",
+            f"The {slo.workload_kind} {who} wants replicas but none is ready: every request to this model "
+            "fails or fails over.",
+            "5m",
+            {MODEL_LABEL: slo.name},
+        )
+    )
+    return alerts
+
+
+def platform_alerts() -> list[dict[str, Any]]:
+    """GPU XID errors and cache availability: not tied to one model."""
+    xid = f"max_over_time({DCGM_XID_ERRORS}[5m])"
+    fatal = " or ".join(f"({xid} == {code})" for code in FATAL_XIDS)
+    return [
+        _alert(
+            "InferstackGpuXidFatal",
+            fatal,
+            "critical",
+            "GPU {{ $labels.gpu }} on {{ $labels.hostname }}: XID {{ $value }}",
+            "An XID that needs a GPU reset or a node drain. Cordon the node; Karpenter or the node group replaces it.",
+        ),
+        _alert(
+            "InferstackGpuXidError",
+            f"{xid} > 0",
+            "warning",
+            "GPU {{ $labels.gpu }} on {{ $labels.hostname }}: XID {{ $value }}",
+            "The GPU reported an XID error (DCGM_FI_DEV_XID_ERRORS). Look it up in NVIDIA's XID catalog.",
+        ),
+        _alert(
+            "InferstackCacheDown",
+            f"{REDIS_UP} == 0",
+            "critical",
+            "The response cache is unreachable",
+            "redis_up is 0: the gateway skips every cache lookup, so every request reaches a GPU and "
+            "cache hits lose their millisecond answers.",
+            "1m",
+        ),
+        _alert(
+            "InferstackCacheMetricsAbsent",
+            f"absent({REDIS_UP})",
+            "warning",
+            "No metrics from the cache exporter",
+            "redis_up is missing: the Redis exporter is down or not scraped, so InferstackCacheDown cannot fire.",
+            "10m",
+        ),
+    ]
+
+
+def prometheus_rule(
+    models: Iterable[ModelSlo], *, name: str = "inferstack", namespace: str | None = None
+) -> dict[str, Any]:
+    """The PrometheusRule manifest: recording rules, one alert set per model, platform alerts.
+
+    Models are sorted by namespace and name so the manifest does not change when the config lists them
+    in another order. Two models with the same namespace and name are an error.
+    """
+    ordered: Sequence[ModelSlo] = sorted(models, key=lambda m: (m.namespace, m.name))
+    seen: set[tuple[str, str]] = set()
+    for slo in ordered:
+        key = (slo.namespace, slo.name)
+        if key in seen:
+            raise ValueError(f"ModelSlo {slo.namespace}/{slo.name} is listed twice; model names must be unique")
+        seen.add(key)
+    groups = [
+        {"name": "inferstack.recording", "rules": recording_rules()},
+        {"name": "inferstack.models", "rules": [rule for slo in ordered for rule in model_alerts(slo)]},
+        {"name": "inferstack.platform", "rules": platform_alerts()},
+    ]
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {
+            "name": name,
+            "namespace": namespace or CHARTS["kube-prometheus-stack"].namespace,
+            "labels": {**prometheus_selector_labels(), "app.kubernetes.io/managed-by": "inferstack"},
+        },
+        # An empty group is valid for Prometheus, but drop it so a stack without models renders no noise.
+        "spec": {"groups": [g for g in groups if g["rules"]]},
+    }

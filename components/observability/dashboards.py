@@ -1,0 +1,560 @@
+"""Grafana dashboards, generated in code, and the metric vocabulary they share with alerts and scaling.
+
+Every dashboard is a pure function returning Grafana's dashboard JSON model as a dict: no clocks, no
+randomness, ids assigned in order, so the output is byte-stable and golden-tested
+(``tests/observability/golden/``). ``dashboard_configmap`` wraps one into the ConfigMap that the Grafana
+sidecar of kube-prometheus-stack loads (label ``grafana_dashboard: "1"``).
+
+The metric names below are the one place the kit spells them; ``_alerts`` and ``_scaling`` import them.
+Serving-pod series are joined to a kit model by the target label ``inferstack_model``, which the
+monitors in ``_scaling`` copy from the pod label ``inferstack.io/model``: it works the same for vLLM and
+Triton, whose own model labels differ (vLLM ``model_name`` is the served name; Triton ``model`` is the
+repository entry such as ``ensemble``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Final, Literal
+
+from components.catalog.charts import CHARTS
+
+Engine = Literal["vllm", "triton"]
+ENGINES: Final[tuple[Engine, ...]] = ("vllm", "triton")
+
+# --- labels that tie series to the kit's objects ---------------------------------------------------------
+
+MODEL_POD_LABEL: Final = "inferstack.io/model"
+"""Pod label every serving pod carries, value = the kit's model name."""
+ENGINE_POD_LABEL: Final = "inferstack.io/engine"
+"""Pod label every serving pod carries, value = ``vllm`` | ``triton``; the monitors select on it."""
+MODEL_LABEL: Final = "inferstack_model"
+"""Prometheus target label copied from ``MODEL_POD_LABEL`` by the engine PodMonitors."""
+BY_MODEL: Final = f"namespace, {MODEL_LABEL}"
+"""Grouping that identifies one model: the same name may serve in two namespaces (two stacks)."""
+
+# --- gateway (images/gateway must export exactly these) ---------------------------------------------------
+
+
+class GatewayMetrics:
+    """Metric names the gateway exports. The gateway author aligns on these; they are its contract."""
+
+    REQUESTS_TOTAL: Final = "inferstack_gateway_requests_total"
+    """Counter, labels ``route``, ``status``, ``cache`` (one of ``CACHE_RESULTS``) and ``model`` (the alias the
+    client asked for), one increment per request (images/gateway/src/inferstack_gateway/metrics.py)."""
+    CACHE_LABEL: Final = "cache"
+    CACHE_RESULTS: Final = ("hit", "semantic", "miss", "bypass")
+    """``hit``: exact cache; ``semantic``: vector cache; ``miss``: looked up, went upstream; ``bypass``:
+    not cacheable (multi-turn, streaming opt-out), went upstream without a lookup."""
+    MODEL_LABEL: Final = "model"
+    TTFT_SECONDS: Final = "inferstack_gateway_ttft_seconds"
+    """Histogram, label ``model``: time to first byte of the answer as the client sees it."""
+
+
+# --- inference engines ---------------------------------------------------------------------------------
+
+TRITON_ENTRY_MODELS: Final = "ensemble|tensorrt_llm_bls"
+"""Triton repository entries a client calls (facts.md: ensemble, or the optional BLS). Client-facing
+series (requests, first response) are read on these only, so a request is not counted once per
+composing model."""
+
+
+@dataclass(frozen=True)
+class EngineMetrics:
+    """How one engine reports the numbers the dashboards, alerts and autoscaler need."""
+
+    ttft_bucket: str
+    """Histogram bucket series of time to first token."""
+    ttft_scale: float
+    """Multiply a quantile of ``ttft_bucket`` by this to get seconds."""
+    itl_bucket: str | None
+    """Histogram bucket series of inter-token latency; ``None`` where the engine exports none."""
+    queue: str
+    """Gauge selector: requests waiting for a batch slot (the autoscaling signal)."""
+    running: str
+    """Gauge selector: requests being decoded."""
+    requests_total: str
+    """Counter selector: finished requests."""
+    kv_used: str
+    """Gauge selector: KV cache in use; a 0-1 fraction when ``kv_capacity`` is ``None``, else blocks."""
+    kv_capacity: str | None
+    """Gauge selector: KV-cache blocks in total, the denominator of ``kv_used``."""
+    client_matchers: str
+    """Matchers, comma-joined, for client-facing series (``ttft_bucket``, ``requests_total``)."""
+
+
+ENGINE_METRICS: Mapping[Engine, EngineMetrics] = MappingProxyType(
+    {
+        # vLLM OpenAI server, /metrics (docs.vllm.ai "Production Metrics"). kv_cache_usage_perc is a 0-1
+        # fraction despite its name.
+        "vllm": EngineMetrics(
+            ttft_bucket="vllm:time_to_first_token_seconds_bucket",
+            ttft_scale=1.0,
+            itl_bucket="vllm:inter_token_latency_seconds_bucket",
+            queue="vllm:num_requests_waiting",
+            running="vllm:num_requests_running",
+            requests_total="vllm:request_success_total",
+            kv_used="vllm:kv_cache_usage_perc",
+            kv_capacity=None,
+            client_matchers="",
+        ),
+        # Triton + TensorRT-LLM backend, port 8002 (Triton "Metrics" docs; TensorRT-LLM backend
+        # "Triton Metrics"). The first-response histogram is in milliseconds and needs
+        # --metrics-config histogram_latencies=true. Triton exports no inter-token histogram.
+        "triton": EngineMetrics(
+            ttft_bucket="nv_inference_first_response_histogram_ms_bucket",
+            ttft_scale=0.001,
+            itl_bucket=None,
+            queue='nv_trt_llm_request_metrics{request_type="waiting"}',
+            running='nv_trt_llm_request_metrics{request_type="active"}',
+            requests_total="nv_inference_request_success",
+            kv_used='nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used"}',
+            kv_capacity='nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max"}',
+            client_matchers=f'model=~"{TRITON_ENTRY_MODELS}"',
+        ),
+    }
+)
+
+# --- GPUs (dcgm-exporter 4.8.x default field set) and Kubernetes objects (kube-state-metrics) -------------
+
+DCGM_GPU_UTIL: Final = "DCGM_FI_DEV_GPU_UTIL"
+"""Percent 0-100 (4.9.0 turns utilization into a 0-1 ratio: see the pin in ``_charts``)."""
+DCGM_FB_USED: Final = "DCGM_FI_DEV_FB_USED"
+"""Framebuffer in use, MiB."""
+DCGM_FB_FREE: Final = "DCGM_FI_DEV_FB_FREE"
+DCGM_GPU_TEMP: Final = "DCGM_FI_DEV_GPU_TEMP"
+"""Degrees Celsius."""
+DCGM_XID_ERRORS: Final = "DCGM_FI_DEV_XID_ERRORS"
+"""Value of the last XID error seen; 0 when none."""
+DCGM_POWER_USAGE: Final = "DCGM_FI_DEV_POWER_USAGE"
+"""Watts."""
+
+KSM_DEPLOYMENT_AVAILABLE: Final = "kube_deployment_status_replicas_available"
+KSM_DEPLOYMENT_SPEC: Final = "kube_deployment_spec_replicas"
+KSM_STATEFULSET_READY: Final = "kube_statefulset_status_replicas_ready"
+KSM_STATEFULSET_SPEC: Final = "kube_statefulset_replicas"
+KSM_HPA_DESIRED: Final = "kube_horizontalpodautoscaler_status_desired_replicas"
+
+REDIS_UP: Final = "redis_up"
+REDIS_MEMORY_USED: Final = "redis_memory_used_bytes"
+REDIS_COMMANDS_TOTAL: Final = "redis_commands_processed_total"
+REDIS_CLIENTS: Final = "redis_connected_clients"
+
+
+def selector(metric: str, *matchers: str) -> str:
+    """``metric`` with ``matchers`` merged into its braces (empty matchers dropped).
+
+    ``selector('a{x="1"}', 'y="2"')`` -> ``a{x="1",y="2"}``.
+    """
+    name, _, existing = metric.partition("{")
+    parts = [m for m in (existing.rstrip("}"), *matchers) if m]
+    return f"{name}{{{','.join(parts)}}}" if parts else name
+
+
+def ttft_quantile(engine: Engine, quantile: float, *matchers: str, window: str = "5m") -> str:
+    """TTFT quantile in seconds per model, for ``engine``."""
+    m = ENGINE_METRICS[engine]
+    expr = (
+        f"histogram_quantile({quantile:g}, sum by (le, {BY_MODEL}) "
+        f"(rate({selector(m.ttft_bucket, m.client_matchers, *matchers)}[{window}])))"
+    )
+    return expr if m.ttft_scale == 1.0 else f"{expr} * {m.ttft_scale:g}"
+
+
+def itl_quantile(engine: Engine, quantile: float, *matchers: str, window: str = "5m") -> str | None:
+    """Inter-token latency quantile in seconds per model; ``None`` where the engine exports no histogram."""
+    m = ENGINE_METRICS[engine]
+    if m.itl_bucket is None:
+        return None
+    return (
+        f"histogram_quantile({quantile:g}, sum by (le, {BY_MODEL}) "
+        f"(rate({selector(m.itl_bucket, *matchers)}[{window}])))"
+    )
+
+
+def queue_depth(engine: Engine, *matchers: str) -> str:
+    """Requests waiting for a batch slot, summed per model."""
+    return f"sum by ({BY_MODEL}) ({selector(ENGINE_METRICS[engine].queue, *matchers)})"
+
+
+def kv_cache_usage(engine: Engine, *matchers: str) -> str:
+    """Fraction (0-1) of the KV cache in use per model: the hottest replica for vLLM, blocks for Triton."""
+    m = ENGINE_METRICS[engine]
+    used = selector(m.kv_used, *matchers)
+    if m.kv_capacity is None:
+        return f"max by ({BY_MODEL}) ({used})"
+    return f"sum by ({BY_MODEL}) ({used}) / sum by ({BY_MODEL}) ({selector(m.kv_capacity, *matchers)})"
+
+
+# --- Grafana JSON model -------------------------------------------------------------------------------
+
+SCHEMA_VERSION: Final = 39
+"""Grafana dashboard JSON schema version the panels are written for (Grafana 11)."""
+DATASOURCE: Final = {"type": "prometheus", "uid": "${datasource}"}
+_MODEL_FILTER: Final = f'{MODEL_LABEL}=~"$model"'
+_NS_FILTER: Final = 'namespace=~"$namespace"'
+
+
+@dataclass(frozen=True)
+class _Target:
+    expr: str
+    legend: str
+
+
+@dataclass(frozen=True)
+class _Panel:
+    title: str
+    description: str
+    unit: str
+    targets: tuple[_Target, ...]
+    kind: Literal["timeseries", "stat"] = "timeseries"
+    width: int = 12
+    height: int = 8
+    max_value: float | None = None
+
+
+def _panel_json(panel: _Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:
+    defaults: dict[str, Any] = {"unit": panel.unit}
+    if panel.max_value is not None:
+        defaults |= {"min": 0, "max": panel.max_value}
+    options: dict[str, Any]
+    if panel.kind == "timeseries":
+        options = {
+            "legend": {"displayMode": "table", "placement": "bottom", "calcs": ["lastNotNull", "max"]},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        }
+    else:
+        options = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}}
+    return {
+        "id": panel_id,
+        "type": panel.kind,
+        "title": panel.title,
+        "description": panel.description,
+        "datasource": DATASOURCE,
+        "gridPos": {"h": panel.height, "w": panel.width, "x": x, "y": y},
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": options,
+        "targets": [
+            {"refId": chr(ord("A") + i), "datasource": DATASOURCE, "expr": t.expr, "legendFormat": t.legend}
+            for i, t in enumerate(panel.targets)
+        ],
+    }
+
+
+def _layout(panels: tuple[_Panel, ...]) -> list[dict[str, Any]]:
+    """Flow panels left to right on Grafana's 24-column grid, ids in order."""
+    out: list[dict[str, Any]] = []
+    x = y = row_height = 0
+    for panel_id, panel in enumerate(panels, start=1):
+        if x + panel.width > 24:
+            x, y, row_height = 0, y + row_height, 0
+        out.append(_panel_json(panel, panel_id, x, y))
+        x += panel.width
+        row_height = max(row_height, panel.height)
+    return out
+
+
+def _query_variable(name: str, label: str, query: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": DATASOURCE,
+        "query": {"query": query, "refId": f"{name}-var"},
+        "definition": query,
+        "refresh": 2,
+        "multi": True,
+        "includeAll": True,
+        "allValue": ".*",
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "sort": 1,
+    }
+
+
+def _dashboard(
+    uid: str, title: str, description: str, panels: tuple[_Panel, ...], variables: tuple[dict[str, Any], ...]
+) -> dict[str, Any]:
+    datasource_var = {
+        "name": "datasource",
+        "label": "Prometheus",
+        "type": "datasource",
+        "query": "prometheus",
+        "current": {"selected": True, "text": "Prometheus", "value": "prometheus"},
+    }
+    return {
+        "uid": uid,
+        "title": title,
+        "description": description,
+        "tags": ["inferstack"],
+        "editable": False,
+        "graphTooltip": 1,
+        "schemaVersion": SCHEMA_VERSION,
+        "version": 1,
+        "timezone": "browser",
+        # Queue depth and replica counts move within seconds; KEDA polls every 5 s.
+        "refresh": "10s",
+        "time": {"from": "now-1h", "to": "now"},
+        "annotations": {"list": []},
+        "templating": {"list": [datasource_var, *variables]},
+        "panels": _layout(panels),
+    }
+
+
+def _per_engine(title: str, build: Callable[[Engine], str | None]) -> tuple[_Target, ...]:
+    """One target per engine that can answer ``build``; legends read ``<model> <title> (<engine>)``."""
+    targets = []
+    for engine in ENGINES:
+        expr = build(engine)
+        if expr is not None:
+            legend = " ".join(p for p in (f"{{{{{MODEL_LABEL}}}}}", title, f"({engine})") if p)
+            targets.append(_Target(expr, legend))
+    return tuple(targets)
+
+
+def serving_dashboard() -> dict[str, Any]:
+    """Per-model latency, load and capacity: TTFT/ITL p50/p99, request rate, queue, KV cache, replicas."""
+    f = (_NS_FILTER, _MODEL_FILTER)
+
+    def latency(q: float, fn: Callable[..., str | None]) -> tuple[_Target, ...]:
+        return _per_engine(f"p{round(q * 100)}", lambda e: fn(e, q, *f))
+
+    panels = (
+        _Panel(
+            "Time to first token",
+            "p50 and p99 per model over 5 m. vLLM: vllm:time_to_first_token_seconds; Triton: "
+            "nv_inference_first_response_histogram_ms on the client-facing entry model.",
+            "s",
+            latency(0.5, ttft_quantile) + latency(0.99, ttft_quantile),
+        ),
+        _Panel(
+            "Inter-token latency",
+            "p50 and p99 per model over 5 m (vllm:inter_token_latency_seconds). Triton + TensorRT-LLM exports "
+            "no inter-token histogram.",
+            "s",
+            latency(0.5, itl_quantile) + latency(0.99, itl_quantile),
+        ),
+        _Panel(
+            "Request rate",
+            "Finished requests per second per model.",
+            "reqps",
+            _per_engine(
+                "",
+                lambda e: (
+                    f"sum by ({BY_MODEL}) (rate("
+                    f"{selector(ENGINE_METRICS[e].requests_total, ENGINE_METRICS[e].client_matchers, *f)}[1m]))"
+                ),
+            ),
+        ),
+        _Panel(
+            "Queue depth",
+            "Requests waiting for a batch slot: the signal KEDA scales the model on.",
+            "short",
+            _per_engine("waiting", lambda e: queue_depth(e, *f))
+            + _per_engine("running", lambda e: f"sum by ({BY_MODEL}) ({selector(ENGINE_METRICS[e].running, *f)})"),
+        ),
+        _Panel(
+            "KV-cache usage",
+            "Fraction of KV-cache blocks in use (hottest replica for vLLM). Near 1, new requests queue or "
+            "running ones are preempted.",
+            "percentunit",
+            _per_engine("", lambda e: kv_cache_usage(e, *f)),
+            max_value=1,
+        ),
+        _Panel(
+            "Replicas",
+            "Available vs desired. Deployments from kube-state-metrics; a LeaderWorkerSet shows as its "
+            "leader StatefulSet (one leader per group); desired = KEDA's HPA (keda-hpa-<model>).",
+            "short",
+            (
+                _Target(
+                    f"sum by (deployment) ({selector(KSM_DEPLOYMENT_AVAILABLE, _NS_FILTER)})",
+                    "{{deployment}} available",
+                ),
+                _Target(
+                    f"sum by (statefulset) ({selector(KSM_STATEFULSET_READY, _NS_FILTER)})",
+                    "{{statefulset}} groups ready",
+                ),
+                _Target(
+                    f"sum by (horizontalpodautoscaler) ({selector(KSM_HPA_DESIRED, _NS_FILTER)})",
+                    "{{horizontalpodautoscaler}} desired",
+                ),
+            ),
+        ),
+    )
+    model_query = (
+        f'label_values({{__name__=~"{ENGINE_METRICS["vllm"].running}|nv_trt_llm_request_metrics"}}, {MODEL_LABEL})'
+    )
+    return _dashboard(
+        "inferstack-serving",
+        "inferstack / Model serving",
+        "Latency SLOs, load and capacity per model, for vLLM and Triton + TensorRT-LLM.",
+        panels,
+        (
+            _query_variable("namespace", "Namespace", f'label_values({{{MODEL_LABEL}!=""}}, namespace)'),
+            _query_variable("model", "Model", model_query),
+        ),
+    )
+
+
+def cache_dashboard() -> dict[str, Any]:
+    """Gateway and cache: hit rate by cache tier, gateway TTFT, and the Redis/Valkey behind it."""
+    g = GatewayMetrics
+    model = f'{g.MODEL_LABEL}=~"$model"'
+    from_cache = g.CACHE_LABEL + '=~"hit|semantic"'
+    cacheable = g.CACHE_LABEL + '!="bypass"'
+    requests = f"rate({selector(g.REQUESTS_TOTAL, model)}[5m])"
+    answered_from_cache = f"rate({selector(g.REQUESTS_TOTAL, model, from_cache)}[5m])"
+    looked_up = f"rate({selector(g.REQUESTS_TOTAL, model, cacheable)}[5m])"
+    panels = (
+        _Panel(
+            "Cache hit rate",
+            "Share of cacheable requests answered by the exact or the semantic cache (bypassed requests "
+            "are not cacheable and excluded).",
+            "percentunit",
+            (
+                _Target(
+                    f"sum by ({g.MODEL_LABEL}) ({answered_from_cache}) / sum by ({g.MODEL_LABEL}) ({looked_up})",
+                    "{{model}}",
+                ),
+            ),
+            max_value=1,
+        ),
+        _Panel(
+            "Requests by cache result",
+            "hit: exact cache; semantic: vector cache; miss: went upstream after a lookup; bypass: not cacheable.",
+            "reqps",
+            (_Target(f"sum by ({g.CACHE_LABEL}) ({requests})", "{{cache}}"),),
+        ),
+        _Panel(
+            "Gateway time to first token",
+            "As the client sees it, p50 and p99 per model alias, cache hits included.",
+            "s",
+            tuple(
+                _Target(
+                    f"histogram_quantile({q:g}, sum by (le, {g.MODEL_LABEL}) "
+                    f"(rate({selector(g.TTFT_SECONDS + '_bucket', model)}[5m])))",
+                    f"{{{{model}}}} p{round(q * 100)}",
+                )
+                for q in (0.5, 0.99)
+            ),
+        ),
+        _Panel(
+            "Requests by model",
+            "Requests per second per model alias; for a scaled-to-zero model, this is what wakes it.",
+            "reqps",
+            (_Target(f"sum by ({g.MODEL_LABEL}) ({requests})", "{{model}}"),),
+        ),
+        _Panel(
+            "Cache up",
+            "redis_up from the Redis exporter: 0 means every lookup is skipped and every request goes upstream.",
+            "short",
+            (_Target(REDIS_UP, "{{instance}}"),),
+            kind="stat",
+            width=6,
+        ),
+        _Panel(
+            "Cache memory",
+            "Memory used by the cache server.",
+            "bytes",
+            (_Target(REDIS_MEMORY_USED, "{{instance}}"),),
+            width=6,
+        ),
+        _Panel(
+            "Cache commands",
+            "Commands per second and connected clients.",
+            "short",
+            (
+                _Target(f"rate({REDIS_COMMANDS_TOTAL}[1m])", "{{instance}} commands/s"),
+                _Target(REDIS_CLIENTS, "{{instance}} clients"),
+            ),
+        ),
+    )
+    return _dashboard(
+        "inferstack-cache",
+        "inferstack / Gateway & cache",
+        "How many requests never reach a GPU, and the health of the cache that makes it so.",
+        panels,
+        (_query_variable("model", "Model", f"label_values({g.REQUESTS_TOTAL}, {g.MODEL_LABEL})"),),
+    )
+
+
+def gpu_dashboard() -> dict[str, Any]:
+    """GPU utilization, memory, temperature, power and XID errors from the DCGM exporter."""
+    # dcgm-exporter 4.8.3 renamed the label Hostname to hostname (its release notes, "Metrics and
+    # Kubernetes"); the pinned 4.8.4 exports hostname. The legend names both so an exporter on either side
+    # of the rename (e.g. the one the GPU Operator bundles on-prem) still reads right.
+    node_sel = 'hostname=~"$node"'
+    legend = "{{Hostname}}{{hostname}} GPU {{gpu}}"
+    panels = (
+        _Panel(
+            "GPU utilization",
+            "Percent of time a kernel was running (DCGM_FI_DEV_GPU_UTIL).",
+            "percent",
+            (_Target(selector(DCGM_GPU_UTIL, node_sel), legend),),
+            max_value=100,
+        ),
+        _Panel(
+            "GPU memory used",
+            "Framebuffer in use (DCGM_FI_DEV_FB_USED, MiB). vLLM preallocates --gpu-memory-utilization.",
+            "mbytes",
+            (_Target(selector(DCGM_FB_USED, node_sel), legend),),
+        ),
+        _Panel(
+            "GPU temperature",
+            "DCGM_FI_DEV_GPU_TEMP. Sustained high temperature throttles clocks and inflates ITL.",
+            "celsius",
+            (_Target(selector(DCGM_GPU_TEMP, node_sel), legend),),
+        ),
+        _Panel(
+            "GPU power",
+            "DCGM_FI_DEV_POWER_USAGE.",
+            "watt",
+            (_Target(selector(DCGM_POWER_USAGE, node_sel), legend),),
+        ),
+        _Panel(
+            "XID errors",
+            "Last XID code per GPU (DCGM_FI_DEV_XID_ERRORS); any non-zero value is an alert.",
+            "short",
+            (_Target(f"max_over_time({selector(DCGM_XID_ERRORS, node_sel)}[5m]) > 0", legend),),
+            width=24,
+        ),
+    )
+    return _dashboard(
+        "inferstack-gpus",
+        "inferstack / GPUs",
+        "Per-GPU health and load from the NVIDIA DCGM exporter.",
+        panels,
+        (_query_variable("node", "Node", f"label_values({DCGM_GPU_UTIL}, hostname)"),),
+    )
+
+
+DASHBOARDS: Final = (serving_dashboard, cache_dashboard, gpu_dashboard)
+"""Every dashboard the kit ships, in render order."""
+
+GRAFANA_DASHBOARD_LABEL: Final = {"grafana_dashboard": "1"}
+"""kube-prometheus-stack's Grafana sidecar loads ConfigMaps with this label (values
+``grafana.sidecar.dashboards.label`` / ``labelValue``)."""
+
+
+def dashboard_configmap(dashboard: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
+    """A ConfigMap manifest carrying ``dashboard`` for the Grafana sidecar.
+
+    The sidecar watches only Grafana's own namespace unless told otherwise, so that is the default.
+    The JSON is canonical (sorted keys) so a re-render never shows a spurious diff.
+    """
+    uid = str(dashboard["uid"])
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": f"grafana-dashboard-{uid}",
+            "namespace": namespace or CHARTS["kube-prometheus-stack"].namespace,
+            "labels": {**GRAFANA_DASHBOARD_LABEL, "app.kubernetes.io/managed-by": "inferstack"},
+            # Honoured when grafana.sidecar.dashboards.folderAnnotation is set to this key.
+            "annotations": {"grafana_folder": "inferstack"},
+        },
+        "data": {f"{uid}.json": json.dumps(dashboard, sort_keys=True, indent=2) + "\n"},
+    }

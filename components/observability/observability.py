@@ -1,0 +1,177 @@
+"""Observability: Prometheus + Grafana (kube-prometheus-stack), monitors, dashboards, alert rules, tracing.
+
+Everything the dashboards and alerts read is scraped at 15 s or faster: serving pods at 5 s, so a
+TTFT burn or a queue build-up shows within one evaluation window.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pydantic import Field
+
+from components.catalog.charts import CHARTS
+from components.kube.helm import release
+from components.kube.objects import custom_resource
+from components.observability.alerts import ModelSlo, prometheus_rule
+from components.observability.dashboards import DASHBOARDS, dashboard_configmap
+from components.observability.monitors import (
+    engine_pod_monitor,
+    gateway_service_monitor,
+    redis_exporter_service_monitor,
+)
+from components.specs import Args, ObservabilitySpec, StrInput
+
+SYSTEM_NODES = {"inferstack.io/pool": "system"}
+OTLP_GRPC_PORT = 4317
+OTLP_HTTP_PORT = 4318
+
+
+def prometheus_values(spec: ObservabilitySpec) -> dict[str, Any]:
+    interval = f"{spec.scrape_interval_s}s"
+    return {
+        "prometheus": {
+            "prometheusSpec": {
+                "retention": f"{spec.retention_days}d",
+                "scrapeInterval": interval,
+                "evaluationInterval": interval,
+                "resources": {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
+                "nodeSelector": SYSTEM_NODES,
+                "storageSpec": {
+                    "volumeClaimTemplate": {
+                        "spec": {
+                            "accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": f"{spec.storage_gib}Gi"}},
+                        }
+                    }
+                },
+            }
+        },
+        "grafana": {
+            "nodeSelector": SYSTEM_NODES,
+            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
+            # The kit's dashboards arrive as ConfigMaps labelled grafana_dashboard=1.
+            "sidecar": {
+                "dashboards": {
+                    "enabled": True,
+                    "label": "grafana_dashboard",
+                    "labelValue": "1",
+                    "searchNamespace": "ALL",
+                }
+            },
+        },
+        "alertmanager": {"alertmanagerSpec": {"nodeSelector": SYSTEM_NODES}},
+        "prometheusOperator": {"nodeSelector": SYSTEM_NODES},
+        "kube-state-metrics": {"nodeSelector": SYSTEM_NODES},
+    }
+
+
+def collector_values(spec: ObservabilitySpec) -> dict[str, Any]:
+    """An OTel collector receiving OTLP from vLLM (``--otlp-traces-endpoint``) and the gateway.
+
+    Spans become RED metrics through the spanmetrics connector, exported to Prometheus; with
+    ``tracesEndpoint`` set they are also forwarded to a tracing backend over OTLP.
+    """
+    exporters: dict[str, Any] = {"prometheus": {"endpoint": "0.0.0.0:8889"}}
+    trace_exporters = ["spanmetrics"]
+    if spec.traces_endpoint:
+        exporters["otlp"] = {"endpoint": spec.traces_endpoint}
+        trace_exporters.append("otlp")
+    return {
+        "mode": "deployment",
+        "image": {"repository": "otel/opentelemetry-collector-contrib"},
+        "nodeSelector": SYSTEM_NODES,
+        "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
+        "ports": {"metrics": {"enabled": True, "containerPort": 8889, "servicePort": 8889, "protocol": "TCP"}},
+        "serviceMonitor": {"enabled": True, "extraLabels": {"release": "kube-prometheus-stack"}},
+        "config": {
+            "receivers": {
+                "otlp": {
+                    "protocols": {
+                        "grpc": {"endpoint": f"0.0.0.0:{OTLP_GRPC_PORT}"},
+                        "http": {"endpoint": f"0.0.0.0:{OTLP_HTTP_PORT}"},
+                    }
+                }
+            },
+            "connectors": {"spanmetrics": {}},
+            "processors": {"batch": {}, "memory_limiter": {"check_interval": "1s", "limit_percentage": 80}},
+            "exporters": exporters,
+            "service": {
+                "pipelines": {
+                    "traces": {
+                        "receivers": ["otlp"],
+                        "processors": ["memory_limiter", "batch"],
+                        "exporters": trace_exporters,
+                    },
+                    "metrics": {"receivers": ["spanmetrics"], "processors": ["batch"], "exporters": ["prometheus"]},
+                }
+            },
+        },
+    }
+
+
+def otlp_endpoint() -> str:
+    pin = CHARTS["opentelemetry-collector"]
+    return f"http://{pin.name}.{pin.namespace}.svc:{OTLP_GRPC_PORT}"
+
+
+class ObservabilityArgs(Args):
+    spec: ObservabilitySpec = ObservabilitySpec()
+    provider: k8s.Provider
+    models: list[ModelSlo] = Field(default_factory=list)
+    serving_namespace: str
+    gateway_namespace: str
+    cache_url: StrInput | None = None
+    """``redis://`` or ``rediss://`` address the Redis exporter scrapes."""
+    cache_secret: tuple[str, str] | None = None
+    """(Secret name, key) with the cache password; the cache writes that Secret into the monitoring namespace."""
+
+
+class Observability(pulumi.ComponentResource):
+    prometheus_url: str
+    otlp_endpoint: str
+    stack_release: k8s.helm.v3.Release
+
+    def __init__(self, name: str, args: ObservabilityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("inferstack:observability:Observability", name, None, opts)
+        provider = args.provider
+        namespace = CHARTS["kube-prometheus-stack"].namespace
+        self.stack_release = release(
+            "kube-prometheus-stack", prometheus_values(args.spec), parent=self, provider=provider
+        )
+        after = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[self.stack_release])
+        release("opentelemetry-collector", collector_values(args.spec), parent=self, provider=provider)
+
+        if args.cache_url is not None:
+            exporter: dict[str, Any] = {
+                "redisAddress": args.cache_url,
+                "nodeSelector": SYSTEM_NODES,
+                "serviceMonitor": {"enabled": False},
+            }
+            if args.cache_secret:
+                exporter["auth"] = {
+                    "enabled": True,
+                    "secret": {"name": args.cache_secret[0], "key": args.cache_secret[1]},
+                }
+            release("prometheus-redis-exporter", exporter, parent=self, provider=provider)
+            self._custom(redis_exporter_service_monitor(namespace), after)
+
+        for engine in ("vllm", "triton"):
+            self._custom(engine_pod_monitor(engine, args.serving_namespace), after)
+        # The gateway serves /metrics on its API port.
+        self._custom(gateway_service_monitor(args.gateway_namespace, port="http"), after)
+        self._custom(prometheus_rule(args.models, namespace=namespace), after)
+        for build in DASHBOARDS:
+            manifest = dashboard_configmap(build(), namespace)
+            k8s.core.v1.ConfigMap(
+                manifest["metadata"]["name"], metadata=manifest["metadata"], data=manifest["data"], opts=after
+            )
+        self.prometheus_url = f"http://{CHARTS['kube-prometheus-stack'].name}-prometheus.{namespace}.svc:9090"
+        self.otlp_endpoint = otlp_endpoint()
+        self.register_outputs({})
+
+    def _custom(self, manifest: dict[str, Any], opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource:
+        meta = manifest["metadata"]
+        return custom_resource(f"{manifest['kind'].lower()}-{meta['namespace']}-{meta['name']}", manifest, opts)

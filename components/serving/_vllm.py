@@ -1,0 +1,114 @@
+"""vLLM OpenAI-compatible server arguments, rendered from a model, a precision, the parallelism
+and a latency profile. Pure: the InferenceServer component puts the list into the container's
+``args``; tests golden-check it per profile.
+
+Flags and their meaning: docs.vllm.ai "Engine Arguments" and facts.md ("vLLM, OpenAI-compatible
+server"). CUDA graphs stay on: the kit never renders ``--enforce-eager`` (one public Triton
+blueprint shipped ``enforce_eager: true`` and lost them).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from components.catalog.models import MODEL_CACHE_ROOT, ModelSpec, hf_checkpoint_dir
+from components.catalog.profiles import LatencyProfile
+from components.catalog.sizing import ENGINE_PRECISIONS, serving_context_tokens, tensor_parallel_problem
+
+VLLM_ENTRYPOINT: tuple[str, ...] = ("vllm", "serve")
+"""The command of the vllm/vllm-openai image; ``vllm_args`` are its arguments."""
+
+VLLM_HTTP_PORT = 8000
+"""vLLM's default port; serves ``/v1/*``, ``/health`` and ``/metrics`` on the same listener."""
+
+# Precision -> the flags that select it. FP8 also stores the KV cache in FP8 (half the bytes per
+# token, see _sizing.KV_CACHE_BYTES_PER_ELEMENT). INT4 adds nothing: vLLM reads the AWQ/GPTQ
+# method from the checkpoint's config.json.
+_PRECISION_FLAGS: dict[str, tuple[str, ...]] = {
+    "fp8": ("--quantization", "fp8", "--kv-cache-dtype", "fp8"),
+    "bf16": ("--dtype", "bfloat16"),
+    "fp16": ("--dtype", "float16"),
+    "int4": (),
+}
+
+
+class SpeculativeConfig(BaseModel):
+    """vLLM ``--speculative-config`` (docs.vllm.ai "Speculative Decoding")."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    method: Literal["eagle3", "eagle", "ngram", "mtp", "draft_model"]
+    """``eagle3``/``eagle`` need a draft head (``model``); ``ngram`` proposes from the prompt
+    itself and needs no second model; ``mtp`` uses the model's own multi-token-prediction heads."""
+    num_speculative_tokens: int = Field(ge=1, le=16)
+    """Tokens proposed per step. More tokens help only while most are accepted."""
+    model: str | None = None
+    """Path of the draft model or head, on the node-local cache like the target model."""
+    prompt_lookup_max: int | None = Field(default=None, ge=1)
+    """``ngram`` only: longest n-gram matched against the prompt."""
+    prompt_lookup_min: int | None = Field(default=None, ge=1)
+    """``ngram`` only: shortest n-gram matched against the prompt."""
+
+    @model_validator(mode="after")
+    def _method_fields(self) -> SpeculativeConfig:
+        if self.method in ("eagle3", "eagle", "draft_model") and not self.model:
+            raise ValueError(f"speculative method {self.method!r} needs `model` (the draft model path)")
+        if self.method == "ngram" and self.prompt_lookup_max is None:
+            raise ValueError("speculative method 'ngram' needs `prompt_lookup_max`")
+        if self.method != "ngram" and (self.prompt_lookup_max is not None or self.prompt_lookup_min is not None):
+            raise ValueError("`prompt_lookup_max`/`prompt_lookup_min` apply to method 'ngram' only")
+        return self
+
+    def to_json(self) -> str:
+        """Compact JSON with sorted keys, so the rendered argument is stable across runs."""
+        return json.dumps(self.model_dump(exclude_none=True), sort_keys=True, separators=(",", ":"))
+
+
+def vllm_args(
+    model: ModelSpec,
+    precision: str,
+    tp: int,
+    pp: int,
+    profile: LatencyProfile,
+    speculative: SpeculativeConfig | None = None,
+    *,
+    cache_root: str = MODEL_CACHE_ROOT,
+    port: int = VLLM_HTTP_PORT,
+    otlp_traces_endpoint: str | None = None,
+) -> list[str]:
+    """Arguments for ``vllm serve`` (after ``VLLM_ENTRYPOINT``).
+
+    The model is served from its node-local checkpoint (the model loader put it there) under its
+    Hugging Face id, so clients and the gateway name it the same way on every tier.
+    Raises ``ValueError`` for a precision vLLM does not run or a TP that does not divide the heads.
+    """
+    if precision not in ENGINE_PRECISIONS["vllm"]:
+        raise ValueError(f"vLLM does not run precision {precision!r}; it runs: {', '.join(ENGINE_PRECISIONS['vllm'])}")
+    problem = tensor_parallel_problem(model, tp)
+    if problem:
+        raise ValueError(problem)
+    if pp < 1:
+        raise ValueError(f"pipeline parallelism must be at least 1; got {pp}")
+
+    args = [
+        hf_checkpoint_dir(model.model_id, cache_root),
+        "--served-model-name", model.model_id,
+        "--port", str(port),
+        *_PRECISION_FLAGS[precision],
+        "--tensor-parallel-size", str(tp),
+        "--pipeline-parallel-size", str(pp),
+        "--max-model-len", str(serving_context_tokens(model, profile)),
+        "--max-num-seqs", str(profile.max_batch_size),
+        "--max-num-batched-tokens", str(profile.max_num_batched_tokens),
+        "--gpu-memory-utilization", f"{profile.gpu_memory_utilization:.2f}",
+        # Explicit either way: the V1 default is on, but a default is not a contract.
+        "--enable-prefix-caching" if profile.enable_prefix_caching else "--no-enable-prefix-caching",
+    ]  # fmt: skip
+    if speculative is not None:
+        args += ["--speculative-config", speculative.to_json()]
+    if otlp_traces_endpoint:
+        args += ["--otlp-traces-endpoint", otlp_traces_endpoint]
+    return args

@@ -1,0 +1,590 @@
+"""InferenceServer: one model on one engine, on one GPU pool.
+
+The pod is rendered by pure functions (``server_pod``, ``build_job_pod``) so tests and
+``inferstack plan --render`` see exactly what is applied. The component feeds them to typed
+``pulumi_kubernetes`` resources through the cluster's explicit provider.
+
+Path of a model to a GPU: the model store (S3) → the model-loader init container, which fills
+the node's NVMe cache once per node → the engine, which reads it from ``hostPath``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Literal
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pydantic import Field
+
+from components.autoscaling.keda import scaled_object
+from components.catalog import images as _images
+from components.catalog.models import MODEL_CACHE_ROOT, hf_checkpoint_dir, trtllm_engine_dir
+from components.kube.objects import custom_resource
+from components.serving._placement import Placement, place
+from components.serving._triton import (
+    TRITON_GRPC_PORT,
+    TRITON_HTTP_PORT,
+    engine_key,
+    render_model_repository,
+    trtllm_build_args,
+    trtllm_checkpoint_command,
+)
+from components.serving._vllm import VLLM_ENTRYPOINT, VLLM_HTTP_PORT, vllm_args
+from components.specs import Args, GpuPoolSpec, ModelDeploySpec, StrInput
+
+Fabric = Literal["efa", "rdma", "none"]
+APP_LABEL = "app.kubernetes.io/name"
+MODEL_LABEL = "inferstack.io/model"
+ENGINE_LABEL = "inferstack.io/engine"
+POOL_LABEL = "inferstack.io/pool"
+NODE_CACHE_ROOT = "/mnt/k8s-disks/0/inferstack"
+"""The cache's parent on the node: nodeadm's RAID0 mount on cloud (a local NVMe mount elsewhere)."""
+LOADER_UID = 65532
+"""The model-loader image's user; the engines read what it wrote (files are world-readable)."""
+SERVER_UID = 1000
+"""Engines run as a non-root user (the Triton image's ``triton-server``); HOME points at /tmp."""
+LWS_EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+RDMA_RESOURCE = "rdma/rdma_shared_device_a"
+WAIT = pulumi.CustomTimeouts(create="45m", update="45m")
+"""A GPU node may have to join and a large model load from NVMe before the workload is ready."""
+
+
+class InferenceServerArgs(Args):
+    spec: ModelDeploySpec
+    pool: GpuPoolSpec
+    """The pool the model runs on: its GPU count, EFA and labels."""
+    namespace: StrInput
+    provider: k8s.Provider
+    """Required: the cluster's explicit Kubernetes provider; nothing uses an ambient kubeconfig."""
+    model_source: StrInput
+    """``s3://bucket/prefix`` of the Hugging Face checkpoint."""
+    engine_store: StrInput
+    """``s3://bucket``: engines live under ``<model_id>/trtllm/<engine key>/`` beside the checkpoint."""
+    loader_image: StrInput
+    service_account: str
+    """Bound to a read-only store role through workload identity (Pod Identity / IRSA)."""
+    priority_class: str
+    fabric: Fabric = "efa"
+    """How multi-node groups talk: EFA (cloud), RDMA over InfiniBand (on-prem) or plain TCP."""
+    gateway_namespace: str = "inferstack-gateway"
+    monitoring_namespace: str = "monitoring"
+    otlp_traces_endpoint: str | None = None
+    prometheus_url: str | None = None
+    """Where KEDA reads the queue depth; ``None`` leaves the model at its fixed ``replicas``."""
+    shm_gib: int = Field(default=16, ge=1)
+    """``/dev/shm`` for NCCL and the engines' shared-memory IPC between ranks."""
+
+
+def labels(spec: ModelDeploySpec) -> dict[str, str]:
+    return {
+        APP_LABEL: "inferstack-model",
+        MODEL_LABEL: spec.name,
+        ENGINE_LABEL: spec.engine,
+        POOL_LABEL: spec.pool,
+    }
+
+
+TRITON_OPENAI_PORT = 9000
+"""Triton's OpenAI-compatible frontend (server repo, python/openai/openai_frontend/main.py, --openai-port)."""
+TRITON_OPENAI_FRONTEND = "/opt/tritonserver/python/openai/openai_frontend/main.py"
+
+
+def ports(spec: ModelDeploySpec) -> list[dict[str, Any]]:
+    """``http`` is always the OpenAI-compatible API, which also serves ``/metrics``: what the gateway and
+    Prometheus use for either engine. Triton adds its KServe v2 HTTP and gRPC frontends."""
+    if spec.engine == "vllm":
+        return [{"name": "http", "containerPort": VLLM_HTTP_PORT, "protocol": "TCP"}]
+    return [
+        {"name": "http", "containerPort": TRITON_OPENAI_PORT, "protocol": "TCP"},
+        {"name": "kserve-http", "containerPort": TRITON_HTTP_PORT, "protocol": "TCP"},
+        {"name": "grpc", "containerPort": TRITON_GRPC_PORT, "protocol": "TCP"},
+    ]
+
+
+def probes(spec: ModelDeploySpec) -> dict[str, Any]:
+    """Each engine's real health endpoints. Startup allows 30 minutes: a 70B load from NVMe plus
+    CUDA-graph capture takes minutes; liveness only starts counting after it."""
+    # vLLM: /health. Triton's OpenAI frontend: /health/ready on the same port (its observability router).
+    ready = live = "/health" if spec.engine == "vllm" else "/health/ready"
+
+    def http(path: str) -> dict[str, Any]:
+        return {"httpGet": {"path": path, "port": "http"}}
+
+    return {
+        "startupProbe": {**http(ready), "periodSeconds": 10, "failureThreshold": 180},
+        "readinessProbe": {**http(ready), "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**http(live), "periodSeconds": 10, "failureThreshold": 6},
+    }
+
+
+def _cache_volume_mounts() -> list[dict[str, Any]]:
+    return [{"name": "model-cache", "mountPath": MODEL_CACHE_ROOT}]
+
+
+def _loader(
+    name: str, source: Any, dest: str, image: Any, include: tuple[str, ...] = (), upload: bool = False
+) -> dict[str, Any]:
+    args = ["--source", source, "--dest", dest, *[a for g in include for a in ("--include", g)]]
+    return {
+        "name": name,
+        "image": image,
+        "args": [*(["--upload"] if upload else []), *args],
+        "volumeMounts": _cache_volume_mounts(),
+        "resources": {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": LOADER_UID,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+
+
+def _cache_owner(image: Any) -> dict[str, Any]:
+    """Make the node's cache root writable by the loader. hostPath ``DirectoryOrCreate`` creates it
+    root-owned and ``fsGroup`` does not apply to hostPath, so one root step with only CAP_CHOWN
+    hands the top directory to the loader's UID (idempotent, nothing else on the node changes)."""
+    return {
+        "name": "cache-owner",
+        "image": image,
+        "command": ["/bin/sh", "-c", f"chown {LOADER_UID}:{LOADER_UID} {MODEL_CACHE_ROOT}"],
+        "volumeMounts": _cache_volume_mounts(),
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "32Mi"}},
+        "securityContext": {
+            "runAsUser": 0,
+            "runAsNonRoot": False,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]},
+        },
+    }
+
+
+def _volumes(shm_gib: int, extra: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    return [
+        {"name": "model-cache", "hostPath": {"path": MODEL_CACHE_ROOT, "type": "DirectoryOrCreate"}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib}Gi"}},
+        *(extra or []),
+    ]
+
+
+def _resources(placement: Placement, pool: GpuPoolSpec, fabric: Fabric, multi_node: bool) -> dict[str, Any]:
+    spec = pool.spec
+    gpus = placement.gpus_per_pod(spec.gpu_count)
+    # A share of the host proportional to the GPUs taken, minus room for system daemons.
+    memory_gib = int(spec.host_memory_gib * gpus / spec.gpu_count * 0.8)
+    limits: dict[str, Any] = {"nvidia.com/gpu": gpus, "memory": f"{memory_gib}Gi"}
+    if multi_node and fabric == "efa":
+        limits[EFA_RESOURCE] = spec.efa_interfaces
+    if multi_node and fabric == "rdma":
+        limits[RDMA_RESOURCE] = 1
+    requests = {**limits, "cpu": str(8 * gpus)}
+    return {"requests": requests, "limits": limits}
+
+
+def _env(spec: ModelDeploySpec, fabric: Fabric, multi_node: bool, world_size: int = 1) -> list[dict[str, Any]]:
+    env = [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HUB_OFFLINE", "value": "1"}]
+    if spec.engine == "triton" and world_size > 1:
+        # One server process drives every rank: the TensorRT-LLM backend's orchestrator mode spawns
+        # the per-GPU executor workers (``executor_worker_path`` in the rendered config) itself.
+        env.append({"name": "TRTLLM_ORCHESTRATOR", "value": "1"})
+    if multi_node and fabric == "efa":
+        # facts.md, "EFA in Kubernetes": libfabric's EFA provider with device RDMA for NCCL.
+        env += [{"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"}]
+    return env
+
+
+def server_container(args: InferenceServerArgs, placement: Placement, *, role: str = "leader") -> dict[str, Any]:
+    spec = args.spec
+    multi_node = placement.multi_node(args.pool.spec.gpu_count)
+    if spec.engine == "vllm":
+        serve = [*VLLM_ENTRYPOINT, *vllm_args(
+            placement.model, spec.precision, placement.tp, placement.pp, placement.profile, spec.speculative,
+            otlp_traces_endpoint=args.otlp_traces_endpoint,
+        )]  # fmt: skip
+        if multi_node:
+            # vLLM spans nodes with Ray: the leader starts the head and serves, workers join it
+            # (vLLM docs, "Deploying with LeaderWorkerSet").
+            if role == "leader":
+                script = f"ray start --head --port=6379 && {shlex.join(serve)}"
+            else:
+                script = "ray start --address=$(LWS_LEADER_ADDRESS):6379 --block"
+            command = ["/bin/sh", "-c", script]
+        else:
+            command = serve
+    else:
+        # Triton in-process behind its OpenAI-compatible frontend, so the gateway speaks one protocol to
+        # both engines; the KServe frontends stay on for Triton-native clients. Multi-GPU engines run in
+        # the TensorRT-LLM backend's orchestrator mode, so one process drives every rank.
+        command = [
+            "python3", TRITON_OPENAI_FRONTEND,
+            "--model-repository", "/model-repo",
+            "--tokenizer", hf_checkpoint_dir(placement.model.model_id),
+            "--backend", "tensorrtllm",
+            "--openai-port", str(TRITON_OPENAI_PORT),
+            "--enable-kserve-frontends",
+        ]  # fmt: skip
+    security: dict[str, Any] = {
+        "runAsNonRoot": True,
+        "runAsUser": SERVER_UID,
+        "runAsGroup": SERVER_UID,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    if multi_node and args.fabric == "rdma":
+        security["capabilities"]["add"] = ["IPC_LOCK"]
+    container: dict[str, Any] = {
+        "name": "server",
+        "image": _images.VLLM if spec.engine == "vllm" else _images.TRITON_TRTLLM,
+        "command": command,
+        "env": _env(spec, args.fabric, multi_node, placement.world_size),
+        "resources": _resources(placement, args.pool, args.fabric, multi_node),
+        "volumeMounts": [
+            *_cache_volume_mounts(),
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            *([{"name": "model-repo", "mountPath": "/model-repo"}] if spec.engine == "triton" else []),
+        ],
+        "securityContext": security,
+    }
+    if role == "leader":
+        container["ports"] = ports(spec)
+        container.update(probes(spec))
+    return container
+
+
+def _triton_repo_init(spec: ModelDeploySpec) -> dict[str, Any]:
+    """Copy the image's model repository (model.py files) and overlay the kit's rendered configs."""
+    script = (
+        f"cp -r {_images.TRITON_MODEL_TEMPLATES}/. /model-repo/ && "
+        'for f in /config/*__config.pbtxt; do b=$(basename "$f"); '
+        'cp "$f" /model-repo/"${b%%__config.pbtxt}"/config.pbtxt; done'
+    )
+    return {
+        "name": "model-repository",
+        "image": _images.TRITON_TRTLLM,
+        "command": ["/bin/sh", "-c", script],
+        "volumeMounts": [
+            {"name": "model-repo", "mountPath": "/model-repo"},
+            {"name": "triton-config", "mountPath": "/config"},
+        ],
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": SERVER_UID,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+
+
+def join(*parts: Any) -> Any:
+    """Concatenate strings, or Outputs (a bucket name known only after deploy) into an Output."""
+    if all(isinstance(p, str) for p in parts):
+        return "".join(parts)
+    return pulumi.Output.concat(*parts)
+
+
+def engine_prefix(args: InferenceServerArgs, placement: Placement) -> tuple[Any, str]:
+    """(S3 prefix, node-local dir) of this model's TensorRT-LLM engine."""
+    key = engine_key(args.pool.spec.gpu, args.spec.precision, placement.tp, placement.pp, placement.profile)
+    return join(args.engine_store, f"/{placement.model.model_id}/trtllm/{key}"), trtllm_engine_dir(
+        placement.model.model_id, key
+    )
+
+
+def _pod_common(args: InferenceServerArgs) -> dict[str, Any]:
+    return {
+        "serviceAccountName": args.service_account,
+        "priorityClassName": args.priority_class,
+        "nodeSelector": {POOL_LABEL: args.pool.name},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+        "securityContext": {"fsGroup": LOADER_UID, "seccompProfile": {"type": "RuntimeDefault"}},
+        "terminationGracePeriodSeconds": 60,
+    }
+
+
+def server_pod(args: InferenceServerArgs, placement: Placement, *, role: str = "leader") -> dict[str, Any]:
+    """The serving pod's spec: loaders fill the NVMe cache, then the engine starts from it."""
+    spec = args.spec
+    model_id = placement.model.model_id
+    inits = [
+        _cache_owner(args.loader_image),
+        # Triton reads only the tokenizer from the checkpoint (the engine has the weights).
+        _loader(
+            "fetch-model",
+            args.model_source,
+            hf_checkpoint_dir(model_id),
+            args.loader_image,
+            include=("tokenizer*", "*.json") if spec.engine == "triton" else (),
+        ),
+    ]
+    extra_volumes: list[dict[str, Any]] = []
+    if spec.engine == "triton":
+        source, local = engine_prefix(args, placement)
+        inits.append(_loader("fetch-engine", source, local, args.loader_image))
+        inits.append(_triton_repo_init(spec))
+        extra_volumes = [
+            {"name": "model-repo", "emptyDir": {}},
+            {"name": "triton-config", "configMap": {"name": f"{spec.name}-triton"}},
+        ]
+    pod: dict[str, Any] = {
+        **_pod_common(args),
+        "initContainers": inits,
+        "containers": [server_container(args, placement, role=role)],
+        "volumes": _volumes(args.shm_gib, extra_volumes),
+    }
+    if not placement.multi_node(args.pool.spec.gpu_count):
+        # Spread replicas over nodes: one node's failure takes down one replica, not all.
+        pod["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": {MODEL_LABEL: spec.name}},
+            }
+        ]
+    return pod
+
+
+def build_job_pod(args: InferenceServerArgs, placement: Placement) -> dict[str, Any]:
+    """The TensorRT-LLM engine build: checkpoint → quantize → ``trtllm-build`` → upload to the store."""
+    model = placement.model
+    source, local = engine_prefix(args, placement)
+    hf = hf_checkpoint_dir(model.model_id)
+    checkpoint = f"{local}.checkpoint"
+    # Built beside, never into, the cache folder the server's loader fills (and marks complete) itself.
+    built = f"{local}.build"
+    quantize = trtllm_checkpoint_command(
+        model, args.spec.precision, placement.tp, placement.pp, hf_dir=hf, checkpoint_dir=checkpoint
+    )
+    build = trtllm_build_args(
+        model, args.spec.precision, placement.tp, placement.pp, placement.profile,
+        checkpoint_dir=checkpoint, output_dir=built, workers=placement.world_size,
+    )  # fmt: skip
+    builder = {
+        "name": "trtllm-build",
+        "image": _images.TRITON_TRTLLM,
+        "command": [
+            "/bin/sh",
+            "-c",
+            f"{shlex.join(quantize)} && {shlex.join(build)} && rm -rf {shlex.quote(checkpoint)}",
+        ],
+        "env": [{"name": "HOME", "value": "/tmp"}],
+        "resources": {
+            "limits": {"nvidia.com/gpu": placement.world_size},
+            "requests": {"nvidia.com/gpu": placement.world_size},
+        },
+        "volumeMounts": [*_cache_volume_mounts(), {"name": "dshm", "mountPath": "/dev/shm"}],
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": LOADER_UID,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    return {
+        **_pod_common(args),
+        "restartPolicy": "OnFailure",
+        "initContainers": [
+            _cache_owner(args.loader_image),
+            _loader("fetch-model", args.model_source, hf, args.loader_image),
+            builder,
+        ],
+        "containers": [_loader("publish-engine", source, built, args.loader_image, upload=True)],
+        "volumes": _volumes(args.shm_gib),
+    }
+
+
+def autoscaler(args: InferenceServerArgs, placement: Placement, workload_kind: str) -> dict[str, Any] | None:
+    """The model's KEDA ScaledObject, or ``None`` for a deliberate fixed size."""
+    spec = args.spec
+    scaling = spec.autoscaling
+    if not scaling.enabled or args.prometheus_url is None:
+        return None
+    return scaled_object(
+        model=spec.name,
+        namespace=str(args.namespace),
+        engine=spec.engine,
+        threshold=scaling.queue_depth or placement.profile.keda_queue_depth_per_replica,
+        max_replicas=scaling.max_replicas or max(2, 4 * spec.replicas),
+        min_replicas=0 if scaling.scale_to_zero else max(1, spec.replicas),
+        scale_to_zero=scaling.scale_to_zero,
+        target_kind=workload_kind,  # type: ignore[arg-type]
+        target_name=spec.name,
+        server_address=args.prometheus_url,
+    )
+
+
+def network_policy(args: InferenceServerArgs) -> dict[str, Any]:
+    """Only the gateway reaches the serving ports, only Prometheus the metrics port."""
+    spec = args.spec
+    serving = [{"port": p["name"], "protocol": "TCP"} for p in ports(spec)]
+    metrics = [{"port": "http", "protocol": "TCP"}]
+
+    def ns(name: str) -> dict[str, Any]:
+        return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
+
+    ingress = [
+        {
+            "from": [{**ns(args.gateway_namespace), "podSelector": {"matchLabels": {APP_LABEL: "inferstack-gateway"}}}],
+            "ports": serving,
+        },
+        {"from": [ns(args.monitoring_namespace)], "ports": metrics},
+    ]
+    # Ranks of a multi-node group talk to each other (Ray, NCCL bootstrap) on any port.
+    ingress.append({"from": [{"podSelector": {"matchLabels": {MODEL_LABEL: spec.name}}}]})
+    return {"podSelector": {"matchLabels": {MODEL_LABEL: spec.name}}, "policyTypes": ["Ingress"], "ingress": ingress}
+
+
+class InferenceServer(pulumi.ComponentResource):
+    """A Deployment (fits one node) or a LeaderWorkerSet (spans nodes), its Service, PDB and NetworkPolicy."""
+
+    service_name: pulumi.Output[str]
+    endpoint: pulumi.Output[str]
+    """In-cluster base URL of the OpenAI-compatible API (vLLM) or Triton's HTTP endpoint."""
+    workload_kind: str
+    placement: Placement
+    triton_configs: dict[str, str]
+
+    def __init__(self, name: str, args: InferenceServerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("inferstack:inference_server:InferenceServer", name, None, opts)
+        spec = args.spec
+        placement = place(spec, args.pool)
+        self.placement = placement
+        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider)
+        meta = {"name": spec.name, "namespace": args.namespace, "labels": labels(spec)}
+        selector = {"matchLabels": {MODEL_LABEL: spec.name}}
+        template_meta = {"labels": labels(spec)}
+        multi_node = placement.multi_node(args.pool.spec.gpu_count)
+        self.workload_kind = "LeaderWorkerSet" if multi_node else "Deployment"
+        scaler = autoscaler(args, placement, self.workload_kind)
+        # KEDA owns the replica count once it scales the workload; Pulumi must not reset it.
+        owned_by_keda = ["spec.replicas"] if scaler else []
+
+        self.triton_configs = {}
+        depends: list[pulumi.Resource] = []
+        if spec.engine == "triton":
+            self.triton_configs = render_model_repository(
+                placement.model,
+                placement.profile,
+                placement.tp,
+                placement.pp,
+                precision=spec.precision,
+                gpu=args.pool.spec.gpu,
+            )
+            depends.append(
+                k8s.core.v1.ConfigMap(
+                    f"{name}-triton",
+                    metadata={**meta, "name": f"{spec.name}-triton"},
+                    data={path.replace("/", "__"): text for path, text in self.triton_configs.items()},
+                    opts=k8s_opts,
+                )
+            )
+            depends.append(
+                k8s.batch.v1.Job(
+                    f"{name}-engine-build",
+                    metadata={**meta, "name": f"{spec.name}-engine-build"},
+                    spec={
+                        "backoffLimit": 2,
+                        "template": {"metadata": template_meta, "spec": build_job_pod(args, placement)},
+                    },
+                    # The server pods fetch the engine this Job publishes: `pulumi up` waits for it.
+                    opts=pulumi.ResourceOptions(
+                        parent=self, provider=args.provider, custom_timeouts=pulumi.CustomTimeouts(create="120m")
+                    ),
+                )
+            )
+
+        if multi_node:
+            workload: pulumi.Resource = k8s.apiextensions.CustomResource(
+                name,
+                api_version="leaderworkerset.x-k8s.io/v1",
+                kind="LeaderWorkerSet",
+                metadata={
+                    **meta,
+                    # Keep a group inside one network spine (EC2 instance topology labels): NCCL
+                    # across stages then stays off the oversubscribed upper layers.
+                    "annotations": {LWS_EXCLUSIVE_TOPOLOGY: "topology.k8s.aws/network-node-layer-3"},
+                },
+                spec={
+                    "replicas": spec.replicas,
+                    "startupPolicy": "LeaderCreated",
+                    "leaderWorkerTemplate": {
+                        "size": placement.pods_per_group(args.pool.spec.gpu_count),
+                        "restartPolicy": "RecreateGroupOnPodRestart",
+                        "leaderTemplate": {
+                            "metadata": template_meta,
+                            "spec": server_pod(args, placement, role="leader"),
+                        },
+                        "workerTemplate": {
+                            "metadata": template_meta,
+                            "spec": server_pod(args, placement, role="worker"),
+                        },
+                    },
+                },
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    provider=args.provider,
+                    depends_on=depends,
+                    custom_timeouts=WAIT,
+                    ignore_changes=owned_by_keda,
+                ),
+            )
+        else:
+            workload = k8s.apps.v1.Deployment(
+                name,
+                metadata=meta,
+                spec={
+                    "replicas": spec.replicas,
+                    "selector": selector,
+                    # Never drop below the serving count during a rollout: bring the new pod up first.
+                    "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                    "template": {"metadata": template_meta, "spec": server_pod(args, placement)},
+                },
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    provider=args.provider,
+                    depends_on=depends,
+                    custom_timeouts=WAIT,
+                    ignore_changes=owned_by_keda,
+                ),
+            )
+
+        service = k8s.core.v1.Service(
+            name,
+            metadata=meta,
+            spec={
+                "selector": {
+                    **selector["matchLabels"],
+                    **({"leaderworkerset.sigs.k8s.io/worker-index": "0"} if multi_node else {}),
+                },
+                "ports": [
+                    {"name": p["name"], "port": p["containerPort"], "targetPort": p["name"]} for p in ports(spec)
+                ],
+            },
+            opts=k8s_opts,
+        )
+        k8s.policy.v1.PodDisruptionBudget(
+            name,
+            metadata=meta,
+            # One voluntary eviction at a time: node drains never take a model's replicas down together.
+            spec={"maxUnavailable": 1, "selector": selector},
+            opts=k8s_opts,
+        )
+        k8s.networking.v1.NetworkPolicy(name, metadata=meta, spec=network_policy(args), opts=k8s_opts)
+
+        if scaler:
+            custom_resource(
+                f"{name}-scaler",
+                scaler,
+                pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[workload]),
+            )
+        self.autoscaled = scaler is not None
+
+        port = ports(spec)[0]["containerPort"]
+        self.service_name = service.id.apply(lambda _: spec.name)
+        self.endpoint = pulumi.Output.concat("http://", self.service_name, ".", args.namespace, ".svc:", str(port))
+        self._workload = workload
+        self.register_outputs({"service_name": self.service_name, "endpoint": self.endpoint})
