@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from ipaddress import IPv4Network
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
@@ -24,6 +24,22 @@ StrInput = Annotated[Any, "pulumi.Input[str]"]
 """A string or a ``pulumi.Output[str]``: pydantic cannot validate Outputs, so it passes them through."""
 
 DnsLabel = Annotated[str, Field(pattern=r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$")]
+
+
+@runtime_checkable
+class ServingPool(Protocol):
+    """What the serving layer needs of a GPU pool on any tier: cloud instance types and on-prem servers alike."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def instance_type(self) -> str: ...
+    @property
+    def spec(self) -> Any: ...
+    @property
+    def node_labels(self) -> dict[str, str]: ...
+    @property
+    def efa_enabled(self) -> bool: ...
 
 
 class Spec(BaseModel):
@@ -171,6 +187,11 @@ class GpuPoolSpec(ScalingSpec):
     @property
     def efa_enabled(self) -> bool:
         return self.spec.efa if self.efa is None else self.efa
+
+    @property
+    def node_labels(self) -> dict[str, str]:
+        """The label the kit gives this pool's nodes and the serving pods select."""
+        return {"inferstack.io/pool": self.name}
 
     @property
     def placement_group_enabled(self) -> bool:

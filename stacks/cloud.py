@@ -27,10 +27,10 @@ from components.serving.serving_base import (
     ServingBase,
     ServingBaseArgs,
 )
-from stacks.environment import Environment
+from stacks.environment import CloudEnvironment
 
 
-def compose(env: Environment, stack: str) -> dict[str, Any]:
+def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
     """Build the cloud tier for ``env``; return the stack outputs."""
     cluster_name = f"inferstack-{stack}"
     tags = {"inferstack:stack": stack, "managed-by": "pulumi", **env.tags}

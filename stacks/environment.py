@@ -14,6 +14,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from components.catalog.instances import INSTANCES
+from components.onprem.specs import (
+    FabricSpec,
+    GpuOperatorSpec,
+    LocalStorageSpec,
+    NetworkOperatorSpec,
+    OnpremClusterSpec,
+    OnpremGpuPoolSpec,
+    OnpremLoadBalancerSpec,
+    OnpremModelStoreSpec,
+)
 from components.specs import (
     CacheSpec,
     ClusterSpec,
@@ -29,15 +39,27 @@ from components.specs import (
 )
 
 CONFIG_KEY = "inferstack:environment"
-TIERS = ("cloud",)
-"""Tiers this version provides. on-prem and edge are planned, not shipped: see README."""
 
 
-class Environment(Spec):
-    """Everything one stack provisions."""
+class BaseEnvironment(Spec):
+    """What every tier serves with: the same models, cache, gateway and observability sections."""
+
+    tier: str
+    """Required: it selects the tier plug-in (``stacks.tiers``)."""
+    models: tuple[ModelDeploySpec, ...] = ()
+    """The served models; each runs on one of ``gpuPools``."""
+    cache: CacheSpec = CacheSpec()
+    observability: ObservabilitySpec = ObservabilitySpec()
+    gateway: GatewaySpec = GatewaySpec()
+
+    def pool(self, name: str) -> Any:
+        return next(p for p in self.gpu_pools if p.name == name)  # type: ignore[attr-defined]
+
+
+class CloudEnvironment(BaseEnvironment):
+    """The cloud tier: everything one AWS stack provisions."""
 
     tier: Literal["cloud"]
-    """Required: it selects the tier plug-in (``cloud``)."""
     region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
     """Required on the cloud tier: the AWS region everything lives in."""
     network: NetworkSpec
@@ -46,16 +68,39 @@ class Environment(Spec):
     gpu_pools: tuple[GpuPoolSpec, ...] = Field(min_length=1)
     """Required: a serving platform without GPU capacity has nothing to serve with."""
     model_store: ModelStoreSpec = ModelStoreSpec()
-    models: tuple[ModelDeploySpec, ...] = ()
-    """The served models; each runs on one of ``gpuPools``."""
-    cache: CacheSpec = CacheSpec()
-    observability: ObservabilitySpec = ObservabilitySpec()
-    gateway: GatewaySpec = GatewaySpec()
     tags: dict[str, str] = Field(default_factory=dict)
     """Extra tags on every AWS resource that takes tags."""
 
     def pool(self, name: str) -> GpuPoolSpec:
         return next(p for p in self.gpu_pools if p.name == name)
+
+
+class OnpremEnvironment(BaseEnvironment):
+    """The on-prem tier: an existing bare-metal cluster with fixed GPU servers, usually on InfiniBand."""
+
+    tier: Literal["onprem"]
+    cluster: OnpremClusterSpec = OnpremClusterSpec()
+    gpu_pools: tuple[OnpremGpuPoolSpec, ...] = Field(min_length=1)
+    """Required: the fixed GPU servers, one pool per kind of server."""
+    gpu_operator: GpuOperatorSpec = GpuOperatorSpec()
+    network_operator: NetworkOperatorSpec = NetworkOperatorSpec()
+    fabric: FabricSpec = FabricSpec()
+    local_storage: LocalStorageSpec = LocalStorageSpec()
+    model_store: OnpremModelStoreSpec
+    """Required: where weights come from (an S3-compatible endpoint, or a pre-filled volume)."""
+    load_balancer: OnpremLoadBalancerSpec = OnpremLoadBalancerSpec()
+    persistent_storage_class: str | None = None
+    """StorageClass of Prometheus's and Redis's claims; empty: the cluster's default StorageClass."""
+
+    def pool(self, name: str) -> OnpremGpuPoolSpec:
+        return next(p for p in self.gpu_pools if p.name == name)
+
+
+Environment = CloudEnvironment | OnpremEnvironment
+"""Every tier's validated config; ``tier`` tells which."""
+
+ENVIRONMENTS: dict[str, type[BaseEnvironment]] = {"cloud": CloudEnvironment, "onprem": OnpremEnvironment}
+TIERS = tuple(ENVIRONMENTS)
 
 
 @dataclass(frozen=True)
@@ -99,13 +144,20 @@ def load_environment(raw: Any, source: str) -> Environment:
                 ConfigIssue(
                     f"{CONFIG_KEY}.tier",
                     _show(tier),
-                    ", ".join(TIERS) + " (onprem and edge are not provided by this version)",
-                    "set `tier: cloud`" + did_you_mean(str(tier), list(TIERS)) if tier else "add `tier: cloud`",
+                    ", ".join(TIERS),
+                    "set `tier:` to the tier this stack deploys" + did_you_mean(str(tier), list(TIERS))
+                    if tier
+                    else "add `tier: cloud` (or onprem)",
                 )
             ],
         )
+    if isinstance(raw, dict):
+        unsupported = unsupported_keys(raw)
+        if unsupported:
+            raise ConfigError(source, unsupported)
+    model = ENVIRONMENTS[raw["tier"]] if isinstance(raw, dict) else CloudEnvironment
     try:
-        env = Environment.model_validate(raw)
+        env: Environment = model.model_validate(raw)  # type: ignore[assignment]
     except ValidationError as err:
         errors = err.errors()
         # A list that failed item validation is also reported "too short"; the item errors say it all.
@@ -118,15 +170,83 @@ def load_environment(raw: Any, source: str) -> Environment:
                 and any(len(o) > len(e["loc"]) and o[: len(e["loc"])] == tuple(e["loc"]) for o in locs)
             )
         ]
-        raise ConfigError(source, [_issue_from_pydantic(e) for e in errors]) from None
+        raise ConfigError(source, [_issue_from_pydantic(e, model) for e in errors]) from None
     issues = cross_checks(env)
     if issues:
         raise ConfigError(source, issues)
     return env
 
 
+def unsupported_keys(raw: dict[str, Any]) -> list[ConfigIssue]:
+    """Keys the chosen tier declares it cannot honour (``stacks.tiers``), each named with the alternative."""
+    from stacks.tiers import TIER_PLUGINS
+
+    plugin = TIER_PLUGINS[raw["tier"]]
+    issues = []
+    for rule in plugin.unsupported:
+        for path, value in rule.find(raw):
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.{path}",
+                    f"{_show(value)} on tier {plugin.name} ({rule.why})",
+                    f"keys the {plugin.name} tier supports (README, config reference)",
+                    rule.instead,
+                )
+            )
+    return issues
+
+
 def cross_checks(env: Environment) -> list[ConfigIssue]:
     """Rules that span sections or fields; run after the structure is valid."""
+    issues = common_checks(env)
+    if isinstance(env, OnpremEnvironment):
+        from stacks.onprem_checks import onprem_checks
+
+        return issues + onprem_checks(env)
+    return issues + cloud_checks(env)
+
+
+def common_checks(env: Environment) -> list[ConfigIssue]:
+    """Models and gateway: the same rules on every tier."""
+    issues = model_checks(env)
+    models = [m.name for m in env.models]
+    for i, route in enumerate(env.gateway.routes):
+        for key in ("small", "large"):
+            target = getattr(route, key)
+            if target not in models:
+                issues.append(
+                    ConfigIssue(
+                        f"{CONFIG_KEY}.gateway.routes[{i}].{key}",
+                        repr(target),
+                        "one of models[].name: " + ", ".join(models),
+                        "name a served model" + did_you_mean(target, models),
+                    )
+                )
+        if route.alias in models:
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.gateway.routes[{i}].alias",
+                    repr(route.alias),
+                    "a name that is not also a model's name",
+                    "rename the alias",
+                )
+            )
+    if env.gateway.enabled and env.models and not issues:
+        issues += gateway_checks(env)
+    if env.gateway.enabled and not env.gateway.api_keys:
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.gateway.apiKeys",
+                "no keys",
+                "at least one {tenant, keySha256}",
+                'add a key: printf %s "$KEY" | sha256sum, or set gateway.enabled: false',
+            )
+        )
+    return issues
+
+
+def cloud_checks(env: CloudEnvironment) -> list[ConfigIssue]:
+    """The cloud tier's pools, zones and network."""
     issues: list[ConfigIssue] = []
     zones = env.network.availability_zones
     names = [p.name for p in env.gpu_pools]
@@ -208,40 +328,6 @@ def cross_checks(env: Environment) -> list[ConfigIssue]:
                     "remove `placementGroup`, or use an EFA instance type",
                 )
             )
-    issues += model_checks(env)
-    models = [m.name for m in env.models]
-    for i, route in enumerate(env.gateway.routes):
-        for key in ("small", "large"):
-            target = getattr(route, key)
-            if target not in models:
-                issues.append(
-                    ConfigIssue(
-                        f"{CONFIG_KEY}.gateway.routes[{i}].{key}",
-                        repr(target),
-                        "one of models[].name: " + ", ".join(models),
-                        "name a served model" + did_you_mean(target, models),
-                    )
-                )
-        if route.alias in models:
-            issues.append(
-                ConfigIssue(
-                    f"{CONFIG_KEY}.gateway.routes[{i}].alias",
-                    repr(route.alias),
-                    "a name that is not also a model's name",
-                    "rename the alias",
-                )
-            )
-    if env.gateway.enabled and env.models and not issues:
-        issues += gateway_checks(env)
-    if env.gateway.enabled and not env.gateway.api_keys:
-        issues.append(
-            ConfigIssue(
-                f"{CONFIG_KEY}.gateway.apiKeys",
-                "no keys",
-                "at least one {tenant, keySha256}",
-                'add a key: printf %s "$KEY" | sha256sum, or set gateway.enabled: false',
-            )
-        )
     sys_pool = env.system_pool
     if sys_pool.min_size > sys_pool.max_size:
         issues.append(
@@ -371,9 +457,9 @@ def _path(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+def _model_at(loc: tuple[int | str, ...], root: type[BaseModel]) -> type[BaseModel] | None:
     """The pydantic model that owns the last key of ``loc``, following aliases and list items."""
-    model: Any = Environment
+    model: Any = root
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
@@ -401,7 +487,7 @@ _TYPE_FIXES = {
 }
 
 
-def _issue_from_pydantic(error: Any) -> ConfigIssue:
+def _issue_from_pydantic(error: Any, root: type[BaseModel]) -> ConfigIssue:
     loc = tuple(error["loc"])
     path = _path(loc)
     kind = error["type"]
@@ -410,7 +496,7 @@ def _issue_from_pydantic(error: Any) -> ConfigIssue:
     if kind == "inferstack":
         return ConfigIssue(path, f"{received} ({error['msg']})", ctx["allowed"], ctx["fix"])
     if kind == "extra_forbidden":
-        model = _model_at(loc)
+        model = _model_at(loc, root)
         keys = [f.alias or n for n, f in model.model_fields.items()] if model else []
         return ConfigIssue(
             path,

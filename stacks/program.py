@@ -11,10 +11,9 @@ from typing import Any
 import pulumi
 
 from stacks.environment import CONFIG_KEY, ConfigError, Environment, load_environment
+from stacks.tiers import TIER_PLUGINS
 
 STACKS_DIR = Path(__file__).resolve().parent
-TIER_MODULES: dict[str, str] = {"cloud": "stacks.cloud"}
-"""Tier plug-ins, imported lazily so one tier never needs another's SDK (edge never imports pulumi_aws)."""
 
 
 def stack_file(stack: str) -> str:
@@ -29,7 +28,9 @@ def environment() -> Environment:
 
 def run() -> None:
     env = environment()
-    compose: Callable[[Environment, str], dict[str, Any]] = importlib.import_module(TIER_MODULES[env.tier]).compose
+    compose: Callable[[Environment, str], dict[str, Any]] = importlib.import_module(
+        TIER_PLUGINS[env.tier].compose_module
+    ).compose
     for key, value in compose(env, pulumi.get_stack()).items():
         pulumi.export(key, value)
 

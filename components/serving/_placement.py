@@ -22,7 +22,7 @@ from components.catalog.sizing import (
     serving_context_tokens,
     tensor_parallel_problem,
 )
-from components.specs import GpuPoolSpec, ModelDeploySpec
+from components.specs import ModelDeploySpec, ServingPool
 
 ENGINE_OF_SERVER = {"vllm": "vllm", "triton": "tensorrt-llm"}
 
@@ -62,7 +62,7 @@ class Placement:
         return self.pp if self.multi_node(gpus_per_node) else 1
 
 
-def place(spec: ModelDeploySpec, pool: GpuPoolSpec) -> Placement:
+def place(spec: ModelDeploySpec, pool: ServingPool) -> Placement:
     """Resolve parallelism for ``spec`` on ``pool``; raise ``PlacementProblem`` when it cannot run."""
     model = MODELS[spec.model]
     profile = PROFILES[spec.profile]

@@ -31,7 +31,7 @@ from components.serving._triton import (
     trtllm_checkpoint_command,
 )
 from components.serving._vllm import VLLM_ENTRYPOINT, VLLM_HTTP_PORT, vllm_args
-from components.specs import Args, GpuPoolSpec, ModelDeploySpec, StrInput
+from components.specs import Args, ModelDeploySpec, ServingPool, StrInput
 
 Fabric = Literal["efa", "rdma", "none"]
 APP_LABEL = "app.kubernetes.io/name"
@@ -47,13 +47,41 @@ SERVER_UID = 1000
 LWS_EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 RDMA_RESOURCE = "rdma/rdma_shared_device_a"
+MULTUS_NETWORKS = "k8s.v1.cni.cncf.io/networks"
 WAIT = pulumi.CustomTimeouts(create="45m", update="45m")
+AWS_TOPOLOGY_LABEL = "topology.k8s.aws/network-node-layer-3"
+"""EC2 instance topology: the network node above a server's leaf (EKS labels nodes with it)."""
+
+
+class RdmaFabric(Args):
+    """What a multi-node group needs on an InfiniBand or RoCE fabric (on-prem)."""
+
+    resource: str = RDMA_RESOURCE
+    """The RDMA shared device plugin's resource, one per pod (facts-tiers §2: with IPC_LOCK)."""
+    nccl_env: dict[str, str] = Field(default_factory=dict)
+    """NCCL variables: ``NCCL_IB_HCA``, ``NCCL_SOCKET_IFNAME``, ``NCCL_NET_GDR_LEVEL``, ..."""
+    topology_label: str = "fabric.topograph.run/tier-0"
+    """Node label of the leaf switch: a group stays under one (LWS exclusive topology)."""
+    network: str | None = None
+    """Multus network (``namespace/name``) for the ranks' traffic, e.g. an IPoIB network."""
+
+
+class ModelCacheVolume(Args):
+    """Where a node keeps its model cache: a host path (cloud RAID0) or a local NVMe volume per pod."""
+
+    host_path: str | None = MODEL_CACHE_ROOT
+    """The node's NVMe mount (nodeadm RAID0 on cloud); survives pod restarts and is shared per node."""
+    storage_class: str | None = None
+    """Instead of ``host_path``: a generic ephemeral volume from this local-volume class, one per pod."""
+    size_gib: int = Field(default=800, ge=1)
+
+
 """A GPU node may have to join and a large model load from NVMe before the workload is ready."""
 
 
 class InferenceServerArgs(Args):
     spec: ModelDeploySpec
-    pool: GpuPoolSpec
+    pool: ServingPool
     """The pool the model runs on: its GPU count, EFA and labels."""
     namespace: StrInput
     provider: k8s.Provider
@@ -75,6 +103,11 @@ class InferenceServerArgs(Args):
     """Where KEDA reads the queue depth; ``None`` leaves the model at its fixed ``replicas``."""
     shm_gib: int = Field(default=16, ge=1)
     """``/dev/shm`` for NCCL and the engines' shared-memory IPC between ranks."""
+    rdma: RdmaFabric | None = None
+    """Required with ``fabric="rdma"``: the resource, NCCL variables and topology of the fabric."""
+    model_cache: ModelCacheVolume = ModelCacheVolume()
+    loader_env: list[dict[str, Any]] = Field(default_factory=list)
+    """Extra loader env: an S3-compatible endpoint and its credentials (``secretKeyRef``) off AWS."""
 
 
 def labels(spec: ModelDeploySpec) -> dict[str, str]:
@@ -124,13 +157,20 @@ def _cache_volume_mounts() -> list[dict[str, Any]]:
 
 
 def _loader(
-    name: str, source: Any, dest: str, image: Any, include: tuple[str, ...] = (), upload: bool = False
+    name: str,
+    source: Any,
+    dest: str,
+    image: Any,
+    include: tuple[str, ...] = (),
+    upload: bool = False,
+    env: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     args = ["--source", source, "--dest", dest, *[a for g in include for a in ("--include", g)]]
     return {
         "name": name,
         "image": image,
         "args": [*(["--upload"] if upload else []), *args],
+        **({"env": env} if env else {}),
         "volumeMounts": _cache_volume_mounts(),
         "resources": {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
         "securityContext": {
@@ -163,15 +203,35 @@ def _cache_owner(image: Any) -> dict[str, Any]:
     }
 
 
-def _volumes(shm_gib: int, extra: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def _cache_volume(cache: ModelCacheVolume) -> dict[str, Any]:
+    if cache.storage_class is None:
+        return {"name": "model-cache", "hostPath": {"path": cache.host_path, "type": "DirectoryOrCreate"}}
+    # A generic ephemeral volume: one local NVMe PV per pod, bound on the pod's node (WaitForFirstConsumer).
+    # It lives as long as the pod, so a restarted server container reloads from NVMe, not the network.
+    claim = {
+        "accessModes": ["ReadWriteOnce"],
+        "storageClassName": cache.storage_class,
+        "resources": {"requests": {"storage": f"{cache.size_gib}Gi"}},
+    }
+    return {"name": "model-cache", "ephemeral": {"volumeClaimTemplate": {"spec": claim}}}
+
+
+def _volumes(shm_gib: int, cache: ModelCacheVolume, extra: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     return [
-        {"name": "model-cache", "hostPath": {"path": MODEL_CACHE_ROOT, "type": "DirectoryOrCreate"}},
+        _cache_volume(cache),
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib}Gi"}},
         *(extra or []),
     ]
 
 
-def _resources(placement: Placement, pool: GpuPoolSpec, fabric: Fabric, multi_node: bool) -> dict[str, Any]:
+def _cache_inits(args: InferenceServerArgs) -> list[dict[str, Any]]:
+    """hostPath needs its owner set by a root step; a PVC gets the pod's fsGroup from the kubelet instead."""
+    return [_cache_owner(args.loader_image)] if args.model_cache.storage_class is None else []
+
+
+def _resources(
+    placement: Placement, pool: ServingPool, fabric: Fabric, multi_node: bool, rdma: RdmaFabric | None = None
+) -> dict[str, Any]:
     spec = pool.spec
     gpus = placement.gpus_per_pod(spec.gpu_count)
     # A share of the host proportional to the GPUs taken, minus room for system daemons.
@@ -180,12 +240,14 @@ def _resources(placement: Placement, pool: GpuPoolSpec, fabric: Fabric, multi_no
     if multi_node and fabric == "efa":
         limits[EFA_RESOURCE] = spec.efa_interfaces
     if multi_node and fabric == "rdma":
-        limits[RDMA_RESOURCE] = 1
+        limits[rdma.resource if rdma else RDMA_RESOURCE] = 1
     requests = {**limits, "cpu": str(8 * gpus)}
     return {"requests": requests, "limits": limits}
 
 
-def _env(spec: ModelDeploySpec, fabric: Fabric, multi_node: bool, world_size: int = 1) -> list[dict[str, Any]]:
+def _env(
+    spec: ModelDeploySpec, fabric: Fabric, multi_node: bool, world_size: int = 1, rdma: RdmaFabric | None = None
+) -> list[dict[str, Any]]:
     env = [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HUB_OFFLINE", "value": "1"}]
     if spec.engine == "triton" and world_size > 1:
         # One server process drives every rank: the TensorRT-LLM backend's orchestrator mode spawns
@@ -194,6 +256,10 @@ def _env(spec: ModelDeploySpec, fabric: Fabric, multi_node: bool, world_size: in
     if multi_node and fabric == "efa":
         # facts.md, "EFA in Kubernetes": libfabric's EFA provider with device RDMA for NCCL.
         env += [{"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"}]
+    if multi_node and fabric == "rdma" and rdma:
+        env += [{"name": k, "value": v} for k, v in sorted(rdma.nccl_env.items())]
+        # vLLM's multi-node guide: each rank advertises its own pod IP (docs/serving/parallelism_scaling.md).
+        env.append({"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     return env
 
 
@@ -240,8 +306,8 @@ def server_container(args: InferenceServerArgs, placement: Placement, *, role: s
         "name": "server",
         "image": _images.VLLM if spec.engine == "vllm" else _images.TRITON_TRTLLM,
         "command": command,
-        "env": _env(spec, args.fabric, multi_node, placement.world_size),
-        "resources": _resources(placement, args.pool, args.fabric, multi_node),
+        "env": _env(spec, args.fabric, multi_node, placement.world_size, args.rdma),
+        "resources": _resources(placement, args.pool, args.fabric, multi_node, args.rdma),
         "volumeMounts": [
             *_cache_volume_mounts(),
             {"name": "dshm", "mountPath": "/dev/shm"},
@@ -298,7 +364,7 @@ def _pod_common(args: InferenceServerArgs) -> dict[str, Any]:
     return {
         "serviceAccountName": args.service_account,
         "priorityClassName": args.priority_class,
-        "nodeSelector": {POOL_LABEL: args.pool.name},
+        "nodeSelector": args.pool.node_labels,
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
         "securityContext": {"fsGroup": LOADER_UID, "seccompProfile": {"type": "RuntimeDefault"}},
         "terminationGracePeriodSeconds": 60,
@@ -310,7 +376,7 @@ def server_pod(args: InferenceServerArgs, placement: Placement, *, role: str = "
     spec = args.spec
     model_id = placement.model.model_id
     inits = [
-        _cache_owner(args.loader_image),
+        *_cache_inits(args),
         # Triton reads only the tokenizer from the checkpoint (the engine has the weights).
         _loader(
             "fetch-model",
@@ -318,12 +384,13 @@ def server_pod(args: InferenceServerArgs, placement: Placement, *, role: str = "
             hf_checkpoint_dir(model_id),
             args.loader_image,
             include=("tokenizer*", "*.json") if spec.engine == "triton" else (),
+            env=args.loader_env,
         ),
     ]
     extra_volumes: list[dict[str, Any]] = []
     if spec.engine == "triton":
         source, local = engine_prefix(args, placement)
-        inits.append(_loader("fetch-engine", source, local, args.loader_image))
+        inits.append(_loader("fetch-engine", source, local, args.loader_image, env=args.loader_env))
         inits.append(_triton_repo_init(spec))
         extra_volumes = [
             {"name": "model-repo", "emptyDir": {}},
@@ -333,7 +400,7 @@ def server_pod(args: InferenceServerArgs, placement: Placement, *, role: str = "
         **_pod_common(args),
         "initContainers": inits,
         "containers": [server_container(args, placement, role=role)],
-        "volumes": _volumes(args.shm_gib, extra_volumes),
+        "volumes": _volumes(args.shm_gib, args.model_cache, extra_volumes),
     }
     if not placement.multi_node(args.pool.spec.gpu_count):
         # Spread replicas over nodes: one node's failure takes down one replica, not all.
@@ -388,12 +455,12 @@ def build_job_pod(args: InferenceServerArgs, placement: Placement) -> dict[str, 
         **_pod_common(args),
         "restartPolicy": "OnFailure",
         "initContainers": [
-            _cache_owner(args.loader_image),
-            _loader("fetch-model", args.model_source, hf, args.loader_image),
+            *_cache_inits(args),
+            _loader("fetch-model", args.model_source, hf, args.loader_image, env=args.loader_env),
             builder,
         ],
-        "containers": [_loader("publish-engine", source, built, args.loader_image, upload=True)],
-        "volumes": _volumes(args.shm_gib),
+        "containers": [_loader("publish-engine", source, built, args.loader_image, upload=True, env=args.loader_env)],
+        "volumes": _volumes(args.shm_gib, args.model_cache),
     }
 
 
@@ -498,15 +565,21 @@ class InferenceServer(pulumi.ComponentResource):
             )
 
         if multi_node:
+            group_meta: dict[str, Any] = dict(template_meta)
+            if args.fabric == "rdma" and args.rdma and args.rdma.network:
+                # Multus attaches the fabric network to every rank (Network Operator examples, ipoib).
+                group_meta["annotations"] = {MULTUS_NETWORKS: args.rdma.network}
             workload: pulumi.Resource = k8s.apiextensions.CustomResource(
                 name,
                 api_version="leaderworkerset.x-k8s.io/v1",
                 kind="LeaderWorkerSet",
                 metadata={
                     **meta,
-                    # Keep a group inside one network spine (EC2 instance topology labels): NCCL
-                    # across stages then stays off the oversubscribed upper layers.
-                    "annotations": {LWS_EXCLUSIVE_TOPOLOGY: "topology.k8s.aws/network-node-layer-3"},
+                    # Keep a group inside one network domain (the EC2 spine, or the IB leaf switch on-prem):
+                    # NCCL across stages then stays off the oversubscribed upper layers.
+                    "annotations": {
+                        LWS_EXCLUSIVE_TOPOLOGY: args.rdma.topology_label if args.rdma else AWS_TOPOLOGY_LABEL
+                    },
                 },
                 spec={
                     "replicas": spec.replicas,
@@ -515,11 +588,11 @@ class InferenceServer(pulumi.ComponentResource):
                         "size": placement.pods_per_group(args.pool.spec.gpu_count),
                         "restartPolicy": "RecreateGroupOnPodRestart",
                         "leaderTemplate": {
-                            "metadata": template_meta,
+                            "metadata": group_meta,
                             "spec": server_pod(args, placement, role="leader"),
                         },
                         "workerTemplate": {
-                            "metadata": template_meta,
+                            "metadata": group_meta,
                             "spec": server_pod(args, placement, role="worker"),
                         },
                     },

@@ -69,8 +69,8 @@ def test_capacity_block_without_a_reservation_id() -> None:
 def test_unknown_tier() -> None:
     (line,) = config_errors(lambda e: e.update(tier="clod"))
     assert line == (
-        f"{SOURCE}: inferstack:environment.tier: got 'clod'; allowed: cloud (onprem and edge are not provided by "
-        "this version); fix: set `tier: cloud` (did you mean 'cloud'?)"
+        f"{SOURCE}: inferstack:environment.tier: got 'clod'; allowed: cloud, onprem; "
+        "fix: set `tier:` to the tier this stack deploys (did you mean 'cloud'?)"
     )
 
 

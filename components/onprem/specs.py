@@ -1,0 +1,183 @@
+"""Config sections of the on-prem tier: an existing bare-metal Kubernetes cluster on InfiniBand.
+
+Pure pydantic models (no Pulumi, no AWS): ``stacks.environment`` validates a stack file into them and
+the on-prem components read them. Sources for each fact are cited where it is used.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from components.catalog.instances import GPUS, GpuSpec, InstanceSpec
+from components.specs import DnsLabel, Spec, catalog_member
+
+LabelKey = str
+
+
+class OnpremClusterSpec(Spec):
+    """How the kit reaches the existing cluster. The kubeconfig itself is a Pulumi secret, never a file path."""
+
+    kubeconfig_secret: str = Field(default="kubeconfig", pattern=r"^[a-zA-Z][a-zA-Z0-9_.-]*$")
+    """Name of the secret config value holding the kubeconfig (``pulumi config set --secret inferstack:<name>``)."""
+    context: str | None = None
+    """Context inside that kubeconfig; defaults to its ``current-context``."""
+    system_node_selector: dict[str, str] = Field(default_factory=dict)
+    """Labels of the CPU nodes that run controllers, the gateway, the cache and observability; ``{}``: any
+    node without the GPU taint."""
+
+
+class OnpremGpuPoolSpec(Spec):
+    """A fixed set of bare-metal GPU servers, found by the labels GPU Feature Discovery publishes."""
+
+    name: DnsLabel
+    """Required: the models' ``pool`` reference and the ``inferstack.io/pool`` label on its pods."""
+    gpu: str
+    """Required: the GPU model from the catalog (``H100``, ``H200``, ...): sizes the fit and the roofline."""
+    gpus_per_node: int = Field(default=8, ge=1, le=16)
+    nodes: int = Field(ge=1)
+    """Required: how many servers the pool has. Fixed: replicas x GPUs per replica never exceed it."""
+    host_memory_gib: int = Field(default=2048, ge=16)
+    """RAM per server (an HGX H100/H200 server typically has 2 TiB)."""
+    node_selector: dict[LabelKey, str] = Field(min_length=1)
+    """Required: labels that pick the pool's servers, e.g. ``nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3``
+    (GPU Feature Discovery's product label) or an admin label."""
+    local_volumes_per_node: int | None = Field(default=None, ge=1)
+    """Local PVs the provisioner finds per server (one per mount under ``localStorage.hostDir``). Defaults to
+    ``gpusPerNode``: one model-cache volume per GPU-sized replica."""
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, value: str) -> str:
+        return catalog_member(value, GPUS, catalog_name="GPU", item="GPU model")
+
+    @property
+    def instance_type(self) -> str:
+        """What messages call the node type (cloud pools name an instance type here)."""
+        return f"{self.gpus_per_node}x {self.gpu} server"
+
+    @property
+    def spec(self) -> InstanceSpec:
+        """The node as the serving layer's fit and roofline checks read it (no EFA: the fabric is InfiniBand)."""
+        gpu: GpuSpec = GPUS[self.gpu]
+        return InstanceSpec(self.instance_type, gpu, self.gpus_per_node, self.host_memory_gib, 0, 0, 0, 0)
+
+    @property
+    def node_labels(self) -> dict[str, str]:
+        return dict(self.node_selector)
+
+    @property
+    def volumes_per_node(self) -> int:
+        return self.local_volumes_per_node or self.gpus_per_node
+
+    @property
+    def efa_enabled(self) -> bool:
+        return False
+
+    # The serving layer reads bounds the same way for every tier; a fixed fleet has min = max = nodes.
+    @property
+    def min_size(self) -> int:
+        return self.nodes
+
+    @property
+    def max_size(self) -> int:
+        return self.nodes
+
+
+class GpuOperatorSpec(Spec):
+    """NVIDIA GPU Operator (Helm chart ``gpu-operator``)."""
+
+    driver: Literal["operator", "host"] = "operator"
+    """``host``: the driver is pre-installed (DGX OS); the operator must not install another
+    (NVIDIA/gpu-operator #130, #327: the driver daemonset crash-loops otherwise)."""
+    toolkit: Literal["operator", "host"] = "operator"
+    mig_strategy: Literal["none", "single", "mixed"] = "single"
+
+
+class NetworkOperatorSpec(Spec):
+    """NVIDIA Network Operator (Helm chart ``network-operator``) and its ``NicClusterPolicy``."""
+
+    install: bool = True
+    """Install the operator and the policy; ``false`` when the fabric is already managed on the cluster."""
+    mofed: Literal["operator", "host"] = "host"
+    """``host``: MOFED/DOCA-OFED is on the servers; ``operator``: the policy deploys the DOCA driver container."""
+
+
+class SecondaryNetworkSpec(Spec):
+    """A Multus secondary network for pod traffic over InfiniBand (IPoIB) or a dedicated NIC (host-device)."""
+
+    kind: Literal["ipoib", "host-device"] = "ipoib"
+    master: str | None = None
+    """IPoIB parent interface on the hosts (e.g. ``ibs3f1``); required for ``ipoib``."""
+    subnet: str = Field(pattern=r"^\d+\.\d+\.\d+\.\d+/\d+$")
+    """Required: the IP pool's subnet (nv-ipam)."""
+    gateway: str | None = None
+    per_node_block_size: int = Field(default=64, ge=2)
+
+
+class FabricSpec(Spec):
+    """The GPU fabric between servers: how NCCL reaches the other nodes of a multi-node group."""
+
+    kind: Literal["infiniband", "roce", "none"] = "infiniband"
+    hcas: tuple[str, ...] = ()
+    """HCA names NCCL may use (``NCCL_IB_HCA``, exact match), e.g. ``[mlx5_0, ..., mlx5_7]``; empty: NCCL picks."""
+    socket_interface: str | None = None
+    """NCCL's bootstrap interface (``NCCL_SOCKET_IFNAME``), e.g. ``bond0``; empty: NCCL picks."""
+    topology_label: LabelKey = "fabric.topograph.run/tier-0"
+    """Node label naming the leaf switch (or rail) a server hangs off: a multi-node group stays within one value
+    (LeaderWorkerSet exclusive topology). Default: NVIDIA topograph v1's leaf label."""
+    rdma_resource_name: str = Field(default="rdma_shared_device_a", pattern=r"^[a-zA-Z0-9_.-]{1,63}$")
+    """The RDMA shared device plugin's resource (requested as ``rdma/<name>``)."""
+    rdma_hca_max: int = Field(default=63, ge=1)
+    """Pods that may share one HCA through the shared plugin (it gives no isolation and no bandwidth split)."""
+    device_ids: tuple[str, ...] = ()
+    """PCI device ids the plugin's selector matches (e.g. ``101b`` for ConnectX-6); empty: any Mellanox (15b3)."""
+    gpu_direct: Literal["dma-buf", "peermem"] = "dma-buf"
+    """GPUDirect RDMA path: DMA-BUF (open kernel module; NVIDIA's recommendation) or legacy ``nvidia-peermem``."""
+    secondary_network: SecondaryNetworkSpec | None = None
+
+    @property
+    def rdma(self) -> bool:
+        return self.kind != "none"
+
+
+class LocalStorageSpec(Spec):
+    """Local NVMe through sig-storage's local static provisioner: one PV per mount under ``hostDir``."""
+
+    host_dir: str = Field(default="/mnt/fast-disks", pattern=r"^/")
+    storage_class: DnsLabel = "local-nvme"
+    model_cache_gib: int = Field(default=800, ge=10)
+    """The smallest local volume a serving pod accepts for its model cache."""
+
+
+class OnpremModelStoreSpec(Spec):
+    """Where weights and engines live: an S3-compatible endpoint (MinIO, Ceph RGW) or a pre-filled volume."""
+
+    kind: Literal["s3", "volume"] = "s3"
+    endpoint: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(:\d+)?/?$")
+    """``s3``: the endpoint URL, e.g. ``https://minio.storage.svc:9000``. Credentials are secret config values
+    ``inferstack:modelStoreAccessKeyId`` and ``inferstack:modelStoreSecretAccessKey``."""
+    bucket: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    region: str = "us-east-1"
+    """Signing region the endpoint expects (MinIO's default is us-east-1)."""
+    claim_name: DnsLabel | None = None
+    """``volume``: a ReadOnlyMany PVC (NFS, CephFS) in the serving namespace that already holds
+    ``<model id>/hf`` checkpoints."""
+
+
+class MetalLbSpec(Spec):
+    """MetalLB in L2 mode: the gateway's LoadBalancer Service gets an address from ``addresses``."""
+
+    addresses: tuple[str, ...] = Field(min_length=1)
+    """Required: CIDRs or ``a.b.c.d-a.b.c.e`` ranges on the servers' L2 segment."""
+
+
+class OnpremLoadBalancerSpec(Spec):
+    """What gives the gateway's ``LoadBalancer`` Service its address."""
+
+    kind: Literal["metallb", "existing"] = "existing"
+    """``metallb``: the kit installs MetalLB with ``metallb``'s pool; ``existing``: the cluster has one."""
+    metallb: MetalLbSpec | None = None
+    load_balancer_class: str | None = None
+    """``existing``: the ``spec.loadBalancerClass`` your load balancer serves; empty: the cluster default."""

@@ -1,0 +1,129 @@
+"""The tier plug-ins: what each tier composes, what it provides, and what it declares it cannot do.
+
+Config validation reads ``unsupported`` so a key the chosen tier cannot honour is refused by name, with
+the reason and the alternative, before anything is planned (SkyPilot's ``UNSUPPORTED_FEATURES`` idea).
+Compose modules are imported lazily by ``stacks.program``: a non-cloud tier never imports ``pulumi_aws``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+_ANY = object()
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """One config key (optionally one value of it) that a tier refuses."""
+
+    path: str
+    """camelCase key path; ``[]`` walks every item of a list, e.g. ``gpuPools[].efa``."""
+    why: str
+    instead: str
+    """The fix: what to write instead on this tier."""
+    value: Any = _ANY
+    """Refuse only this value (``cache.kind`` = ``elasticache``); by default any value."""
+
+    def find(self, raw: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+        """Every (path, value) in ``raw`` this rule matches, paths with list indexes filled in."""
+
+        def walk(node: Any, parts: list[str], at: str) -> Iterator[tuple[str, Any]]:
+            if not parts:
+                if self.value is _ANY or node == self.value:
+                    yield at, node
+                return
+            head, rest = parts[0], parts[1:]
+            items = head.endswith("[]")
+            key = head[:-2] if items else head
+            if not isinstance(node, Mapping) or key not in node:
+                return
+            child = node[key]
+            where = f"{at}.{key}" if at else key
+            if items:
+                for i, item in enumerate(child if isinstance(child, list) else []):
+                    yield from walk(item, rest, f"{where}[{i}]")
+            else:
+                yield from walk(child, rest, where)
+
+        yield from walk(raw, self.path.split("."), "")
+
+
+@dataclass(frozen=True)
+class TierPlugin:
+    name: str
+    compose_module: str
+    """``compose(env, stack) -> outputs``; imported only when this tier is planned."""
+    provides: tuple[str, ...]
+    unsupported: tuple[Unsupported, ...] = field(default=())
+
+
+_AWS_ONLY = "an AWS concept; the on-prem cluster already exists"
+_FIXED_FLEET = "on-prem servers are a fixed fleet described by gpuPools[].nodes"
+
+CLOUD = TierPlugin(
+    name="cloud",
+    compose_module="stacks.cloud",
+    provides=(
+        "EKS cluster, VPC, managed system nodes",
+        "GPU pools: managed node groups or Karpenter; EFA, cluster placement groups, NVMe RAID0",
+        "S3 model store and ECR repositories; ElastiCache for Valkey or in-cluster Redis",
+        "serving (vLLM, Triton + TensorRT-LLM), gateway, KEDA, observability",
+    ),
+    unsupported=(
+        Unsupported(
+            "fabric", "InfiniBand/RoCE fabrics are on-prem; AWS pools use EFA", "remove `fabric` (EFA is derived)"
+        ),
+        Unsupported("gpuOperator", "EKS's AL2023 NVIDIA AMI ships the driver", "remove `gpuOperator`"),
+        Unsupported("networkOperator", "no InfiniBand on AWS", "remove `networkOperator`"),
+        Unsupported("localStorage", "instance-store NVMe is striped by nodeadm/Karpenter", "remove `localStorage`"),
+        Unsupported(
+            "loadBalancer", "the AWS Load Balancer Controller serves the cloud tier", "use gateway.loadBalancer"
+        ),
+        Unsupported("gpuPools[].nodeSelector", "cloud pools are labelled by the kit", "use gpuPools[].instanceType"),
+        Unsupported("gpuPools[].gpu", "the GPU follows from the instance type", "use gpuPools[].instanceType"),
+        Unsupported("gpuPools[].nodes", "cloud pools scale", "use gpuPools[].minSize / maxSize"),
+    ),
+)
+
+ONPREM = TierPlugin(
+    name="onprem",
+    compose_module="stacks.onprem",
+    provides=(
+        "an existing Kubernetes cluster through one explicit provider (kubeconfig as a Pulumi secret)",
+        "fixed bare-metal GPU pools found by node labels; NVIDIA GPU Operator",
+        "InfiniBand/RoCE: NVIDIA Network Operator, NicClusterPolicy, RDMA shared device plugin, NCCL settings",
+        "local NVMe through the local static provisioner; MetalLB or an existing load balancer",
+        "S3-compatible model store (MinIO, Ceph RGW) or a pre-filled volume; in-cluster Redis with search",
+        "serving (vLLM, Triton + TensorRT-LLM), gateway, KEDA, observability: the cloud tier's components",
+    ),
+    unsupported=(
+        Unsupported("region", _AWS_ONLY, "remove `region`"),
+        Unsupported("network", "the cluster's network exists already", "remove `network`"),
+        Unsupported("tags", "no AWS resources are created on-prem", "remove `tags`"),
+        Unsupported("systemPool", _AWS_ONLY, "remove `systemPool`; use cluster.systemNodeSelector"),
+        Unsupported("cluster.kubernetesVersion", "the cluster exists already", "remove it"),
+        Unsupported("cluster.endpointPublicAccessCidrs", _AWS_ONLY, "remove it"),
+        Unsupported("cluster.adminRoleArns", "IAM roles are AWS; access comes from your kubeconfig", "remove it"),
+        Unsupported("cluster.logTypes", "EKS control-plane logs are AWS", "remove it"),
+        Unsupported("gpuPools[].instanceType", "no EC2 instances on-prem", "use gpu, gpusPerNode and nodeSelector"),
+        Unsupported("gpuPools[].efa", "no EFA off AWS", "remove `efa`; set `fabric` (InfiniBand or RoCE)"),
+        Unsupported("gpuPools[].placementGroup", "placement groups are EC2", "use fabric.topologyLabel"),
+        Unsupported("gpuPools[].capacity", "reservations and Capacity Blocks are EC2", "remove `capacity`"),
+        Unsupported("gpuPools[].provisioner", "no node autoscaler: " + _FIXED_FLEET, "remove `provisioner`"),
+        Unsupported("gpuPools[].minSize", _FIXED_FLEET, "use gpuPools[].nodes"),
+        Unsupported("gpuPools[].maxSize", _FIXED_FLEET, "use gpuPools[].nodes"),
+        Unsupported("gpuPools[].desiredSize", _FIXED_FLEET, "use gpuPools[].nodes"),
+        Unsupported("gpuPools[].zone", "availability zones are AWS", "remove `zone`; use nodeSelector"),
+        Unsupported("gpuPools[].rootVolumeGib", "the servers' disks are yours", "remove `rootVolumeGib`"),
+        Unsupported("cache.kind", "ElastiCache is AWS-only", "use `kind: in-cluster`", value="elasticache"),
+        Unsupported("cache.nodeType", "ElastiCache is AWS-only", "remove it; size with cache.memoryGib"),
+        Unsupported("modelStore.imageRepositories", "ECR is AWS-only", "push images to your own registry"),
+        Unsupported("modelStore.forceDestroy", "the kit creates no bucket on-prem", "remove it"),
+        Unsupported("modelStore.protect", "the kit creates no bucket on-prem", "remove it"),
+    ),
+)
+
+TIER_PLUGINS: Mapping[str, TierPlugin] = MappingProxyType({t.name: t for t in (CLOUD, ONPREM)})
