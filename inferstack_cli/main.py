@@ -93,22 +93,44 @@ def _model_rows(plan: Plan) -> list[list[str]]:
     return rows
 
 
+def _onprem_pool_rows(plan: Plan) -> list[list[str]]:
+    env = plan.environment
+    fabric = getattr(env, "fabric", None)
+    link = f"{fabric.kind}" + (f" ({len(fabric.hcas)} HCAs)" if fabric.hcas else "") if fabric else "none"
+    return [
+        [
+            p.name,
+            f"{p.gpus_per_node}x {p.spec.gpu.model} {p.spec.gpu.memory_gib:.0f}GiB",
+            f"{p.host_memory_gib} GiB",
+            link,
+            ", ".join(f"{k}={v}" for k, v in p.node_selector.items()),
+            f"{p.nodes} (fixed)",
+        ]
+        for p in env.gpu_pools
+    ]
+
+
+def _pool_section(plan: Plan) -> list[str]:
+    if plan.tier == "cloud":
+        header = ["pool", "provisioner", "instance", "GPUs/node", "EFA", "NVMe", "zone", "capacity", "nodes min..max"]
+        return ["GPU pools:", _table(_gpu_rows(plan), header)]
+    header = ["pool", "GPUs/node", "host memory", "fabric", "node selector", "nodes"]
+    return ["GPU pools:", _table(_onprem_pool_rows(plan), header)]
+
+
 def summary(plan: Plan, seconds: float) -> str:
     counts = plan.counts()
     custom = sum(n for t, n in counts.items() if not t.startswith("inferstack:"))
+    where = f"region {plan.environment.region}" if plan.tier == "cloud" else "existing cluster"  # type: ignore[union-attr]
     parts = [
-        f"inferstack plan: stack {plan.stack} (tier {plan.tier}, region {plan.environment.region}) "
+        f"inferstack plan: stack {plan.stack} (tier {plan.tier}, {where}) "
         f"— {custom} resources in {sum(n for t, n in counts.items() if t.startswith('inferstack:'))} components, "
         f"planned offline in {seconds:.2f}s",
         "",
         "Resources by type:",
         _table([[t, str(n)] for t, n in sorted(counts.items())], ["type", "count"]),
         "",
-        "GPU pools:",
-        _table(
-            _gpu_rows(plan),
-            ["pool", "provisioner", "instance", "GPUs/node", "EFA", "NVMe", "zone", "capacity", "nodes min..max"],
-        ),
+        *_pool_section(plan),
         "",
         "Models:",
         _table(

@@ -25,6 +25,7 @@ from stacks import program
 from stacks.environment import CONFIG_KEY, ConfigError, ConfigIssue, Environment, load_environment
 
 PROJECT = "inferstack"
+OFFLINE_SECRET = "<inferstack plan: offline stand-in, not a real secret>"
 
 
 @dataclass
@@ -167,7 +168,13 @@ def run_plan(stack: str, stacks_dir: Path = program.STACKS_DIR) -> Plan:
     config = read_stack_config(stack, stacks_dir)
     env = load_environment(config.get(CONFIG_KEY), source_name(stack, stacks_dir))
     values, secret_keys = _config_values(config)
-    with mock_engine(stack, values, secret_keys, env.region) as engine:
+    for name in env.secret_keys() if hasattr(env, "secret_keys") else ():
+        key = f"{PROJECT}:{name}"
+        if key not in values:
+            # Offline there is no kubeconfig or store credential: a marked stand-in, secret like the real one.
+            values[key] = OFFLINE_SECRET
+            secret_keys.append(key)
+    with mock_engine(stack, values, secret_keys, getattr(env, "region", "us-east-1")) as engine:
         program.run()
         resources = engine.settle()
         root = settings.get_root_resource()

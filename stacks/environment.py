@@ -91,10 +91,19 @@ class OnpremEnvironment(BaseEnvironment):
     load_balancer: OnpremLoadBalancerSpec = OnpremLoadBalancerSpec()
     persistent_storage_class: str | None = None
     """StorageClass of Prometheus's and Redis's claims; empty: the cluster's default StorageClass."""
+    image_registry: str = Field(pattern=r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)*$")
+    """Required: where the kit's images (``gateway``, ``model-loader``) are pushed, e.g. ``harbor.dc1.example/ai``."""
+
+    def secret_keys(self) -> tuple[str, ...]:
+        """Pulumi secret config values this stack reads (``inferstack plan`` stands in for missing ones)."""
+        return (self.cluster.kubeconfig_secret, MODEL_STORE_KEY_ID, MODEL_STORE_SECRET_KEY)
 
     def pool(self, name: str) -> OnpremGpuPoolSpec:
         return next(p for p in self.gpu_pools if p.name == name)
 
+
+MODEL_STORE_KEY_ID = "modelStoreAccessKeyId"
+MODEL_STORE_SECRET_KEY = "modelStoreSecretAccessKey"
 
 Environment = CloudEnvironment | OnpremEnvironment
 """Every tier's validated config; ``tier`` tells which."""

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
+from pydantic import Field
 
 from components.kube.helm import release
 from components.specs import Args
@@ -27,13 +28,19 @@ class ClusterAddonsArgs(Args):
     """``device-plugin`` where the node image ships the driver (EKS); ``gpu-operator`` on bare metal."""
     efa: bool = False
     """Install the EFA device plugin (cloud pools with EFA)."""
+    gpu_operator_values: dict[str, Any] = Field(default_factory=dict)
+    """``gpu-operator`` stack: the chart's values, rendered by the tier that installs it."""
+    gpu_node_label: str = "inferstack.io/gpu-count"
+    """A label every GPU node carries: the kit's own on cloud, the GPU Operator's ``nvidia.com/gpu.present``
+    on bare metal. The device plugin and DCGM exporter run where it is."""
+    system_node_selector: dict[str, str] = Field(default_factory=lambda: dict(SYSTEM_NODES))
 
 
-def gpu_node_affinity() -> dict[str, Any]:
+def gpu_node_affinity(label: str = "inferstack.io/gpu-count") -> dict[str, Any]:
     return {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [{"key": "inferstack.io/gpu-count", "operator": "Exists"}]}]
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": label, "operator": "Exists"}]}]
             }
         }
     }
@@ -44,7 +51,8 @@ class ClusterAddons(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ClusterAddonsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:cluster_addons:ClusterAddons", name, None, opts)
-        on_system = {"nodeSelector": SYSTEM_NODES}
+        on_system = {"nodeSelector": args.system_node_selector}
+        on_gpus = {"affinity": gpu_node_affinity(args.gpu_node_label), "tolerations": [GPU_TOLERATION]}
 
         def r(chart: str, values: dict[str, Any]) -> k8s.helm.v3.Release:
             return release(chart, values, parent=self, provider=args.provider)
@@ -59,21 +67,15 @@ class ClusterAddons(pulumi.ComponentResource):
             ),
         }
         if args.gpu_stack == "device-plugin":
-            self.releases["nvidia-device-plugin"] = r(
-                "nvidia-device-plugin", {"affinity": gpu_node_affinity(), "tolerations": [GPU_TOLERATION]}
-            )
+            self.releases["nvidia-device-plugin"] = r("nvidia-device-plugin", on_gpus)
         else:
-            self.releases["gpu-operator"] = r(
-                "gpu-operator",
-                # Bare metal: the operator installs the driver and toolkit; its own DCGM exporter stays off
-                # (the dcgm-exporter release below serves every tier the same way).
-                {"driver": {"enabled": True}, "toolkit": {"enabled": True}, "dcgmExporter": {"enabled": False}},
-            )
+            # Bare metal: the tier renders the operator's values (driver, toolkit, MIG, RDMA); its own DCGM
+            # exporter stays off so the dcgm-exporter release below serves every tier the same way.
+            self.releases["gpu-operator"] = r("gpu-operator", args.gpu_operator_values)
         self.releases["dcgm-exporter"] = r(
             "dcgm-exporter",
             {
-                "affinity": gpu_node_affinity(),
-                "tolerations": [GPU_TOLERATION],
+                **on_gpus,
                 "serviceMonitor": {
                     "enabled": True,
                     "interval": "15s",

@@ -52,6 +52,10 @@ class RedisCacheArgs(Args):
     monitoring_namespace: str = "monitoring"
     protect: bool = True
     """Keep the data volume's StatefulSet from being deleted by ``pulumi destroy``."""
+    system_node_selector: dict[str, str] = Field(default_factory=lambda: {"inferstack.io/pool": "system"})
+    """Where Redis runs: the cloud's system pool by default."""
+    storage_class: str | None = None
+    """The data claim's StorageClass; ``None``: the cluster's default."""
 
 
 def redis_args(memory_gib: int) -> list[str]:
@@ -98,7 +102,7 @@ class RedisCache(pulumi.ComponentResource):
                 "template": {
                     "metadata": {"labels": labels},
                     "spec": {
-                        "nodeSelector": {"inferstack.io/pool": "system"},
+                        "nodeSelector": args.system_node_selector,
                         "securityContext": restricted_pod(REDIS_UID),
                         "containers": [
                             {
@@ -130,6 +134,7 @@ class RedisCache(pulumi.ComponentResource):
                         "spec": {
                             "accessModes": ["ReadWriteOnce"],
                             "resources": {"requests": {"storage": f"{args.spec.storage_gib}Gi"}},
+                            **({"storageClassName": args.storage_class} if args.storage_class else {}),
                         },
                     }
                 ],

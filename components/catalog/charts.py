@@ -117,6 +117,28 @@ CHARTS: Mapping[str, ChartPin] = MappingProxyType(
             # is the tag the vendored ClusterPolicy CRD comes from. Repository per the install guide
             # (helm repo add nvidia https://helm.ngc.nvidia.com/nvidia).
             _pin("gpu-operator", "https://helm.ngc.nvidia.com/nvidia", "gpu-operator", "v26.7.0", "gpu-operator"),
+            # InfiniBand/RoCE (on-prem): the RDMA device plugin, DOCA driver, Multus and IPAM through a
+            # NicClusterPolicy. v26.4.1 is the newest stable release (v26.7.0 is at rc); same repository as the
+            # GPU Operator (Mellanox/network-operator tags, deployment/network-operator/Chart.yaml).
+            _pin(
+                "network-operator",
+                "https://helm.ngc.nvidia.com/nvidia",
+                "network-operator",
+                "26.4.1",
+                "nvidia-network-operator",
+            ),
+            # Local NVMe PVs (on-prem). Chart 2.9.0 of kubernetes-sigs/sig-storage-local-static-provisioner
+            # (helm/provisioner/Chart.yaml); its StorageClass is no-provisioner + WaitForFirstConsumer.
+            _pin(
+                "local-static-provisioner",
+                "https://kubernetes-sigs.github.io/sig-storage-local-static-provisioner",
+                "local-static-provisioner",
+                "2.9.0",
+                "kube-system",
+            ),
+            # LoadBalancer addresses on bare metal (on-prem, when the config asks): MetalLB v0.16.1, whose chart
+            # version equals the release (metallb/metallb charts/metallb/Chart.yaml).
+            _pin("metallb", "https://metallb.github.io/metallb", "metallb", "0.16.1", "metallb-system"),
             # Multi-node model groups. Published as an OCI chart whose version is the release without "v"
             # (lws.sigs.k8s.io/docs/installation: helm install lws oci://registry.k8s.io/lws/charts/lws
             # --version=...); 0.10.0 matches the vendored LeaderWorkerSet CRD (kubernetes-sigs/lws v0.10.0).

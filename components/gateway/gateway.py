@@ -14,6 +14,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
+from pydantic import Field
 
 from components.cache.redis_cache import CacheEndpoint
 from components.kube.objects import RESTRICTED_CONTAINER, restricted_pod
@@ -97,6 +98,13 @@ class GatewayArgs(Args):
     provider: k8s.Provider
     image: StrInput
     otlp_endpoint: str | None = None
+    system_node_selector: dict[str, str] = Field(default_factory=lambda: {"inferstack.io/pool": "system"})
+    """Where the gateway runs: the cloud's system pool by default."""
+    service_annotations: dict[str, str] | None = None
+    """With ``loadBalancer: internal``: what the tier's load balancer reads (MetalLB's pool, ...). ``None``: the
+    AWS Load Balancer Controller's internal NLB annotations (cloud)."""
+    load_balancer_class: str | None = None
+    """``spec.loadBalancerClass`` for a cluster's own load balancer implementation; ``None``: the default."""
 
 
 class Gateway(pulumi.ComponentResource):
@@ -154,7 +162,7 @@ class Gateway(pulumi.ComponentResource):
                         "annotations": {"inferstack.io/config-sha256": config_text.apply(_sha256)},
                     },
                     "spec": {
-                        "nodeSelector": {"inferstack.io/pool": "system"},
+                        "nodeSelector": args.system_node_selector,
                         "securityContext": restricted_pod(GATEWAY_UID),
                         "topologySpreadConstraints": [
                             {
@@ -203,7 +211,9 @@ class Gateway(pulumi.ComponentResource):
             ),
         )
         annotations = (
-            {
+            args.service_annotations
+            if args.service_annotations is not None and spec.load_balancer == "internal"
+            else {
                 # Read by the AWS Load Balancer Controller: an internal NLB straight to the pod IPs.
                 "service.beta.kubernetes.io/aws-load-balancer-type": "external",
                 "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
@@ -217,6 +227,11 @@ class Gateway(pulumi.ComponentResource):
             metadata={**meta, "annotations": annotations},
             spec={
                 "type": "LoadBalancer" if spec.load_balancer == "internal" else "ClusterIP",
+                **(
+                    {"loadBalancerClass": args.load_balancer_class}
+                    if args.load_balancer_class and spec.load_balancer == "internal"
+                    else {}
+                ),
                 "selector": APP,
                 "ports": [{"name": "http", "port": 80, "targetPort": "http"}],
             },

@@ -29,7 +29,14 @@ OTLP_GRPC_PORT = 4317
 OTLP_HTTP_PORT = 4318
 
 
-def prometheus_values(spec: ObservabilitySpec) -> dict[str, Any]:
+def prometheus_values(
+    spec: ObservabilitySpec, node_selector: dict[str, str] = SYSTEM_NODES, storage_class: str | None = None
+) -> dict[str, Any]:
+    claim: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": f"{spec.storage_gib}Gi"}},
+        **({"storageClassName": storage_class} if storage_class else {}),
+    }
     interval = f"{spec.scrape_interval_s}s"
     return {
         "prometheus": {
@@ -38,19 +45,12 @@ def prometheus_values(spec: ObservabilitySpec) -> dict[str, Any]:
                 "scrapeInterval": interval,
                 "evaluationInterval": interval,
                 "resources": {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
-                "nodeSelector": SYSTEM_NODES,
-                "storageSpec": {
-                    "volumeClaimTemplate": {
-                        "spec": {
-                            "accessModes": ["ReadWriteOnce"],
-                            "resources": {"requests": {"storage": f"{spec.storage_gib}Gi"}},
-                        }
-                    }
-                },
+                "nodeSelector": node_selector,
+                "storageSpec": {"volumeClaimTemplate": {"spec": claim}},
             }
         },
         "grafana": {
-            "nodeSelector": SYSTEM_NODES,
+            "nodeSelector": node_selector,
             "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
             # The kit's dashboards arrive as ConfigMaps labelled grafana_dashboard=1.
             "sidecar": {
@@ -62,13 +62,13 @@ def prometheus_values(spec: ObservabilitySpec) -> dict[str, Any]:
                 }
             },
         },
-        "alertmanager": {"alertmanagerSpec": {"nodeSelector": SYSTEM_NODES}},
-        "prometheusOperator": {"nodeSelector": SYSTEM_NODES},
-        "kube-state-metrics": {"nodeSelector": SYSTEM_NODES},
+        "alertmanager": {"alertmanagerSpec": {"nodeSelector": node_selector}},
+        "prometheusOperator": {"nodeSelector": node_selector},
+        "kube-state-metrics": {"nodeSelector": node_selector},
     }
 
 
-def collector_values(spec: ObservabilitySpec) -> dict[str, Any]:
+def collector_values(spec: ObservabilitySpec, node_selector: dict[str, str] = SYSTEM_NODES) -> dict[str, Any]:
     """An OTel collector receiving OTLP from vLLM (``--otlp-traces-endpoint``) and the gateway.
 
     Spans become RED metrics through the spanmetrics connector, exported to Prometheus; with
@@ -82,7 +82,7 @@ def collector_values(spec: ObservabilitySpec) -> dict[str, Any]:
     return {
         "mode": "deployment",
         "image": {"repository": "otel/opentelemetry-collector-contrib"},
-        "nodeSelector": SYSTEM_NODES,
+        "nodeSelector": node_selector,
         "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
         "ports": {"metrics": {"enabled": True, "containerPort": 8889, "servicePort": 8889, "protocol": "TCP"}},
         "serviceMonitor": {"enabled": True, "extraLabels": {"release": "kube-prometheus-stack"}},
@@ -127,6 +127,10 @@ class ObservabilityArgs(Args):
     """``redis://`` or ``rediss://`` address the Redis exporter scrapes."""
     cache_secret: tuple[str, str] | None = None
     """(Secret name, key) with the cache password; the cache writes that Secret into the monitoring namespace."""
+    system_node_selector: dict[str, str] = Field(default_factory=lambda: dict(SYSTEM_NODES))
+    """Where Prometheus, Grafana, the operator and the collector run (the cloud's system pool by default)."""
+    storage_class: str | None = None
+    """Prometheus's claim; ``None``: the cluster's default StorageClass."""
 
 
 class Observability(pulumi.ComponentResource):
@@ -139,15 +143,23 @@ class Observability(pulumi.ComponentResource):
         provider = args.provider
         namespace = CHARTS["kube-prometheus-stack"].namespace
         self.stack_release = release(
-            "kube-prometheus-stack", prometheus_values(args.spec), parent=self, provider=provider
+            "kube-prometheus-stack",
+            prometheus_values(args.spec, args.system_node_selector, args.storage_class),
+            parent=self,
+            provider=provider,
         )
         after = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[self.stack_release])
-        release("opentelemetry-collector", collector_values(args.spec), parent=self, provider=provider)
+        release(
+            "opentelemetry-collector",
+            collector_values(args.spec, args.system_node_selector),
+            parent=self,
+            provider=provider,
+        )
 
         if args.cache_url is not None:
             exporter: dict[str, Any] = {
                 "redisAddress": args.cache_url,
-                "nodeSelector": SYSTEM_NODES,
+                "nodeSelector": args.system_node_selector,
                 "serviceMonitor": {"enabled": False},
             }
             if args.cache_secret:

@@ -152,18 +152,18 @@ class LocalStorageSpec(Spec):
 
 
 class OnpremModelStoreSpec(Spec):
-    """Where weights and engines live: an S3-compatible endpoint (MinIO, Ceph RGW) or a pre-filled volume."""
+    """Where weights and engines live: an S3-compatible endpoint (MinIO, Ceph RGW) the model loader reads.
 
-    kind: Literal["s3", "volume"] = "s3"
-    endpoint: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(:\d+)?/?$")
-    """``s3``: the endpoint URL, e.g. ``https://minio.storage.svc:9000``. Credentials are secret config values
-    ``inferstack:modelStoreAccessKeyId`` and ``inferstack:modelStoreSecretAccessKey``."""
-    bucket: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    Credentials are secret config values, ``inferstack:modelStoreAccessKeyId`` and
+    ``inferstack:modelStoreSecretAccessKey``, written to a Kubernetes Secret the loader reads.
+    """
+
+    endpoint: str = Field(pattern=r"^https?://[^\s/]+(:\d+)?/?$")
+    """Required: the endpoint URL, e.g. ``https://minio.storage.example:9000``."""
+    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    """Required: checkpoints live under ``<model id>/hf``, engines under ``<model id>/trtllm/``."""
     region: str = "us-east-1"
     """Signing region the endpoint expects (MinIO's default is us-east-1)."""
-    claim_name: DnsLabel | None = None
-    """``volume``: a ReadOnlyMany PVC (NFS, CephFS) in the serving namespace that already holds
-    ``<model id>/hf`` checkpoints."""
 
 
 class MetalLbSpec(Spec):

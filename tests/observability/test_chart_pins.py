@@ -21,6 +21,9 @@ REQUIRED = (
     "lws",
     "metrics-server",
     "opentelemetry-collector",
+    "network-operator",
+    "local-static-provisioner",
+    "metallb",
 )
 _VERSION = re.compile(r"^v?\d+\.\d+\.\d+$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -193,6 +193,9 @@ def test_every_vendored_crd_loads() -> None:
         "PodMonitor",
         "PrometheusRule",
         "LeaderWorkerSet",
+        "NicClusterPolicy",
+        "IPAddressPool",
+        "L2Advertisement",
     }
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, bundled_stacks
+from helpers import ROOT, bundled_stacks, raw_environment
 from inferstack_cli import render
 from inferstack_cli.plan import Plan
 
@@ -26,7 +26,7 @@ def check_golden(path: Path, text: str) -> None:
     assert text == path.read_text(), f"{path} changed; if intended, refresh with UPDATE_SNAPSHOT=1 and review the diff"
 
 
-@pytest.mark.parametrize("stack", bundled_stacks())
+@pytest.mark.parametrize("stack", [s for s in bundled_stacks() if raw_environment(s)["tier"] == "cloud"])
 def test_rendered_user_data_matches_golden(plan_of: Callable[[str], Plan], stack: str) -> None:
     plan = plan_of(stack)
     files = {k: v for k, v in render.renders(plan.resources).items() if k.startswith("user-data/")}

@@ -1,0 +1,139 @@
+"""NetworkOperator: NVIDIA Network Operator and its NicClusterPolicy for an InfiniBand or RoCE fabric.
+
+Since v24.10 the chart no longer creates the NicClusterPolicy (Mellanox/network-operator commit 8fc96f20); the
+operator reconciles only the one named ``nic-cluster-policy`` (its README), so the kit applies it itself.
+The policy runs the RDMA shared device plugin (``rdma/<resource>``, what serving pods request), optionally the
+DOCA/MOFED driver container, and optionally a Multus IPoIB secondary network with NVIDIA IPAM.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.catalog.charts import CHARTS
+from components.kube.helm import release
+from components.kube.objects import MANAGED_BY, custom_resource
+from components.onprem.specs import FabricSpec, NetworkOperatorSpec
+from components.specs import Args
+
+NIC_CLUSTER_POLICY: Final = "nic-cluster-policy"
+MELLANOX_VENDOR: Final = "15b3"
+IMAGE_REPOSITORY: Final = "nvcr.io/nvidia/mellanox"
+# Component images of a Network Operator release are tagged "network-operator-v<release>" (the example CRs in
+# Mellanox/network-operator example/crs/, e.g. mellanox.com_v1alpha1_nicclusterpolicy_cr-full.yaml).
+COMPONENT_VERSION: Final = "network-operator-" + CHARTS["network-operator"].version
+# The DOCA driver container that matches the 26.04 line (facts-tiers §2, from the same example CR).
+DOCA_DRIVER_VERSION: Final = "doca3.4.1-26.04-1.1.0.0-1"
+IPOIB_NETWORK: Final = "ib-fabric"
+
+
+def operator_values() -> dict[str, Any]:
+    """Helm values: the GPU Operator's Node Feature Discovery serves both operators, so this one adds none."""
+    return {"nfd": {"enabled": False}}
+
+
+def rdma_plugin_config(fabric: FabricSpec) -> str:
+    """The shared RDMA device plugin's JSON config: one resource for every HCA the selector matches.
+
+    The selector is explicit on purpose: a selector that matches nothing advertises 0 devices and pods stay
+    Pending (Mellanox/network-operator #438): set ``fabric.deviceIds`` to the HCAs' PCI device id.
+    """
+    selectors: dict[str, Any] = {"vendors": [MELLANOX_VENDOR]}
+    if fabric.device_ids:
+        selectors["deviceIDs"] = list(fabric.device_ids)
+    entry = {"resourceName": fabric.rdma_resource_name, "rdmaHcaMax": fabric.rdma_hca_max, "selectors": selectors}
+    return json.dumps({"configList": [entry]}, sort_keys=True)
+
+
+def _component(image: str, version: str = COMPONENT_VERSION) -> dict[str, str]:
+    return {"image": image, "repository": IMAGE_REPOSITORY, "version": version}
+
+
+def nic_cluster_policy(spec: NetworkOperatorSpec, fabric: FabricSpec) -> dict[str, Any]:
+    """The NicClusterPolicy manifest (``mellanox.com/v1alpha1``)."""
+    policy: dict[str, Any] = {
+        "rdmaSharedDevicePlugin": {**_component("k8s-rdma-shared-dev-plugin"), "config": rdma_plugin_config(fabric)},
+    }
+    if spec.mofed == "operator":
+        policy["ofedDriver"] = {
+            **_component("doca-driver", DOCA_DRIVER_VERSION),
+            # One server at a time: a driver upgrade drains the node and reloads the kernel modules.
+            "upgradePolicy": {
+                "autoUpgrade": True,
+                "maxParallelUpgrades": 1,
+                "drain": {"enable": True, "force": True, "deleteEmptyDir": True, "timeoutSeconds": 300},
+            },
+        }
+    if fabric.secondary_network is not None:
+        policy["secondaryNetwork"] = {
+            "multus": _component("multus-cni"),
+            "cniPlugins": _component("plugins"),
+            **({"ipoib": _component("ipoib-cni")} if fabric.secondary_network.kind == "ipoib" else {}),
+        }
+        policy["nvIpam"] = {**_component("nvidia-k8s-ipam"), "enableWebhook": False}
+    return {
+        "apiVersion": "mellanox.com/v1alpha1",
+        "kind": "NicClusterPolicy",
+        "metadata": {"name": NIC_CLUSTER_POLICY, "labels": dict(MANAGED_BY)},
+        "spec": policy,
+    }
+
+
+def secondary_network_objects(fabric: FabricSpec, namespace: str) -> list[dict[str, Any]]:
+    """The IP pool and the IPoIB network serving pods attach to (facts-tiers §2, nv-ipam and IPoIBNetwork)."""
+    net = fabric.secondary_network
+    if net is None or net.kind != "ipoib":
+        return []
+    pool: dict[str, Any] = {"subnet": net.subnet, "perNodeBlockSize": net.per_node_block_size}
+    if net.gateway:
+        pool["gateway"] = net.gateway
+    return [
+        {
+            "apiVersion": "nv-ipam.nvidia.com/v1alpha1",
+            "kind": "IPPool",
+            "metadata": {"name": IPOIB_NETWORK, "namespace": CHARTS["network-operator"].namespace},
+            "spec": pool,
+        },
+        {
+            "apiVersion": "mellanox.com/v1alpha1",
+            "kind": "IPoIBNetwork",
+            "metadata": {"name": IPOIB_NETWORK, "labels": dict(MANAGED_BY)},
+            "spec": {
+                "networkNamespace": namespace,
+                "master": net.master,
+                "ipam": json.dumps({"type": "nv-ipam", "poolName": IPOIB_NETWORK}),
+            },
+        },
+    ]
+
+
+class NetworkOperatorArgs(Args):
+    spec: NetworkOperatorSpec
+    fabric: FabricSpec
+    provider: k8s.Provider
+    serving_namespace: str
+    """Where the secondary network's NetworkAttachmentDefinition is created (the serving pods' namespace)."""
+
+
+class NetworkOperator(pulumi.ComponentResource):
+    network: str | None
+    """``namespace/name`` of the Multus network serving pods attach to, or ``None``."""
+
+    def __init__(self, name: str, args: NetworkOperatorArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("inferstack:network_operator:NetworkOperator", name, None, opts)
+        chart = release("network-operator", operator_values(), parent=self, provider=args.provider)
+        after = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[chart])
+        policy = custom_resource(f"{name}-nic-cluster-policy", nic_cluster_policy(args.spec, args.fabric), after)
+        objects = secondary_network_objects(args.fabric, args.serving_namespace)
+        for manifest in objects:
+            custom_resource(
+                f"{name}-{manifest['kind'].lower()}",
+                manifest,
+                pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[policy]),
+            )
+        self.network = f"{args.serving_namespace}/{IPOIB_NETWORK}" if objects else None
+        self.register_outputs({})

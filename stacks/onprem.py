@@ -1,0 +1,225 @@
+"""The on-prem tier: an existing bare-metal cluster on InfiniBand. Composition only: no provisioning logic here.
+
+The same serving, cache, gateway, autoscaling and observability components as the cloud tier; this tier adds
+what is its own: the explicit provider from a secret kubeconfig, the GPU and Network Operators, local NVMe,
+MetalLB and an S3-compatible model store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+
+from components.addons.cluster_addons import ClusterAddons, ClusterAddonsArgs
+from components.cache.redis_cache import RedisCache, RedisCacheArgs
+from components.catalog import images as _images
+from components.gateway.gateway import Gateway, GatewayArgs
+from components.kube.existing_cluster import ExistingCluster, ExistingClusterArgs
+from components.observability.alerts import ModelSlo
+from components.observability.observability import Observability, ObservabilityArgs
+from components.onprem.gpu_operator import GPU_PRESENT_LABEL, gpu_operator_values
+from components.onprem.local_storage import LocalStorage, LocalStorageArgs
+from components.onprem.metallb import MetalLb, MetalLbArgs
+from components.onprem.model_store import S3CompatibleStore, S3CompatibleStoreArgs
+from components.onprem.network_operator import NetworkOperator, NetworkOperatorArgs
+from components.serving.inference_server import (
+    InferenceServer,
+    InferenceServerArgs,
+    ModelCacheVolume,
+    RdmaFabric,
+)
+from components.serving.serving_base import ServingBase, ServingBaseArgs
+from stacks.environment import (
+    MODEL_STORE_KEY_ID,
+    MODEL_STORE_SECRET_KEY,
+    ConfigError,
+    ConfigIssue,
+    OnpremEnvironment,
+)
+from stacks.program import stack_file
+
+
+def _secret(name: str, what: str) -> pulumi.Output[str]:
+    value = pulumi.Config("inferstack").get_secret(name)
+    if value is None:
+        raise ConfigError(
+            stack_file(pulumi.get_stack()),
+            [
+                ConfigIssue(
+                    f"inferstack:{name}",
+                    "nothing",
+                    f"{what}, as a Pulumi secret",
+                    f"pulumi config set --secret inferstack:{name} ... (see the README's on-prem quick start)",
+                )
+            ],
+        )
+    return value
+
+
+def nccl_env(env: OnpremEnvironment) -> dict[str, str]:
+    """NCCL on the fabric (NCCL "Environment Variables"; vLLM docs/serving/parallelism_scaling.md)."""
+    fabric = env.fabric
+    out: dict[str, str] = {}
+    if fabric.hcas:
+        # "=" makes the names exact: a prefix match would also take mlx5_1x (an Ethernet port, say).
+        out["NCCL_IB_HCA"] = "=" + ",".join(fabric.hcas)
+    if fabric.socket_interface:
+        out["NCCL_SOCKET_IFNAME"] = "=" + fabric.socket_interface
+    # GPUDirect RDMA up to a NIC across the PCIe host bridge (PHB), as HGX boards pair each GPU with a NIC.
+    out["NCCL_NET_GDR_LEVEL"] = "PHB"
+    return out
+
+
+def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
+    """Build the on-prem tier for ``env``; return the stack outputs."""
+    kubeconfig = _secret(env.cluster.kubeconfig_secret, "the cluster's kubeconfig (its contents)")
+    cluster = ExistingCluster("cluster", ExistingClusterArgs(kubeconfig=kubeconfig, context=env.cluster.context))
+    provider = cluster.k8s_provider
+    system = dict(env.cluster.system_node_selector)
+
+    base = ServingBase("serving", ServingBaseArgs(provider=provider))
+    storage = LocalStorage("local-nvme", LocalStorageArgs(spec=env.local_storage, provider=provider))
+    fabric = None
+    if env.fabric.rdma:
+        fabric = NetworkOperator(
+            "fabric",
+            NetworkOperatorArgs(
+                spec=env.network_operator,
+                fabric=env.fabric,
+                provider=provider,
+                serving_namespace=base.serving_namespace,
+            ),
+        )
+    cache = RedisCache(
+        "cache",
+        RedisCacheArgs(
+            spec=env.cache,
+            namespace=base.cache_namespace,
+            provider=provider,
+            client_namespace=base.gateway_namespace,
+            protect=env.cache.protect,
+            system_node_selector=system,
+            storage_class=env.persistent_storage_class,
+        ),
+        opts=pulumi.ResourceOptions(depends_on=[base]),
+    ).endpoint
+    observability = Observability(
+        "observability",
+        ObservabilityArgs(
+            spec=env.observability,
+            provider=provider,
+            models=[
+                ModelSlo(
+                    name=m.name,
+                    engine=m.engine,
+                    ttft_p99_ms=m.slo.ttft_p99_ms,
+                    itl_p99_ms=m.slo.itl_p99_ms,
+                    namespace=base.serving_namespace,
+                )
+                for m in env.models
+            ],
+            serving_namespace=base.serving_namespace,
+            gateway_namespace=base.gateway_namespace,
+            cache_url=cache.url(),
+            cache_secret=(cache.secret_name, cache.secret_key),
+            system_node_selector=system,
+            storage_class=env.persistent_storage_class,
+        ),
+        opts=pulumi.ResourceOptions(depends_on=[base]),
+    )
+    addons = ClusterAddons(
+        "addons",
+        ClusterAddonsArgs(
+            provider=provider,
+            gpu_stack="gpu-operator",
+            gpu_operator_values=gpu_operator_values(env.gpu_operator, env.fabric, env.network_operator),
+            gpu_node_label=GPU_PRESENT_LABEL,
+            system_node_selector=system,
+        ),
+        opts=pulumi.ResourceOptions(depends_on=[observability.stack_release]),
+    )
+
+    store = env.model_store
+    credentials = S3CompatibleStore(
+        "model-store",
+        S3CompatibleStoreArgs(
+            spec=store,
+            access_key_id=_secret(MODEL_STORE_KEY_ID, "the model store's access key id"),
+            secret_access_key=_secret(MODEL_STORE_SECRET_KEY, "the model store's secret key"),
+            namespace=base.serving_namespace,
+            provider=provider,
+        ),
+        opts=pulumi.ResourceOptions(depends_on=[base]),
+    )
+    rdma = None
+    if env.fabric.rdma:
+        rdma = RdmaFabric(
+            resource=f"rdma/{env.fabric.rdma_resource_name}",
+            nccl_env=nccl_env(env),
+            topology_label=env.fabric.topology_label,
+            network=fabric.network if fabric else None,
+        )
+    registry = env.image_registry.rstrip("/")
+    serving_deps: list[pulumi.Resource] = [base, addons, storage, credentials, *([fabric] if fabric else [])]
+    models = {}
+    for model in env.models:
+        models[model.name] = InferenceServer(
+            model.name,
+            InferenceServerArgs(
+                spec=model,
+                pool=env.pool(model.pool),
+                namespace=base.serving_namespace,
+                provider=provider,
+                model_source=model.source or f"s3://{store.bucket}/{model.model}/hf",
+                engine_store=f"s3://{store.bucket}",
+                loader_image=f"{registry}/model-loader:{_images.KIT_IMAGE_TAG}",
+                service_account=base.service_account,
+                priority_class=base.priority_class,
+                fabric="rdma" if rdma else "none",
+                rdma=rdma,
+                model_cache=ModelCacheVolume(
+                    host_path=None,
+                    storage_class=storage.storage_class,
+                    size_gib=env.local_storage.model_cache_gib,
+                ),
+                loader_env=credentials.loader_env,
+                gateway_namespace=base.gateway_namespace,
+                prometheus_url=observability.prometheus_url,
+            ),
+            opts=pulumi.ResourceOptions(depends_on=serving_deps),
+        )
+
+    lb_annotations: dict[str, str] = {}
+    if env.load_balancer.kind == "metallb" and env.load_balancer.metallb is not None:
+        lb_annotations = MetalLb(
+            "metallb", MetalLbArgs(spec=env.load_balancer.metallb, provider=provider)
+        ).service_annotations
+    gateway = None
+    if env.gateway.enabled and env.models:
+        gateway = Gateway(
+            "gateway",
+            GatewayArgs(
+                spec=env.gateway,
+                models=list(env.models),
+                upstream_urls={name: pulumi.Output.concat(server.endpoint, "/v1") for name, server in models.items()},
+                cache=cache,
+                namespace=base.gateway_namespace,
+                provider=provider,
+                image=f"{registry}/gateway:{_images.KIT_IMAGE_TAG}",
+                otlp_endpoint=observability.otlp_endpoint,
+                system_node_selector=system,
+                service_annotations=lb_annotations,
+                load_balancer_class=env.load_balancer.load_balancer_class,
+            ),
+            opts=pulumi.ResourceOptions(depends_on=[base, addons]),
+        )
+
+    return {
+        "tier": "onprem",
+        "gpu_pools": {p.name: f"{p.nodes}x {p.gpus_per_node} {p.gpu}" for p in env.gpu_pools},
+        "model_bucket": store.bucket,
+        "cache_url": cache.url(),
+        "model_endpoints": {name: server.endpoint for name, server in models.items()},
+        "gateway_url": gateway.url if gateway else None,
+    }

@@ -1,0 +1,122 @@
+"""Cross-section rules of the on-prem tier: a fixed fleet, a fabric that needs its operator, a store to read."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from stacks.environment import CONFIG_KEY, ConfigIssue, OnpremEnvironment
+
+
+def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
+    from components.serving._placement import PlacementProblem, place
+
+    issues: list[ConfigIssue] = []
+    names = [p.name for p in env.gpu_pools]
+    for i, pool in enumerate(env.gpu_pools):
+        if names.count(pool.name) > 1:
+            issues.append(
+                ConfigIssue(f"{CONFIG_KEY}.gpuPools[{i}].name", repr(pool.name), "a unique pool name", "rename one")
+            )
+
+    # Fixed servers cannot grow: the replicas every model asks for, in GPUs, must fit the pool.
+    demand: dict[str, list[tuple[int, str, int]]] = defaultdict(list)
+    for i, model in enumerate(env.models):
+        pool = next((p for p in env.gpu_pools if p.name == model.pool), None)
+        if pool is None:
+            continue  # model_checks names the missing pool
+        try:
+            placed = place(model, pool)
+        except PlacementProblem:
+            continue  # model_checks reports it
+        gpus = placed.world_size
+        at = f"{CONFIG_KEY}.models[{i}]"
+        demand[pool.name].append((i, model.name, gpus * model.replicas))
+        pool_gpus = pool.nodes * pool.gpus_per_node
+        ceiling = model.autoscaling.max_replicas
+        if ceiling is not None and ceiling * gpus > pool_gpus:
+            issues.append(
+                ConfigIssue(
+                    f"{at}.autoscaling.maxReplicas",
+                    f"{ceiling} x {gpus} GPUs = {ceiling * gpus} GPUs on pool {pool.name!r} of {pool_gpus} GPUs",
+                    f"at most {pool_gpus // gpus} replicas: the on-prem fleet is fixed",
+                    f"lower maxReplicas to {pool_gpus // gpus} or add servers (gpuPools[].nodes)",
+                )
+            )
+        if placed.multi_node(pool.gpus_per_node) and not env.fabric.rdma:
+            issues.append(
+                ConfigIssue(
+                    f"{at}.pipelineParallel",
+                    f"{model.pipeline_parallel} (the group spans {placed.pp} servers) with fabric.kind 'none'",
+                    "multi-node groups on an RDMA fabric (infiniband or roce)",
+                    "set fabric.kind: infiniband, or fit the model in one server",
+                )
+            )
+        if not placed.multi_node(pool.gpus_per_node):
+            pods_per_node = pool.gpus_per_node // gpus
+            if pods_per_node > pool.volumes_per_node:
+                issues.append(
+                    ConfigIssue(
+                        f"{CONFIG_KEY}.gpuPools[{names.index(pool.name)}].localVolumesPerNode",
+                        f"{pool.volumes_per_node} local volumes per server for up to {pods_per_node} "
+                        f"{model.name!r} pods per server",
+                        f"at least {pods_per_node}: each serving pod claims one local NVMe volume",
+                        f"mount {pods_per_node} directories under localStorage.hostDir on each server and set "
+                        f"localVolumesPerNode: {pods_per_node}",
+                    )
+                )
+    for pool in env.gpu_pools:
+        total = sum(g for _, _, g in demand[pool.name])
+        pool_gpus = pool.nodes * pool.gpus_per_node
+        if total > pool_gpus:
+            parts = ", ".join(f"{name} {g}" for _, name, g in demand[pool.name])
+            first = demand[pool.name][0][0]
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.models[{first}].replicas",
+                    f"{total} GPUs of replicas on pool {pool.name!r} ({parts}); it has {pool_gpus} "
+                    f"({pool.nodes} x {pool.gpus_per_node}): {total - pool_gpus} short",
+                    f"at most {pool_gpus} GPUs of replicas: fixed servers cannot grow",
+                    "lower replicas, or add servers to the pool (gpuPools[].nodes)",
+                )
+            )
+
+    if env.fabric.rdma and not env.network_operator.install:
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.networkOperator.install",
+                f"false with fabric.kind {env.fabric.kind!r}",
+                "the NVIDIA Network Operator with an RDMA fabric (it runs the RDMA device plugin pods request)",
+                "set networkOperator.install: true, or fabric.kind: none",
+            )
+        )
+    secondary = env.fabric.secondary_network
+    if secondary is not None and secondary.kind == "ipoib" and not secondary.master:
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.fabric.secondaryNetwork.master",
+                "nothing",
+                "the hosts' IPoIB interface, e.g. ibs3f1",
+                "add master: <interface> (ip -br link on a GPU server)",
+            )
+        )
+
+    lb = env.load_balancer
+    if lb.kind == "metallb" and lb.metallb is None:
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.loadBalancer.metallb",
+                "nothing with kind 'metallb'",
+                "{addresses: [CIDR or a-b range, ...]}",
+                "add loadBalancer.metallb.addresses, or use kind: existing",
+            )
+        )
+    if lb.kind == "existing" and lb.metallb is not None:
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.loadBalancer.metallb",
+                "set with kind 'existing'",
+                "metallb only with kind: metallb",
+                "set kind: metallb, or remove the metallb section",
+            )
+        )
+    return issues

@@ -1,0 +1,105 @@
+"""Bad on-prem config: one clear line per problem (key path, value, allowed, fix), never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+from helpers import ROOT, config_errors
+
+SOURCE = "stacks/Pulumi.onprem.yaml"
+
+
+def errors(edit: Any) -> list[str]:
+    return config_errors(edit, stack="onprem")
+
+
+def test_an_aws_only_key_is_refused_by_name_with_the_tier_and_the_alternative() -> None:
+    (line,) = errors(lambda e: e.update(region="us-east-1"))
+    assert line.startswith(f"{SOURCE}: inferstack:environment.region: got 'us-east-1' on tier onprem")
+    assert "fix: remove `region`" in line
+
+
+def test_efa_on_an_onprem_pool_names_the_fabric_instead() -> None:
+    (line,) = errors(lambda e: e["gpuPools"][0].update(efa=True))
+    assert "inferstack:environment.gpuPools[0].efa: got true on tier onprem (no EFA off AWS)" in line
+    assert "set `fabric`" in line
+
+
+def test_elasticache_is_refused_on_prem_but_the_in_cluster_cache_is_not() -> None:
+    (line,) = errors(lambda e: e["cache"].update(kind="elasticache"))
+    assert "inferstack:environment.cache.kind: got 'elasticache' on tier onprem" in line
+    assert "use `kind: in-cluster`" in line
+
+
+def test_a_node_autoscaler_key_is_refused_on_a_fixed_fleet() -> None:
+    (line,) = errors(lambda e: e["gpuPools"][0].update(maxSize=8))
+    assert "gpuPools[0].maxSize: got 8 on tier onprem" in line and "use gpuPools[].nodes" in line
+
+
+def test_an_rdma_fabric_without_the_network_operator() -> None:
+    (line,) = errors(lambda e: e["networkOperator"].update(install=False))
+    assert "inferstack:environment.networkOperator.install: got false with fabric.kind 'infiniband'" in line
+    assert "set networkOperator.install: true" in line
+
+
+def test_a_model_that_cannot_fit_its_pool() -> None:
+    def edit(env: dict[str, Any]) -> None:
+        env["models"][2].update(pipelineParallel=1)  # 405B in BF16 on one H100 server: 810 GB > 640 GB
+
+    (line,) = errors(edit)
+    assert "inferstack:environment.models[2].tensorParallel" in line
+    assert "H100" in line
+
+
+def test_more_replicas_than_the_fixed_pool_holds_names_the_shortfall() -> None:
+    (line,) = errors(lambda e: e["models"][0].update(replicas=20, autoscaling={"maxReplicas": 20}))
+    # h100: 4 servers x 8 = 32 GPUs; llama-8b 20 + llama-405b 16 = 36
+    assert "inferstack:environment.models[0].replicas: got 36 GPUs of replicas on pool 'h100'" in line
+    assert "it has 32 (4 x 8): 4 short" in line
+
+
+def test_an_autoscaling_ceiling_beyond_the_fleet() -> None:
+    (line,) = errors(lambda e: e["models"][1].update(autoscaling={"maxReplicas": 40}))
+    assert "models[1].autoscaling.maxReplicas: got 40 x 1 GPUs = 40 GPUs on pool 'h200' of 16 GPUs" in line
+    assert "lower maxReplicas to 16" in line
+
+
+def test_a_gpu_product_missing_from_the_catalog() -> None:
+    (line,) = errors(lambda e: e["gpuPools"][0].update(gpu="H100X"))
+    assert "inferstack:environment.gpuPools[0].gpu: got 'H100X' (not in the GPU catalog)" in line
+    assert "did you mean 'H100'" in line
+
+
+def test_a_multi_node_model_without_an_rdma_fabric() -> None:
+    def edit(env: dict[str, Any]) -> None:
+        env["fabric"] = {"kind": "none"}
+
+    (line,) = errors(edit)
+    assert "models[2].pipelineParallel: got 2 (the group spans 2 servers) with fabric.kind 'none'" in line
+
+
+def test_fewer_local_volumes_than_pods_per_server() -> None:
+    (line,) = errors(lambda e: e["gpuPools"][0].update(localVolumesPerNode=2))
+    assert "gpuPools[0].localVolumesPerNode: got 2 local volumes per server for up to 8 'llama-8b' pods" in line
+
+
+def test_metallb_without_addresses() -> None:
+    (line,) = errors(lambda e: e["loadBalancer"].pop("metallb"))
+    assert "loadBalancer.metallb: got nothing with kind 'metallb'" in line
+
+
+def test_the_cli_exits_2_with_one_line_and_no_traceback(tmp_path: Any) -> None:
+    document = (ROOT / SOURCE).read_text().replace("    tier: onprem\n", "    tier: onprem\n    region: us-east-1\n")
+    (tmp_path / "Pulumi.bad.yaml").write_text(document)
+    out = subprocess.run(
+        [sys.executable, "-m", "inferstack_cli.main", "plan", "--stack", "bad", "--stacks-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert "region: got 'us-east-1' on tier onprem" in out.stderr

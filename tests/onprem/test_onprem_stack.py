@@ -1,0 +1,209 @@
+"""The on-prem tier as planned from the bundled ``onprem`` stack: what a bare-metal InfiniBand cluster needs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+
+from crdcheck import validate as validate_cr
+from helpers import ROOT, only
+from inferstack_cli import render
+from inferstack_cli.plan import OFFLINE_SECRET, Plan
+
+PlanOf = Callable[[str], Plan]
+
+
+def manifests(plan: Plan) -> list[dict[str, Any]]:
+    return [yaml.safe_load(t) for p, t in render.renders(plan.resources).items() if p.startswith("manifests/")]
+
+
+def by_kind(plan: Plan, kind: str) -> list[dict[str, Any]]:
+    return [m for m in manifests(plan) if m["kind"] == kind]
+
+
+def release_values(plan: Plan, name: str) -> dict[str, Any]:
+    release = next(r for r in plan.of_type("kubernetes:helm.sh/v3:Release") if r.inputs["name"] == name)
+    return release.inputs.get("values") or {}
+
+
+def test_onprem_plans_no_aws_resource(plan_of: PlanOf) -> None:
+    # GIVEN the bundled on-prem stack WHEN planned THEN nothing on AWS is created
+    plan = plan_of("onprem")
+    assert plan.tier == "onprem"
+    assert [r.type for r in plan.resources if r.type.startswith("aws:")] == []
+    assert plan.violations == []
+
+
+def test_a_non_cloud_tier_never_imports_pulumi_aws() -> None:
+    # GIVEN a fresh interpreter WHEN it plans the on-prem stack THEN pulumi_aws was never imported
+    code = (
+        "import sys\n"
+        "from inferstack_cli.plan import run_plan\n"
+        "run_plan('onprem')\n"
+        "print(sorted(m for m in sys.modules if m == 'pulumi_aws' or m.startswith('pulumi_aws.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_cloud_tier_does_import_pulumi_aws_so_the_probe_can_fail() -> None:
+    code = "import sys\nfrom inferstack_cli.plan import run_plan\nrun_plan('dev')\nprint('pulumi_aws' in sys.modules)\n"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "True"
+
+
+def test_one_explicit_provider_from_a_secret_kubeconfig_serves_every_kubernetes_object(plan_of: PlanOf) -> None:
+    plan = plan_of("onprem")
+    (provider,) = plan.of_type("pulumi:providers:kubernetes")
+    # The kubeconfig is a secret input; offline it is the marked stand-in, never a file path or ambient config.
+    assert provider.inputs["kubeconfig"] == "[secret]"
+    assert provider.inputs["context"] == "dc1-admin"
+    assert OFFLINE_SECRET.startswith("<inferstack plan")
+
+
+def test_a_real_run_without_the_kubeconfig_secret_stops_with_one_clear_line(tmp_path: Any) -> None:
+    # GIVEN the on-prem program run as `pulumi up` would, with no inferstack:kubeconfig secret
+    code = (
+        "import json, yaml, pulumi\n"
+        "from inferstack_cli.plan import mock_engine\n"
+        "from stacks import program\n"
+        "doc = yaml.safe_load(open('stacks/Pulumi.onprem.yaml'))['config']\n"
+        "cfg = {'inferstack:environment': json.dumps(doc['inferstack:environment'])}\n"
+        "with mock_engine('onprem', cfg, [], 'us-east-1'):\n"
+        "    program.main()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    # THEN it exits 2 naming the secret and the command that sets it, with no traceback
+    assert out.returncode == 2, out.stderr
+    assert "inferstack:kubeconfig: got nothing" in out.stderr
+    assert "pulumi config set --secret inferstack:kubeconfig" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_the_405b_group_spans_two_servers_under_one_leaf_over_rdma(plan_of: PlanOf) -> None:
+    plan = plan_of("onprem")
+    (lws,) = by_kind(plan, "LeaderWorkerSet")
+    assert lws["metadata"]["name"] == "llama-405b"
+    assert lws["metadata"]["annotations"] == {
+        "leaderworkerset.sigs.k8s.io/exclusive-topology": "fabric.topograph.run/tier-0"
+    }
+    template = lws["spec"]["leaderWorkerTemplate"]
+    assert template["size"] == 2
+    for role in ("leaderTemplate", "workerTemplate"):
+        pod = template[role]["spec"]
+        (server,) = pod["containers"]
+        limits = server["resources"]["limits"]
+        assert limits["nvidia.com/gpu"] == 8
+        assert limits["rdma/rdma_shared_device_a"] == 1
+        assert server["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+        env = {e["name"]: e.get("value") for e in server["env"]}
+        assert env["NCCL_IB_HCA"] == "=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7"
+        assert env["NCCL_SOCKET_IFNAME"] == "=bond0"
+        assert "NCCL_DEBUG" not in env  # debug output stays out of production
+        shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
+        assert shm["emptyDir"]["medium"] == "Memory"
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert validate_cr(lws, strict=True) == []
+
+
+def test_single_node_models_take_no_rdma_and_no_extra_capability(plan_of: PlanOf) -> None:
+    plan = plan_of("onprem")
+    for deployment in by_kind(plan, "Deployment"):
+        if deployment["metadata"]["name"] not in ("llama-8b", "llama-70b"):
+            continue
+        (server,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert not any(k.startswith("rdma/") for k in server["resources"]["limits"])
+        assert "add" not in server["securityContext"]["capabilities"]
+
+
+def test_model_caches_live_on_local_nvme_volumes_bound_on_the_pods_node(plan_of: PlanOf) -> None:
+    plan = plan_of("onprem")
+    pods = [d["spec"]["template"]["spec"] for d in by_kind(plan, "Deployment") if d["metadata"]["name"] == "llama-8b"]
+    (pod,) = pods
+    (cache,) = [v for v in pod["volumes"] if v["name"] == "model-cache"]
+    claim = cache["ephemeral"]["volumeClaimTemplate"]["spec"]
+    assert claim["storageClassName"] == "local-nvme"
+    assert claim["resources"]["requests"]["storage"] == "1500Gi"
+    assert "hostPath" not in cache
+    # No root chown step: the kubelet applies the pod's fsGroup to a PV.
+    assert [c["name"] for c in pod["initContainers"]] == ["fetch-model"]
+    values = release_values(plan, "local-static-provisioner")
+    (cls,) = values["classes"]
+    assert cls["name"] == "local-nvme" and cls["hostDir"] == "/mnt/fast-disks"
+
+
+def test_loaders_read_the_s3_compatible_store_with_keys_from_a_secret(plan_of: PlanOf) -> None:
+    plan = plan_of("onprem")
+    (deployment,) = [d for d in by_kind(plan, "Deployment") if d["metadata"]["name"] == "llama-8b"]
+    (loader,) = deployment["spec"]["template"]["spec"]["initContainers"]
+    env = {e["name"]: e for e in loader["env"]}
+    assert env["AWS_ENDPOINT_URL"]["value"] == "https://minio.storage.dc1.example.com:9000"
+    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": "model-store-credentials",
+        "key": "AWS_SECRET_ACCESS_KEY",
+    }
+    assert "s3://models/meta-llama/Llama-3.1-8B-Instruct/hf" in loader["args"]
+    secret = only(plan.resources, "kubernetes:core/v1:Secret", "model-store")
+    assert secret.inputs["stringData"] == "[secret]"
+
+
+def test_gpu_operator_leaves_the_dgx_os_driver_alone_and_the_fabric_policy_runs_the_rdma_plugin(
+    plan_of: PlanOf,
+) -> None:
+    plan = plan_of("onprem")
+    values = release_values(plan, "gpu-operator")
+    assert values["driver"] == {"enabled": False}
+    assert values["dcgmExporter"] == {"enabled": False}
+    assert release_values(plan, "network-operator") == {"nfd": {"enabled": False}}
+    (policy,) = by_kind(plan, "NicClusterPolicy")
+    assert policy["metadata"]["name"] == "nic-cluster-policy"
+    config = json.loads(policy["spec"]["rdmaSharedDevicePlugin"]["config"])
+    (entry,) = config["configList"]
+    assert entry["resourceName"] == "rdma_shared_device_a"
+    assert entry["selectors"] == {"vendors": ["15b3"], "deviceIDs": ["1021"]}
+    assert "ofedDriver" not in policy["spec"]  # MOFED is on the hosts
+    assert validate_cr(policy, strict=True) == []
+
+
+def test_the_gateway_gets_a_metallb_address_on_the_lan(plan_of: PlanOf) -> None:
+    plan = plan_of("onprem")
+    services = [s for s in by_kind(plan, "Service") if s["metadata"]["name"] == "gateway"]
+    (service,) = services
+    assert service["spec"]["type"] == "LoadBalancer"
+    assert service["metadata"]["annotations"] == {"metallb.io/address-pool": "inferstack"}
+    (pool,) = by_kind(plan, "IPAddressPool")
+    assert pool["spec"]["addresses"] == ["10.40.8.240-10.40.8.250"]
+    (l2,) = by_kind(plan, "L2Advertisement")
+    assert l2["spec"]["ipAddressPools"] == ["inferstack"]
+    assert validate_cr(pool) == [] and validate_cr(l2) == []
+
+
+def test_controllers_and_cache_run_on_the_configured_system_nodes(plan_of: PlanOf) -> None:
+    plan = plan_of("onprem")
+    system = {"node-role.inferstack.io/system": "true"}
+    (redis,) = by_kind(plan, "StatefulSet")
+    assert redis["spec"]["template"]["spec"]["nodeSelector"] == system
+    assert redis["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"] == "ceph-rbd"
+    assert release_values(plan, "keda")["nodeSelector"] == system
+    prometheus = release_values(plan, "kube-prometheus-stack")["prometheus"]["prometheusSpec"]
+    assert prometheus["nodeSelector"] == system
+    assert prometheus["storageSpec"]["volumeClaimTemplate"]["spec"]["storageClassName"] == "ceph-rbd"
+    # The device plugin and DCGM exporter follow the GPU Operator's own node label.
+    affinity = release_values(plan, "dcgm-exporter")["affinity"]["nodeAffinity"]
+    term = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    assert term["matchExpressions"] == [{"key": "nvidia.com/gpu.present", "operator": "Exists"}]
+
+
+@pytest.mark.parametrize("kind", ["ScaledObject", "PodMonitor", "ServiceMonitor", "PrometheusRule"])
+def test_the_same_autoscaling_and_observability_as_the_cloud_tier(plan_of: PlanOf, kind: str) -> None:
+    onprem = {m["metadata"]["name"] for m in by_kind(plan_of("onprem"), kind)}
+    cloud = {m["metadata"]["name"] for m in by_kind(plan_of("prod"), kind)}
+    assert onprem, kind
+    if kind != "ScaledObject":
+        assert onprem == cloud
