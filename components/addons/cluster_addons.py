@@ -15,10 +15,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.kube.helm import release
+from components.kube.labels import SYSTEM_NODES, efa_node_selector, gpu_node_affinity
 from components.specs import Args
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-SYSTEM_NODES = {"inferstack.io/pool": "system"}
 
 
 class ClusterAddonsArgs(Args):
@@ -27,16 +27,6 @@ class ClusterAddonsArgs(Args):
     """``device-plugin`` where the node image ships the driver (EKS); ``gpu-operator`` on bare metal."""
     efa: bool = False
     """Install the EFA device plugin (cloud pools with EFA)."""
-
-
-def gpu_node_affinity() -> dict[str, Any]:
-    return {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [{"key": "inferstack.io/gpu-count", "operator": "Exists"}]}]
-            }
-        }
-    }
 
 
 class ClusterAddons(pulumi.ComponentResource):
@@ -84,6 +74,6 @@ class ClusterAddons(pulumi.ComponentResource):
         if args.efa:
             self.releases["aws-efa-k8s-device-plugin"] = r(
                 "aws-efa-k8s-device-plugin",
-                {"nodeSelector": {"inferstack.io/efa": "true"}, "tolerations": [GPU_TOLERATION]},
+                {"nodeSelector": efa_node_selector(), "tolerations": [GPU_TOLERATION]},
             )
         self.register_outputs({})

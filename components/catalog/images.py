@@ -15,6 +15,10 @@ TRITON_TRTLLM: Final = "nvcr.io/nvidia/tritonserver:25.09-trtllm-python-py3"
 TRITON_MODEL_TEMPLATES: Final = "/app/all_models/inflight_batcher_llm"
 """Where the Triton TRT-LLM image carries the inflight-batcher model repository (model.py files);
 the kit copies it and overlays its own rendered ``config.pbtxt`` files."""
+TRTLLM_BUILD: Final = "nvcr.io/nvidia/tensorrt-llm/release:1.0.0"
+"""NVIDIA's TensorRT-LLM release container, for the engine build: it carries ``examples/quantization/quantize.py``
+(the Triton image does not) and TensorRT-LLM 1.0.0, the version Triton 25.09's backend runs (Triton "Release
+Compatibility Matrix", trtllm-python-py3 25.09: TensorRT-LLM 1.0.0), so the engine it builds loads there."""
 REDIS: Final = "redis:8.2.2"
 """Redis 8 Open Source: the official image includes the Query Engine (FT.* vector search)."""
 KIT_IMAGE_TAG: Final = "0.1.0"

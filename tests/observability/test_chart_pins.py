@@ -21,6 +21,7 @@ REQUIRED = (
     "lws",
     "metrics-server",
     "opentelemetry-collector",
+    "aws-load-balancer-controller",
 )
 _VERSION = re.compile(r"^v?\d+\.\d+\.\d+$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -37,6 +37,7 @@ def test_unknown_instance_type_lists_the_catalog_and_suggests_the_closest() -> N
 def test_efa_on_an_instance_type_without_efa() -> None:
     def edit(e: dict[str, Any]) -> None:
         e["gpuPools"][0].update(instanceType="g6e.xlarge", efa=True)
+        e["models"][0]["slo"] = {"itlP99Ms": 60}  # one L40S meets no 20 ms ITL at a full batch
 
     (line,) = config_errors(edit)
     assert "gpuPools[0].efa: got true for g6e.xlarge (no EFA interfaces)" in line
