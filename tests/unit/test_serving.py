@@ -20,7 +20,16 @@ from inferstack_cli.plan import Plan
 
 PlanOf = Callable[[str], Plan]
 K8S_VERSION = "1.33.0"
-BUILT_IN_GROUPS = ("", "apps", "batch", "policy", "networking.k8s.io", "scheduling.k8s.io", "autoscaling")
+BUILT_IN_GROUPS = (
+    "",
+    "apps",
+    "batch",
+    "policy",
+    "networking.k8s.io",
+    "scheduling.k8s.io",
+    "autoscaling",
+    "storage.k8s.io",
+)
 
 
 def manifests(plan: Plan) -> list[dict[str, Any]]:
