@@ -256,4 +256,5 @@ def compose(env: Environment, stack: str) -> dict[str, Any]:
         "cache_url": cache.url(),
         "model_endpoints": {name: server.endpoint for name, server in models.items()},
         "gateway_url": gateway.url if gateway else None,
+        "grafana_admin_password": observability.grafana_admin_password,
     }

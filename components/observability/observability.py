@@ -10,6 +10,7 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+import pulumi_random as random
 from pydantic import Field
 
 from components.catalog.charts import CHARTS
@@ -29,7 +30,12 @@ OTLP_GRPC_PORT = 4317
 OTLP_HTTP_PORT = 4318
 
 
-def prometheus_values(spec: ObservabilitySpec) -> dict[str, Any]:
+GRAFANA_ADMIN_SECRET = "grafana-admin"
+GRAFANA_ADMIN_USER_KEY = "admin-user"
+GRAFANA_ADMIN_PASSWORD_KEY = "admin-password"
+
+
+def prometheus_values(spec: ObservabilitySpec, namespace: str = "monitoring") -> dict[str, Any]:
     interval = f"{spec.scrape_interval_s}s"
     return {
         "prometheus": {
@@ -52,13 +58,21 @@ def prometheus_values(spec: ObservabilitySpec) -> dict[str, Any]:
         "grafana": {
             "nodeSelector": SYSTEM_NODES,
             "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
-            # The kit's dashboards arrive as ConfigMaps labelled grafana_dashboard=1.
+            # Never the chart's default admin password: a generated one from a Secret the kit writes (grafana
+            # chart values admin.existingSecret / userKey / passwordKey).
+            "admin": {
+                "existingSecret": GRAFANA_ADMIN_SECRET,
+                "userKey": GRAFANA_ADMIN_USER_KEY,
+                "passwordKey": GRAFANA_ADMIN_PASSWORD_KEY,
+            },
+            # The kit's dashboards arrive as ConfigMaps labelled grafana_dashboard=1 in this namespace only: with
+            # "ALL", anyone who may create a ConfigMap anywhere could inject a dashboard.
             "sidecar": {
                 "dashboards": {
                     "enabled": True,
                     "label": "grafana_dashboard",
                     "labelValue": "1",
-                    "searchNamespace": "ALL",
+                    "searchNamespace": namespace,
                 }
             },
         },
@@ -138,8 +152,22 @@ class Observability(pulumi.ComponentResource):
         super().__init__("inferstack:observability:Observability", name, None, opts)
         provider = args.provider
         namespace = CHARTS["kube-prometheus-stack"].namespace
+        password = random.RandomPassword(
+            f"{name}-grafana-admin", length=32, special=False, opts=pulumi.ResourceOptions(parent=self)
+        )
+        admin = k8s.core.v1.Secret(
+            f"{name}-grafana-admin",
+            metadata={"name": GRAFANA_ADMIN_SECRET, "namespace": namespace},
+            string_data={GRAFANA_ADMIN_USER_KEY: "admin", GRAFANA_ADMIN_PASSWORD_KEY: password.result},
+            opts=pulumi.ResourceOptions(parent=self, provider=provider),
+        )
+        self.grafana_admin_password = pulumi.Output.secret(password.result)
         self.stack_release = release(
-            "kube-prometheus-stack", prometheus_values(args.spec), parent=self, provider=provider
+            "kube-prometheus-stack",
+            prometheus_values(args.spec, namespace),
+            parent=self,
+            provider=provider,
+            depends_on=[admin],
         )
         after = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[self.stack_release])
         release("opentelemetry-collector", collector_values(args.spec), parent=self, provider=provider)

@@ -47,14 +47,13 @@ def test_otlp_tracing_flag_is_refused_on_the_pinned_vllm_image() -> None:
     )  # fmt: skip
     (problem,) = engine_arg_problems(images.VLLM, args)
     # THEN the problem names the flag, the image and the cited reason
-    assert problem.startswith("--otlp-traces-endpoint on vllm/vllm-openai:v0.11.0")
+    assert problem.startswith(f"--otlp-traces-endpoint on {images.VLLM}")
     assert "#7679" in problem and "image layer" in problem
 
 
 def test_unknown_flag_is_refused() -> None:
     assert engine_arg_problems(images.VLLM, ["--made-up-flag", "1"]) == [
-        "--made-up-flag on vllm/vllm-openai:v0.11.0: not in the image's support table "
-        "(components/catalog/engine_support.py)"
+        f"--made-up-flag on {images.VLLM}: not in the image's support table (components/catalog/engine_support.py)"
     ]
 
 

@@ -324,3 +324,15 @@ def test_karpenter_controller_policy_follows_upstream_scoping(plan_of: PlanOf) -
         assert unscoped == [], action
     creates = [s for s in statements if "iam:CreateInstanceProfile" in actions(s)]
     assert all("aws:RequestTag/kubernetes.io/cluster/inferstack-dev" in s["Condition"]["StringEquals"] for s in creates)
+
+
+@pytest.mark.parametrize("stack", bundled_stacks())
+def test_grafana_uses_a_generated_admin_password_and_reads_only_its_namespace(plan_of: PlanOf, stack: str) -> None:
+    plan = plan_of(stack)
+    grafana = helm_values(plan, "kube-prometheus-stack")["grafana"]
+    secret_name = grafana["admin"]["existingSecret"]
+    (secret,) = [r for r in plan.of_type("kubernetes:core/v1:Secret") if r.inputs["metadata"]["name"] == secret_name]
+    assert secret.inputs["metadata"]["namespace"] == "monitoring"
+    assert plan.of_type("random:index/randomPassword:RandomPassword")
+    assert grafana["sidecar"]["dashboards"]["searchNamespace"] == "monitoring"
+    assert plan.outputs["grafana_admin_password"] == "[secret]"
