@@ -101,8 +101,16 @@ class ClusterSpec(Spec):
     kubernetes_version: str = Field(default="1.33", pattern=r"^1\.\d{2}$")
     endpoint_public_access_cidrs: tuple[IPv4Network, ...] = ()
     """Empty: the API endpoint is private only. A public endpoint needs an explicit allowlist."""
-    admin_role_arns: tuple[str, ...] = ()
+    admin_role_arns: tuple[Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")], ...] = ()
     """IAM roles given cluster-admin through access entries (API authentication mode)."""
+    deployer_cidrs: tuple[IPv4Network, ...] = ()
+    """Networks allowed to reach the private API endpoint on 443 (the runner, VPN or bastion that runs
+    ``pulumi up``). The cluster security group admits only itself otherwise."""
+    deployer_security_group_ids: tuple[Annotated[str, Field(pattern=r"^sg-[0-9a-f]{8,17}$")], ...] = ()
+    """Security groups (e.g. a CI runner's) allowed to reach the private API endpoint on 443."""
+    ami_release_version: str | None = Field(default=None, pattern=r"^1\.\d{2}\.\d+-\d{8}$")
+    """Required: the EKS AL2023 AMI release every node runs (``1.33.5-20251120``: Kubernetes patch version
+    and build date). Pinned so a node roll is a reviewed config change, never a side effect of ``up``."""
     log_types: tuple[ControlPlaneLog, ...] = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 
     @field_validator("endpoint_public_access_cidrs")
@@ -115,6 +123,22 @@ class ClusterSpec(Spec):
                 fix="list only the networks that run `pulumi up` or kubectl, or leave it empty for a private endpoint",
             )
         return cidrs
+
+    @field_validator("deployer_cidrs")
+    @classmethod
+    def _no_open_deployer(cls, cidrs: tuple[IPv4Network, ...]) -> tuple[IPv4Network, ...]:
+        if any(c.prefixlen == 0 for c in cidrs):
+            raise config_error(
+                "0.0.0.0/0 admits every network to the Kubernetes API",
+                allowed="the runner's, VPN's or bastion's CIDR (e.g. 10.0.0.0/16 for runners inside the VPC)",
+                fix="list only the networks that run `pulumi up` or kubectl",
+            )
+        return cidrs
+
+    @property
+    def ami_release_date(self) -> str | None:
+        """``20251120`` of ``1.33.5-20251120``: the same build as Karpenter's alias ``al2023@v20251120``."""
+        return self.ami_release_version.rsplit("-", 1)[1] if self.ami_release_version else None
 
 
 class ScalingSpec(Spec):
@@ -149,6 +173,9 @@ class CapacitySpec(Spec):
     """``odcr``: an On-Demand Capacity Reservation; ``capacity-block``: EC2 Capacity Blocks for ML."""
     reservation_id: str | None = Field(default=None, pattern=r"^cr-[0-9a-f]{8,17}$")
     """The ``cr-…`` id; required for ``odcr`` and ``capacity-block``."""
+    on_demand_fallback: bool = False
+    """Karpenter pools with a reservation: launch on-demand when the reservation is full or not active.
+    Off: the pool only ever runs on the reservation (the cost is fixed and known)."""
 
     @property
     def reserved(self) -> bool:
@@ -191,7 +218,9 @@ class GpuPoolSpec(ScalingSpec):
     @property
     def node_labels(self) -> dict[str, str]:
         """The label the kit gives this pool's nodes and the serving pods select."""
-        return {"inferstack.io/pool": self.name}
+        from components.kube.labels import POOL_LABEL
+
+        return {POOL_LABEL: self.name}
 
     @property
     def placement_group_enabled(self) -> bool:
@@ -350,6 +379,11 @@ class GatewaySpec(Spec):
     """HPA target. The gateway is CPU-bound per request: CPU tracks requests per second closely."""
     load_balancer: Literal["none", "internal"] = "none"
     """``internal``: an internal NLB through the AWS Load Balancer Controller; ``none``: ClusterIP only."""
+    tls_certificate_arn: str | None = Field(
+        default=None, pattern=r"^arn:aws[a-z-]*:acm:[a-z]{2}(-[a-z]+)+-\d:\d{12}:certificate/[0-9a-f-]{36}$"
+    )
+    """ACM certificate the load balancer terminates TLS with, on port 443. Required with ``loadBalancer``:
+    API keys never cross the network in clear text."""
     embeddings_url: str | None = None
     """OpenAI-compatible ``/v1`` base URL for embeddings. Without it the semantic cache is off (exact only)."""
     semantic_max_distance: float = Field(default=0.1, ge=0, le=1)

@@ -12,7 +12,8 @@ from components.aws.elasticache import ElastiCacheValkey, ElastiCacheValkeyArgs
 from components.aws.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
 from components.aws.iam import NodeRole, NodeRoleArgs, PodIdentityRole, PodIdentityRoleArgs
 from components.aws.karpenter import Karpenter, KarpenterArgs
-from components.aws.model_store import ModelStore, ModelStoreArgs, read_policy
+from components.aws.load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
+from components.aws.model_store import ModelStore, ModelStoreArgs, engine_build_policy, read_policy
 from components.aws.network import Network, NetworkArgs
 from components.aws.system_node_group import SystemNodeGroup, SystemNodeGroupArgs
 from components.cache.redis_cache import RedisCache, RedisCacheArgs
@@ -22,6 +23,7 @@ from components.observability.alerts import ModelSlo
 from components.observability.observability import Observability, ObservabilityArgs
 from components.serving.inference_server import InferenceServer, InferenceServerArgs
 from components.serving.serving_base import (
+    ENGINE_BUILDER_SERVICE_ACCOUNT,
     MODEL_LOADER_SERVICE_ACCOUNT,
     SERVING_NAMESPACE,
     ServingBase,
@@ -55,6 +57,7 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
             node_role_arn=node_role.role_arn,
             subnet_ids=[network.private_subnet_ids[z] for z in zones],
             kubernetes_version=env.cluster.kubernetes_version,
+            ami_release_version=env.cluster.ami_release_version,
             tags=tags,
         ),
     )
@@ -73,6 +76,7 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
                 vpc_id=network.vpc_id,
                 subnet_id=network.private_subnet_ids[zone],
                 node_role_arn=node_role.role_arn,
+                ami_release_version=env.cluster.ami_release_version,
                 tags=tags,
             ),
         )
@@ -85,6 +89,18 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
             namespace=SERVING_NAMESPACE,
             service_account=MODEL_LOADER_SERVICE_ACCOUNT,
             policy_json=read_policy(store.bucket_arn, store.key_arn),
+            tags=tags,
+        ),
+    )
+    # The engine build writes engines to the store: its own service account and role, so the serving pods'
+    # loader stays read-only (issue 12, point 1).
+    builder = PodIdentityRole(
+        "engine-builder",
+        PodIdentityRoleArgs(
+            cluster_name=cluster.cluster_name,
+            namespace=SERVING_NAMESPACE,
+            service_account=ENGINE_BUILDER_SERVICE_ACCOUNT,
+            policy_json=engine_build_policy(store.bucket_arn, store.key_arn),
             tags=tags,
         ),
     )
@@ -105,6 +121,7 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
                 provider=provider,
                 pools=karpenter_pools,
                 default_zone=zones[0],
+                ami_alias=f"al2023@v{env.cluster.ami_release_date}",
                 tags=tags,
             ),
             opts=after_nodes,
@@ -184,12 +201,29 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
                 fabric="efa",
                 gateway_namespace=base.gateway_namespace,
                 prometheus_url=observability.prometheus_url,
-                otlp_traces_endpoint=observability.otlp_endpoint if model.engine == "vllm" else None,
+                # No --otlp-traces-endpoint: the pinned vLLM image lacks the OpenTelemetry packages and exits at
+                # start with it (components/catalog/engine_support.py); the gateway's spans cover the request path.
             ),
             opts=pulumi.ResourceOptions(depends_on=[base, pools[model.pool], addons]),
         )
 
     gateway = None
+    gateway_after: list[pulumi.Resource] = [base, addons]
+    if env.gateway.enabled and env.models and env.gateway.load_balancer != "none":
+        # The gateway's Service annotations are read by this controller and no other (issue 12, point 3).
+        gateway_after.append(
+            LoadBalancerController(
+                "aws-load-balancer-controller",
+                LoadBalancerControllerArgs(
+                    cluster_name=cluster.cluster_name,
+                    region=env.region,
+                    vpc_id=network.vpc_id,
+                    provider=provider,
+                    tags=tags,
+                ),
+                opts=after_nodes,
+            )
+        )
     if env.gateway.enabled and env.models:
         gateway = Gateway(
             "gateway",
@@ -203,7 +237,7 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
                 image=pulumi.Output.concat(store.repository_urls["gateway"], ":", _images.KIT_IMAGE_TAG),
                 otlp_endpoint=observability.otlp_endpoint,
             ),
-            opts=pulumi.ResourceOptions(depends_on=[base, addons]),
+            opts=pulumi.ResourceOptions(depends_on=gateway_after),
         )
 
     return {
@@ -218,7 +252,9 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
         "model_bucket": store.bucket_name,
         "image_repositories": store.repository_urls,
         "model_loader_role_arn": loader.role_arn,
+        "engine_builder_role_arn": builder.role_arn,
         "cache_url": cache.url(),
         "model_endpoints": {name: server.endpoint for name, server in models.items()},
         "gateway_url": gateway.url if gateway else None,
+        "grafana_admin_password": observability.grafana_admin_password,
     }

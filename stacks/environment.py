@@ -319,7 +319,28 @@ def cloud_checks(env: CloudEnvironment) -> list[ConfigIssue]:
                     "set `type: odcr` or `type: capacity-block`, or remove reservationId",
                 )
             )
-        if pool.capacity.type == "capacity-block" and pool.min_size != pool.max_size:
+        if pool.capacity.type == "capacity-block" and pool.provisioner == "managed":
+            # issue 12: a managed group asks for its nodes at create, before the block is active, and must be
+            # scaled to zero for every AMI update; Karpenter launches into the block when it is active and
+            # drains it 10 minutes before EC2 reclaims it.
+            issues.append(
+                ConfigIssue(
+                    f"{at}.provisioner",
+                    "'managed' with capacity.type 'capacity-block'",
+                    "provisioner: karpenter for a Capacity Block",
+                    "set `provisioner: karpenter` (minSize/maxSize then bound the block's nodes)",
+                )
+            )
+        if pool.capacity.on_demand_fallback and not (pool.capacity.reserved and pool.provisioner == "karpenter"):
+            issues.append(
+                ConfigIssue(
+                    f"{at}.capacity.onDemandFallback",
+                    f"true with capacity.type {pool.capacity.type!r} and provisioner {pool.provisioner!r}",
+                    "a Karpenter pool with an odcr or capacity-block reservation",
+                    "remove `onDemandFallback`, or use a reservation with `provisioner: karpenter`",
+                )
+            )
+        if pool.capacity.type == "capacity-block" and pool.min_size != pool.max_size and pool.provisioner == "managed":
             issues.append(
                 ConfigIssue(
                     f"{at}.minSize",
@@ -337,6 +358,7 @@ def cloud_checks(env: CloudEnvironment) -> list[ConfigIssue]:
                     "remove `placementGroup`, or use an EFA instance type",
                 )
             )
+    issues += cluster_checks(env)
     sys_pool = env.system_pool
     if sys_pool.min_size > sys_pool.max_size:
         issues.append(
@@ -364,6 +386,64 @@ def cloud_checks(env: CloudEnvironment) -> list[ConfigIssue]:
                 str(env.network.cidr),
                 "a /16 to /20 network",
                 "use a larger CIDR: every pod takes a VPC address with the VPC CNI",
+            )
+        )
+    return issues
+
+
+def cluster_checks(env: Environment) -> list[ConfigIssue]:
+    """The pinned AMI release, and TLS on the gateway's load balancer (issue 12)."""
+    issues: list[ConfigIssue] = []
+    cluster = env.cluster
+    release = cluster.ami_release_version
+    example = f"{cluster.kubernetes_version}.5-20251120"
+    if release is None:
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.cluster.amiReleaseVersion",
+                "nothing",
+                f"an EKS AL2023 AMI release for Kubernetes {cluster.kubernetes_version}, e.g. {example!r}",
+                "pin the release (aws ssm get-parameter --name /aws/service/eks/optimized-ami/"
+                f"{cluster.kubernetes_version}/amazon-linux-2023/x86_64/nvidia/recommended/release_version)",
+            )
+        )
+    elif not release.startswith(cluster.kubernetes_version + "."):
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.cluster.amiReleaseVersion",
+                f"{release!r} (kubernetesVersion is {cluster.kubernetes_version!r})",
+                f"a release of Kubernetes {cluster.kubernetes_version}, e.g. {example!r}",
+                "pin a release of the cluster's Kubernetes version",
+            )
+        )
+    from components.aws.eks_cluster import ADDON_VERSIONS
+
+    if cluster.kubernetes_version not in ADDON_VERSIONS:
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.cluster.kubernetesVersion",
+                repr(cluster.kubernetes_version),
+                "a version with pinned EKS add-ons: " + ", ".join(ADDON_VERSIONS),
+                "use a pinned version, or pin its add-ons in components/aws/eks_cluster.py:ADDON_VERSIONS",
+            )
+        )
+    gateway = env.gateway
+    if gateway.enabled and gateway.load_balancer != "none" and gateway.tls_certificate_arn is None:
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.gateway.tlsCertificateArn",
+                f"nothing (loadBalancer is {gateway.load_balancer!r})",
+                f"an ACM certificate ARN in {env.region}, e.g. arn:aws:acm:{env.region}:111122223333:certificate/…",
+                "request or import a certificate in ACM and set its ARN, or set loadBalancer: none",
+            )
+        )
+    elif gateway.tls_certificate_arn and gateway.tls_certificate_arn.split(":")[3] != env.region:
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.gateway.tlsCertificateArn",
+                repr(gateway.tls_certificate_arn),
+                f"a certificate in the stack's region ({env.region}): an NLB uses ACM certificates of its own region",
+                f"use a certificate issued or imported in {env.region}",
             )
         )
     return issues

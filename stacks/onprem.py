@@ -16,9 +16,10 @@ from components.cache.redis_cache import RedisCache, RedisCacheArgs
 from components.catalog import images as _images
 from components.gateway.gateway import Gateway, GatewayArgs
 from components.kube.existing_cluster import ExistingCluster, ExistingClusterArgs
+from components.kube.labels import GPU_PRESENT_LABEL
 from components.observability.alerts import ModelSlo
 from components.observability.observability import Observability, ObservabilityArgs
-from components.onprem.gpu_operator import GPU_PRESENT_LABEL, gpu_operator_values
+from components.onprem.gpu_operator import gpu_operator_values
 from components.onprem.local_storage import LocalStorage, LocalStorageArgs
 from components.onprem.metallb import MetalLb, MetalLbArgs
 from components.onprem.model_store import S3CompatibleStore, S3CompatibleStoreArgs

@@ -69,3 +69,8 @@ def config_errors(edit: Callable[[dict[str, Any]], None], stack: str = "prod") -
     assert all(line.startswith(f"{source}: inferstack:environment") for line in lines)
     assert all("; allowed: " in line and "; fix: " in line for line in lines)
     return lines
+
+
+def cloud_stacks() -> list[str]:
+    """Bundled stacks of the cloud tier (AWS-only checks run on these)."""
+    return [s for s in bundled_stacks() if raw_environment(s).get("tier") == "cloud"]

@@ -16,10 +16,10 @@ import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from components.kube.helm import release
+from components.kube.labels import GPU_NODE_SELECTOR_KEY, SYSTEM_NODES, efa_node_selector, gpu_node_affinity
 from components.specs import Args
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-SYSTEM_NODES = {"inferstack.io/pool": "system"}
 
 
 class ClusterAddonsArgs(Args):
@@ -30,20 +30,10 @@ class ClusterAddonsArgs(Args):
     """Install the EFA device plugin (cloud pools with EFA)."""
     gpu_operator_values: dict[str, Any] = Field(default_factory=dict)
     """``gpu-operator`` stack: the chart's values, rendered by the tier that installs it."""
-    gpu_node_label: str = "inferstack.io/gpu-count"
+    gpu_node_label: str = GPU_NODE_SELECTOR_KEY
     """A label every GPU node carries: the kit's own on cloud, the GPU Operator's ``nvidia.com/gpu.present``
     on bare metal. The device plugin and DCGM exporter run where it is."""
     system_node_selector: dict[str, str] = Field(default_factory=lambda: dict(SYSTEM_NODES))
-
-
-def gpu_node_affinity(label: str = "inferstack.io/gpu-count") -> dict[str, Any]:
-    return {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [{"key": label, "operator": "Exists"}]}]
-            }
-        }
-    }
 
 
 class ClusterAddons(pulumi.ComponentResource):
@@ -86,6 +76,6 @@ class ClusterAddons(pulumi.ComponentResource):
         if args.efa:
             self.releases["aws-efa-k8s-device-plugin"] = r(
                 "aws-efa-k8s-device-plugin",
-                {"nodeSelector": {"inferstack.io/efa": "true"}, "tolerations": [GPU_TOLERATION]},
+                {"nodeSelector": efa_node_selector(), "tolerations": [GPU_TOLERATION]},
             )
         self.register_outputs({})

@@ -10,6 +10,7 @@ from typing import Any, Final, Literal
 
 from components.aws.efa import efa_interface_layout
 from components.catalog.instances import InstanceSpec
+from components.kube.labels import POOL_LABEL, gpu_node_labels
 from components.kube.objects import MANAGED_BY, check_name
 
 # --- nodes: Karpenter -------------------------------------------------------------------------------------
@@ -17,7 +18,6 @@ from components.kube.objects import MANAGED_BY, check_name
 KarpenterCapacityType = Literal["on-demand", "spot", "reserved"]
 GPU_TAINT: Final = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 """Keeps everything but GPU workloads (which tolerate it) off GPU nodes; same taint as managed pools."""
-POOL_LABEL: Final = "inferstack.io/pool"
 DISCOVERY_TAG: Final = "karpenter.sh/discovery"
 """Subnets and security groups tagged ``karpenter.sh/discovery: <cluster>`` (Karpenter getting started)."""
 
@@ -39,6 +39,19 @@ class KarpenterGpuPool:
     capacity_type: KarpenterCapacityType = "on-demand"
     reservation_id: str | None = None
     """``cr-...`` of an ODCR or a Capacity Block; requires ``capacity_type="reserved"``."""
+    on_demand_fallback: bool = False
+    """With a reservation: also accept on-demand capacity when the reservation is full or not yet active.
+    Karpenter prefers ``reserved`` and falls back (karpenter.sh docs, "Utilizing ODCRs and Capacity Blocks")."""
+    capacity_block: bool = False
+    """The reservation is an EC2 Capacity Block: EC2 terminates its instances 30 minutes before the block
+    ends, and Karpenter >= 1.6 drains them 10 minutes before that (same docs, "Capacity Blocks")."""
+    ami_alias: str = "al2023@latest"
+    """EC2NodeClass AMI alias. Pin it (``al2023@v20251120``) so an AMI change is a reviewed config change;
+    Karpenter itself recommends against ``@latest`` in production (karpenter.sh docs, "Managing AMIs")."""
+    efa: bool | None = None
+    """Whether nodes carry EFA interfaces; defaults to the catalog (``spec.efa``)."""
+    capacity_label: str | None = None
+    """Value of the ``inferstack.io/capacity`` node label; defaults to ``capacity_type``."""
     placement_group_name: str | None = None
     """Cluster placement group for EFA pools. Karpenter selects it, never creates it. Leave it out with a
     reservation that was not created in that group (insufficient capacity, terraform-aws-eks #3730)."""
@@ -74,9 +87,9 @@ def karpenter_node_class(pool: KarpenterGpuPool) -> dict[str, Any]:
     discovery = [{"tags": {DISCOVERY_TAG: pool.cluster_name}}]
     spec: dict[str, Any] = {
         # The al2023 alias resolves to the NVIDIA variant of the EKS AL2023 AMI for GPU instance types
-        # (karpenter.sh docs, EC2NodeClass "amiSelectorTerms"). "@latest" follows new AMIs through drift,
-        # which the disruption budget paces.
-        "amiSelectorTerms": [{"alias": "al2023@latest"}],
+        # (karpenter.sh docs, EC2NodeClass "amiSelectorTerms"). The stacks pin the version from
+        # cluster.amiReleaseVersion; a new version rolls nodes through drift, paced by the disruption budget.
+        "amiSelectorTerms": [{"alias": pool.ami_alias}],
         "role": pool.node_role_name,
         "subnetSelectorTerms": discovery,
         "securityGroupSelectorTerms": discovery,
@@ -131,7 +144,7 @@ def karpenter_node_pool(pool: KarpenterGpuPool) -> dict[str, Any]:
     """The NodePool: one instance type, the GPU taint, limits from ``max_nodes``, never consolidate busy GPUs."""
     requirements: list[dict[str, Any]] = [
         {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [pool.spec.instance_type]},
-        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": [pool.capacity_type]},
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": capacity_types(pool)},
     ]
     if pool.zone is not None:
         requirements.append({"key": "topology.kubernetes.io/zone", "operator": "In", "values": [pool.zone]})
@@ -148,12 +161,17 @@ def karpenter_node_pool(pool: KarpenterGpuPool) -> dict[str, Any]:
         "metadata": {"name": pool.name, "labels": dict(MANAGED_BY)},
         "spec": {
             "template": {
-                "metadata": {"labels": {POOL_LABEL: pool.name}},
+                # The same labels a managed GPU node group sets (components.kube.labels): the device plugin
+                # and DCGM exporter select on them, so without them nvidia.com/gpu is never advertised.
+                "metadata": {"labels": node_labels(pool)},
                 "spec": {
                     "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": pool.name},
                     "requirements": requirements,
                     "taints": [dict(GPU_TAINT)],
                     "expireAfter": pool.expire_after,
+                    # Bounds a drain that a PodDisruptionBudget holds up: a Capacity Block node must be empty
+                    # before EC2 terminates it (Karpenter drains 10 min ahead), other nodes within 2 h of expiry.
+                    "terminationGracePeriod": "9m" if pool.capacity_block else "2h",
                 },
             },
             "disruption": {
@@ -167,3 +185,16 @@ def karpenter_node_pool(pool: KarpenterGpuPool) -> dict[str, Any]:
             "limits": limits,
         },
     }
+
+
+def capacity_types(pool: KarpenterGpuPool) -> list[str]:
+    """``karpenter.sh/capacity-type`` values, most preferred first: reserved, then on-demand when allowed."""
+    if pool.capacity_type == "reserved" and pool.on_demand_fallback:
+        return ["reserved", "on-demand"]
+    return [pool.capacity_type]
+
+
+def node_labels(pool: KarpenterGpuPool) -> dict[str, str]:
+    """The GPU node labels of ``components.kube.labels``, the same a managed node group sets."""
+    efa = pool.spec.efa if pool.efa is None else pool.efa
+    return gpu_node_labels(pool.name, pool.spec, efa=efa, capacity=pool.capacity_label or pool.capacity_type)

@@ -3,19 +3,44 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from components.aws.iam import assume_role_policy
+from components.aws.iam import PodIdentityRole, PodIdentityRoleArgs, assume_role_policy
 from components.specs import Args, ClusterSpec, StrInput
 
 # Installed before any node joins: networking, kube-proxy and Pod Identity must be ready for the first pod.
 NODELESS_ADDONS = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
-# CoreDNS runs as pods, so it waits for the system node group (else the add-on reports DEGRADED).
-NODE_ADDONS = ("coredns",)
+# CoreDNS and the EBS CSI controller run as pods, so they wait for the system node group (else DEGRADED).
+NODE_ADDONS = ("coredns", "aws-ebs-csi-driver")
+ADDON_VERSIONS: dict[str, dict[str, str]] = {
+    # Pinned per Kubernetes version, so an add-on upgrade is a reviewed change, never a side effect of `up`.
+    # EKS 1.33: the versions an EKS 1.33 cluster runs in jenkins-infra/terraform-aws-sponsorship (locals.tf,
+    # tracked from `aws eks describe-addon-versions --kubernetes-version 1.33` by updatecli), beside the AMI
+    # release 1.33.5-20251120 this kit's bundled stacks pin.
+    "1.33": {
+        "vpc-cni": "v1.20.5-eksbuild.1",
+        "kube-proxy": "v1.33.5-eksbuild.2",
+        "eks-pod-identity-agent": "v1.3.10-eksbuild.1",
+        "coredns": "v1.12.4-eksbuild.1",
+        "aws-ebs-csi-driver": "v1.53.0-eksbuild.1",
+    },
+}
+ADDON_CONFIGURATION: dict[str, dict[str, Any]] = {
+    # The VPC CNI enforces NetworkPolicies only with its network policy agent on (EKS user guide, "Limit pod
+    # traffic with Kubernetes network policies": configuration value enableNetworkPolicy "true"). Without it
+    # every NetworkPolicy the kit renders is silently ignored.
+    "vpc-cni": {"enableNetworkPolicy": "true"},
+}
+EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
+"""The controller's service account in kube-system (aws-ebs-csi-driver chart and EKS add-on)."""
+EBS_CSI_POLICY = "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"
+DEFAULT_STORAGE_CLASS = "gp3"
+API_PORT = 443
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 LOG_RETENTION_DAYS = 90
 
@@ -143,9 +168,38 @@ class EksCluster(pulumi.ComponentResource):
                 opts=child,
             )
 
+        # The private endpoint admits only the cluster security group: open 443 to the deployer's network
+        # (a runner, VPN or bastion), or `pulumi up` cannot reach the API it has just created.
+        cluster_sg = cluster.vpc_config.cluster_security_group_id
+        for i, cidr in enumerate(spec.deployer_cidrs):
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-deployer-{i}",
+                security_group_id=cluster_sg,
+                cidr_ipv4=str(cidr),
+                ip_protocol="tcp",
+                from_port=API_PORT,
+                to_port=API_PORT,
+                description="Kubernetes API from the deployer network",
+                tags=args.tags,
+                opts=child,
+            )
+        for i, group_id in enumerate(spec.deployer_security_group_ids):
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-deployer-sg-{i}",
+                security_group_id=cluster_sg,
+                referenced_security_group_id=group_id,
+                ip_protocol="tcp",
+                from_port=API_PORT,
+                to_port=API_PORT,
+                description="Kubernetes API from the deployer security group",
+                tags=args.tags,
+                opts=child,
+            )
+
         self._name = name
         self._cluster = cluster
         self._tags = args.tags
+        self._versions = addon_versions(spec.kubernetes_version)
         for addon in NODELESS_ADDONS:
             self._addon(addon, [])
 
@@ -171,11 +225,17 @@ class EksCluster(pulumi.ComponentResource):
             }
         )
 
-    def _addon(self, addon: str, depends_on: list[pulumi.Resource]) -> aws.eks.Addon:
+    def _addon(
+        self, addon: str, depends_on: list[pulumi.Resource], pod_identity: list[dict[str, Any]] | None = None
+    ) -> aws.eks.Addon:
+        configuration = ADDON_CONFIGURATION.get(addon)
         return aws.eks.Addon(
             f"{self._name}-{addon}",
             cluster_name=self._cluster.name,
             addon_name=addon,
+            addon_version=self._versions[addon],
+            configuration_values=json.dumps(configuration) if configuration else None,
+            pod_identity_associations=pod_identity,
             resolve_conflicts_on_create="OVERWRITE",
             resolve_conflicts_on_update="OVERWRITE",
             tags=self._tags,
@@ -183,6 +243,50 @@ class EksCluster(pulumi.ComponentResource):
         )
 
     def add_node_addons(self, nodes: list[pulumi.Resource]) -> None:
-        """Install the add-ons that run as pods, once ``nodes`` exist to run them."""
-        for addon in NODE_ADDONS:
-            self._addon(addon, nodes)
+        """Install the add-ons that run as pods, once ``nodes`` exist to run them, and the default
+        StorageClass their volumes come from."""
+        self._addon("coredns", nodes)
+        # Nothing provisions EBS volumes without the CSI driver, and EKS has no default StorageClass since 1.30
+        # (gp2 is no longer marked default): Prometheus's and Redis's claims would stay Pending.
+        role = PodIdentityRole(
+            f"{self._name}-ebs-csi",
+            PodIdentityRoleArgs(
+                cluster_name=self._cluster.name,
+                namespace="kube-system",
+                service_account=EBS_CSI_SERVICE_ACCOUNT,
+                managed_policy_arns=(EBS_CSI_POLICY,),
+                create_association=False,
+                tags=self._tags,
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        driver = self._addon(
+            "aws-ebs-csi-driver",
+            nodes,
+            pod_identity=[{"role_arn": role.role_arn, "service_account": EBS_CSI_SERVICE_ACCOUNT}],
+        )
+        k8s.storage.v1.StorageClass(
+            f"{self._name}-{DEFAULT_STORAGE_CLASS}",
+            metadata={
+                "name": DEFAULT_STORAGE_CLASS,
+                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+            },
+            provisioner="ebs.csi.aws.com",
+            # Encrypted gp3 (aws-ebs-csi-driver docs/parameters.md: type, encrypted); WaitForFirstConsumer so a
+            # volume is created in the zone its pod is scheduled to, not a random one.
+            parameters={"type": "gp3", "encrypted": "true", "csi.storage.k8s.io/fstype": "ext4"},
+            volume_binding_mode="WaitForFirstConsumer",
+            allow_volume_expansion=True,
+            reclaim_policy="Delete",
+            opts=pulumi.ResourceOptions(parent=self, provider=self.k8s_provider, depends_on=[driver]),
+        )
+
+
+def addon_versions(kubernetes_version: str) -> dict[str, str]:
+    """The pinned add-on versions for ``kubernetes_version``; a version without a pin is an error."""
+    try:
+        return ADDON_VERSIONS[kubernetes_version]
+    except KeyError:
+        raise ValueError(
+            f"no pinned EKS add-on versions for Kubernetes {kubernetes_version}; pinned: {', '.join(ADDON_VERSIONS)}"
+        ) from None

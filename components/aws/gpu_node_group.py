@@ -22,23 +22,16 @@ from pydantic import Field
 from components.aws._node import encode_user_data, metadata_options, render_user_data, root_volume
 from components.aws.efa import efa_interface_layout
 from components.catalog.instances import InstanceSpec
+from components.kube.labels import LABEL_PREFIX, gpu_node_labels
 from components.specs import Args, GpuPoolSpec, StrInput
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
-LABEL_PREFIX = "inferstack.io"
 AMI_TYPE = "AL2023_x86_64_NVIDIA"
 
 
 def gpu_labels(pool: GpuPoolSpec) -> dict[str, str]:
     """Labels that name the pool, the GPU model and the GPU count: what workloads select on."""
-    spec: InstanceSpec = pool.spec
-    return {
-        f"{LABEL_PREFIX}/pool": pool.name,
-        f"{LABEL_PREFIX}/gpu-model": spec.gpu.model,
-        f"{LABEL_PREFIX}/gpu-count": str(spec.gpu_count),
-        f"{LABEL_PREFIX}/efa": str(pool.efa_enabled).lower(),
-        f"{LABEL_PREFIX}/capacity": pool.capacity.type,
-    }
+    return gpu_node_labels(pool.name, pool.spec, efa=pool.efa_enabled, capacity=pool.capacity.type)
 
 
 def network_interfaces(pool: GpuPoolSpec, security_group_ids: list[StrInput]) -> list[dict[str, Any]]:

@@ -67,8 +67,12 @@ class PodIdentityRoleArgs(Args):
     """Required: the association is per cluster."""
     namespace: str
     service_account: str
-    policy_json: StrInput
-    """Required: the exact permissions the workload needs, nothing broader."""
+    policy_json: StrInput | None = None
+    """The exact permissions the workload needs, nothing broader (an inline policy)."""
+    managed_policy_arns: tuple[str, ...] = ()
+    """AWS managed policies, where AWS maintains the exact set (``AmazonEBSCSIDriverPolicy``)."""
+    create_association: bool = True
+    """Off for EKS add-ons, which take the role through their own ``podIdentityAssociations``."""
     tags: dict[str, str] = Field(default_factory=dict)
 
 
@@ -89,15 +93,19 @@ class PodIdentityRole(pulumi.ComponentResource):
             tags=args.tags,
             opts=child,
         )
-        aws.iam.RolePolicy(name, role=role.id, policy=args.policy_json, opts=child)
-        aws.eks.PodIdentityAssociation(
-            name,
-            cluster_name=args.cluster_name,
-            namespace=args.namespace,
-            service_account=args.service_account,
-            role_arn=role.arn,
-            tags=args.tags,
-            opts=child,
-        )
+        if args.policy_json is not None:
+            aws.iam.RolePolicy(name, role=role.id, policy=args.policy_json, opts=child)
+        for arn in args.managed_policy_arns:
+            aws.iam.RolePolicyAttachment(f"{name}-{arn.rsplit('/', 1)[1]}", role=role.name, policy_arn=arn, opts=child)
+        if args.create_association:
+            aws.eks.PodIdentityAssociation(
+                name,
+                cluster_name=args.cluster_name,
+                namespace=args.namespace,
+                service_account=args.service_account,
+                role_arn=role.arn,
+                tags=args.tags,
+                opts=child,
+            )
         self.role_arn = role.arn
         self.register_outputs({"role_arn": self.role_arn})

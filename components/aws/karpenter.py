@@ -20,6 +20,7 @@ from components.aws._karpenter import KarpenterGpuPool, karpenter_node_class, ka
 from components.aws.iam import NODE_POLICIES, PodIdentityRole, PodIdentityRoleArgs, assume_role_policy
 from components.catalog.charts import CHARTS
 from components.kube.helm import release
+from components.kube.labels import SYSTEM_NODES
 from components.kube.objects import custom_resource
 from components.specs import Args, GpuPoolSpec, StrInput
 
@@ -34,70 +35,189 @@ INTERRUPTION_EVENTS = {
 
 
 def controller_policy(cluster_name: str, region: str, queue_arn: str, node_role_arn: str) -> str:
-    """The controller's permissions: launch and terminate tagged nodes, read pricing and AMIs, pass the node role."""
-    owned = {"StringEquals": {f"aws:ResourceTag/kubernetes.io/cluster/{cluster_name}": "owned"}}
-    return json.dumps(
+    """The controller's permissions, ported statement by statement from upstream's v1 CloudFormation
+    (aws/karpenter-provider-aws v1.14.1, website/content/en/docs/getting-started/getting-started-with-karpenter/
+    cloudformation.yaml: NodeLifecycle, IAMIntegration, EKSIntegration, Interruption and ResourceDiscovery
+    policies). Launch, tag and instance-profile actions carry upstream's tag conditions, so the role can only
+    create and touch what Karpenter itself tags for this cluster. The account is ``*`` in ARNs: the queue and
+    node role ARNs already pin the account where it matters."""
+    ec2 = f"arn:aws:ec2:{region}"
+    profile = "arn:aws:iam::*:instance-profile/*"
+    tagged = [f"{ec2}:*:{kind}/*" for kind in (
+        "fleet", "instance", "volume", "network-interface", "launch-template", "spot-instances-request"
+    )]  # fmt: skip
+    owned = {f"aws:ResourceTag/kubernetes.io/cluster/{cluster_name}": "owned"}
+    request_owned = {
+        f"aws:RequestTag/kubernetes.io/cluster/{cluster_name}": "owned",
+        "aws:RequestTag/eks:eks-cluster-name": cluster_name,
+    }
+    nodepool = {"aws:ResourceTag/karpenter.sh/nodepool": "*"}
+    statements: list[dict[str, object]] = [
         {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Sid": "Launch",
-                    "Effect": "Allow",
-                    "Action": ["ec2:RunInstances", "ec2:CreateFleet", "ec2:CreateLaunchTemplate", "ec2:CreateTags"],
-                    "Resource": "*",
-                },
-                {
-                    "Sid": "Terminate",
-                    "Effect": "Allow",
-                    "Action": ["ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"],
-                    "Resource": "*",
-                    "Condition": owned,
-                },
-                {
-                    "Sid": "Read",
-                    "Effect": "Allow",
-                    "Action": [
-                        "ec2:DescribeAvailabilityZones",
-                        "ec2:DescribeCapacityReservations",
-                        "ec2:DescribeImages",
-                        "ec2:DescribeInstances",
-                        "ec2:DescribeInstanceTypeOfferings",
-                        "ec2:DescribeInstanceTypes",
-                        "ec2:DescribeLaunchTemplates",
-                        "ec2:DescribePlacementGroups",
-                        "ec2:DescribeSecurityGroups",
-                        "ec2:DescribeSpotPriceHistory",
-                        "ec2:DescribeSubnets",
-                        "pricing:GetProducts",
-                        "ssm:GetParameter",
-                        "eks:DescribeCluster",
-                    ],
-                    "Resource": "*",
-                },
-                {
-                    "Sid": "Interruption",
-                    "Effect": "Allow",
-                    "Action": ["sqs:DeleteMessage", "sqs:GetQueueUrl", "sqs:ReceiveMessage"],
-                    "Resource": queue_arn,
-                },
-                {"Sid": "PassNodeRole", "Effect": "Allow", "Action": "iam:PassRole", "Resource": node_role_arn},
-                {
-                    "Sid": "InstanceProfiles",
-                    "Effect": "Allow",
-                    "Action": [
-                        "iam:AddRoleToInstanceProfile",
-                        "iam:CreateInstanceProfile",
-                        "iam:DeleteInstanceProfile",
-                        "iam:GetInstanceProfile",
-                        "iam:RemoveRoleFromInstanceProfile",
-                        "iam:TagInstanceProfile",
-                    ],
-                    "Resource": "*",
-                    "Condition": {"StringEquals": {"aws:RequestedRegion": region}},
-                },
+            "Sid": "AllowScopedEC2InstanceAccessActions",
+            "Effect": "Allow",
+            "Resource": [
+                f"{ec2}::image/*",
+                f"{ec2}::snapshot/*",
+                f"{ec2}:*:security-group/*",
+                f"{ec2}:*:subnet/*",
+                f"{ec2}:*:capacity-reservation/*",
+                f"{ec2}:*:placement-group/*",
             ],
-        }
-    )
+            "Action": ["ec2:RunInstances", "ec2:CreateFleet"],
+        },
+        {
+            "Sid": "AllowScopedEC2LaunchTemplateAccessActions",
+            "Effect": "Allow",
+            "Resource": f"{ec2}:*:launch-template/*",
+            "Action": ["ec2:RunInstances", "ec2:CreateFleet"],
+            "Condition": {"StringEquals": owned, "StringLike": nodepool},
+        },
+        {
+            "Sid": "AllowScopedEC2InstanceActionsWithTags",
+            "Effect": "Allow",
+            "Resource": tagged,
+            "Action": ["ec2:RunInstances", "ec2:CreateFleet", "ec2:CreateLaunchTemplate"],
+            "Condition": {
+                "StringEquals": request_owned,
+                "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"},
+            },
+        },
+        {
+            "Sid": "AllowScopedResourceCreationTagging",
+            "Effect": "Allow",
+            "Resource": tagged,
+            "Action": "ec2:CreateTags",
+            "Condition": {
+                "StringEquals": {
+                    **request_owned,
+                    "ec2:CreateAction": ["RunInstances", "CreateFleet", "CreateLaunchTemplate"],
+                },
+                "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"},
+            },
+        },
+        {
+            "Sid": "AllowScopedResourceTagging",
+            "Effect": "Allow",
+            "Resource": f"{ec2}:*:instance/*",
+            "Action": "ec2:CreateTags",
+            "Condition": {
+                "StringEquals": owned,
+                "StringLike": nodepool,
+                "StringEqualsIfExists": {"aws:RequestTag/eks:eks-cluster-name": cluster_name},
+                "ForAllValues:StringEquals": {
+                    "aws:TagKeys": ["eks:eks-cluster-name", "karpenter.sh/nodeclaim", "Name"]
+                },
+            },
+        },
+        {
+            "Sid": "AllowScopedDeletion",
+            "Effect": "Allow",
+            "Resource": [f"{ec2}:*:instance/*", f"{ec2}:*:launch-template/*"],
+            "Action": ["ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"],
+            "Condition": {"StringEquals": owned, "StringLike": nodepool},
+        },
+        {
+            "Sid": "AllowPassingInstanceRole",
+            "Effect": "Allow",
+            "Resource": node_role_arn,
+            "Action": "iam:PassRole",
+            "Condition": {"StringEquals": {"iam:PassedToService": ["ec2.amazonaws.com"]}},
+        },
+        {
+            "Sid": "AllowScopedInstanceProfileCreationActions",
+            "Effect": "Allow",
+            "Resource": profile,
+            "Action": ["iam:CreateInstanceProfile"],
+            "Condition": {
+                "StringEquals": {**request_owned, "aws:RequestTag/topology.kubernetes.io/region": region},
+                "StringLike": {"aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*"},
+            },
+        },
+        {
+            "Sid": "AllowScopedInstanceProfileTagActions",
+            "Effect": "Allow",
+            "Resource": profile,
+            "Action": ["iam:TagInstanceProfile"],
+            "Condition": {
+                "StringEquals": {
+                    **owned,
+                    "aws:ResourceTag/topology.kubernetes.io/region": region,
+                    **request_owned,
+                    "aws:RequestTag/topology.kubernetes.io/region": region,
+                },
+                "StringLike": {
+                    "aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*",
+                    "aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*",
+                },
+            },
+        },
+        {
+            "Sid": "AllowScopedInstanceProfileActions",
+            "Effect": "Allow",
+            "Resource": profile,
+            "Action": [
+                "iam:AddRoleToInstanceProfile",
+                "iam:RemoveRoleFromInstanceProfile",
+                "iam:DeleteInstanceProfile",
+            ],
+            "Condition": {
+                "StringEquals": {**owned, "aws:ResourceTag/topology.kubernetes.io/region": region},
+                "StringLike": {"aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*"},
+            },
+        },
+        {
+            "Sid": "AllowAPIServerEndpointDiscovery",
+            "Effect": "Allow",
+            "Resource": f"arn:aws:eks:{region}:*:cluster/{cluster_name}",
+            "Action": "eks:DescribeCluster",
+        },
+        {
+            "Sid": "AllowInterruptionQueueActions",
+            "Effect": "Allow",
+            "Resource": queue_arn,
+            "Action": ["sqs:DeleteMessage", "sqs:GetQueueUrl", "sqs:ReceiveMessage"],
+        },
+        {
+            "Sid": "AllowRegionalReadActions",
+            "Effect": "Allow",
+            "Resource": "*",
+            "Action": [
+                "ec2:DescribeCapacityReservations",
+                "ec2:DescribeImages",
+                "ec2:DescribeInstances",
+                "ec2:DescribeInstanceStatus",
+                "ec2:DescribeInstanceTypeOfferings",
+                "ec2:DescribeInstanceTypes",
+                "ec2:DescribeLaunchTemplates",
+                "ec2:DescribePlacementGroups",
+                "ec2:DescribeSecurityGroups",
+                "ec2:DescribeSpotPriceHistory",
+                "ec2:DescribeSubnets",
+            ],
+            "Condition": {"StringEquals": {"aws:RequestedRegion": region}},
+        },
+        {
+            "Sid": "AllowSSMReadActions",
+            "Effect": "Allow",
+            "Resource": f"arn:aws:ssm:{region}::parameter/aws/service/*",
+            "Action": "ssm:GetParameter",
+        },
+        {"Sid": "AllowPricingReadActions", "Effect": "Allow", "Resource": "*", "Action": "pricing:GetProducts"},
+        {
+            "Sid": "AllowUnscopedInstanceProfileListAction",
+            "Effect": "Allow",
+            "Resource": "*",
+            "Action": "iam:ListInstanceProfiles",
+        },
+        {
+            "Sid": "AllowInstanceProfileReadActions",
+            "Effect": "Allow",
+            "Resource": profile,
+            "Action": "iam:GetInstanceProfile",
+        },
+    ]
+    return json.dumps({"Version": "2012-10-17", "Statement": statements})
 
 
 class KarpenterArgs(Args):
@@ -110,6 +230,8 @@ class KarpenterArgs(Args):
     pools: list[GpuPoolSpec]
     """The pools with ``provisioner: karpenter``; each becomes an EC2NodeClass and a NodePool."""
     default_zone: str
+    ami_alias: str
+    """Required: the pinned EC2NodeClass AMI alias (``al2023@v20251120``), from ``cluster.amiReleaseVersion``."""
     tags: dict[str, str] = Field(default_factory=dict)
 
 
@@ -197,10 +319,11 @@ class Karpenter(pulumi.ComponentResource):
                     "clusterName": args.cluster_name,
                     "clusterEndpoint": args.cluster_endpoint,
                     "interruptionQueue": queue.name,
-                    # Karpenter >= 1.3 launches into ODCRs / Capacity Blocks behind this gate.
+                    # Karpenter >= 1.3 launches into ODCRs, >= 1.6 into Capacity Blocks (and drains them before
+                    # they end) behind this gate (karpenter.sh docs, "Utilizing ODCRs and Capacity Blocks").
                     "featureGates": {"reservedCapacity": True},
                 },
-                "nodeSelector": {"inferstack.io/pool": "system"},
+                "nodeSelector": dict(SYSTEM_NODES),
                 "controller": {"resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}},
             },
             parent=self,
@@ -221,6 +344,11 @@ class Karpenter(pulumi.ComponentResource):
                 max_nodes=pool.max_size,
                 capacity_type="reserved" if pool.capacity.reserved else pool.capacity.type,  # type: ignore[arg-type]
                 reservation_id=pool.capacity.reservation_id,
+                on_demand_fallback=pool.capacity.on_demand_fallback,
+                capacity_block=pool.capacity.type == "capacity-block",
+                ami_alias=args.ami_alias,
+                efa=pool.efa_enabled,
+                capacity_label=pool.capacity.type,
                 placement_group_name="PLACEMENT_GROUP" if group_name is not None else None,
                 zone=pool.zone or args.default_zone,
                 root_volume_gib=pool.root_volume_gib,

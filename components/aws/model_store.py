@@ -34,6 +34,31 @@ def read_policy(bucket_arn: pulumi.Input[str], key_arn: pulumi.Input[str]) -> pu
     )
 
 
+def engine_build_policy(bucket_arn: pulumi.Input[str], key_arn: pulumi.Input[str]) -> pulumi.Output[str]:
+    """The engine-build Job: read checkpoints (``<model>/hf/``), write engines (``<model>/trtllm/``), nothing else.
+
+    ``kms:GenerateDataKey`` encrypts what it uploads under the bucket's SSE-KMS key (S3 user guide, "Using
+    server-side encryption with AWS KMS keys": PutObject needs it, multipart uploads need Decrypt too).
+    """
+    return pulumi.Output.all(bucket_arn, key_arn).apply(
+        lambda a: json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {"Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [a[0]]},
+                    {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [f"{a[0]}/*/hf/*"]},
+                    {
+                        "Effect": "Allow",
+                        "Action": ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
+                        "Resource": [f"{a[0]}/*/trtllm/*"],
+                    },
+                    {"Effect": "Allow", "Action": ["kms:Decrypt", "kms:GenerateDataKey"], "Resource": [a[1]]},
+                ],
+            }
+        )
+    )
+
+
 class ModelStore(pulumi.ComponentResource):
     bucket_name: pulumi.Output[str]
     bucket_arn: pulumi.Output[str]

@@ -19,6 +19,8 @@ class SystemNodeGroupArgs(Args):
     subnet_ids: list[StrInput]
     """Private subnets across zones, so the control-plane add-ons survive a zone loss."""
     kubernetes_version: str
+    ami_release_version: str | None = None
+    """Pin the AMI release (``1.33.5-20251120``); ``None`` lets EKS pick its latest at create."""
     tags: dict[str, str] = Field(default_factory=dict)
 
 
@@ -48,6 +50,7 @@ class SystemNodeGroup(pulumi.ComponentResource):
             subnet_ids=args.subnet_ids,
             version=args.kubernetes_version,
             ami_type="AL2023_x86_64_STANDARD",
+            release_version=args.ami_release_version,
             instance_types=[spec.instance_type],
             capacity_type="ON_DEMAND",
             scaling_config={"min_size": spec.min_size, "max_size": spec.max_size, "desired_size": spec.initial_size},

@@ -91,6 +91,16 @@ CHARTS: Mapping[str, ChartPin] = MappingProxyType(
                 "6.31.1",
                 "monitoring",
             ),
+            # NLBs for the gateway's LoadBalancer Service. Chart 1.14.1 / controller v2.14.1: the release the EKS
+            # user guide installs ("Install AWS Load Balancer Controller with Helm"); Chart.yaml at tag v2.14.1 of
+            # kubernetes-sigs/aws-load-balancer-controller. Namespace as in that guide (kube-system).
+            _pin(
+                "aws-load-balancer-controller",
+                "https://aws.github.io/eks-charts",
+                "aws-load-balancer-controller",
+                "1.14.1",
+                "kube-system",
+            ),
             # Advertises vpc.amazonaws.com/efa; schedule on EFA nodes only. The chart version carries a
             # leading "v" and runs ahead of the image: Chart.yaml version v0.5.29 / appVersion v0.5.20
             # (aws/eks-charts PR #1338, stable/aws-efa-k8s-device-plugin/Chart.yaml).

@@ -24,7 +24,14 @@ message is a few KiB, so the latency term dominates: it is what makes a TP of 8 
 the bandwidth term alone suggests. Pipeline parallelism does not shorten the floor: a token
 still passes through every stage, and every stage reads its own weights.
 
-The floor ignores KV-cache reads (small at short contexts and batch 1), kernel launch gaps
+Every decode step also reads the KV cache of every sequence in the batch. At the profile's batch and
+context this is no longer small (Llama 3.1 70B in FP8: 64 sequences x 8,192 tokens x 160 KiB = 86 GB,
+more than the weights), so the floor counts it, split over TP ranks (each holds its KV heads):
+
+    kv_read = batch x context x kv_bytes_per_token / (TP x HBM bandwidth)
+
+at the profile's maximum batch and context (``itl_floor(batch=, context_tokens=)``), not at batch 1
+(issue 12, point 10). The floor ignores kernel launch gaps
 (CUDA graphs remove most) and the embedding lookup (one row, not the whole matrix). Real ITL is
 above it, so a target the floor misses can never be met; a target the floor meets is necessary,
 not sufficient.
@@ -256,15 +263,21 @@ class ItlEstimate:
     """weight bytes / (TP x HBM bandwidth)."""
     allreduce_ms: float
     """layers x all-reduces per layer x (latency + bandwidth term); 0 at TP=1."""
+    kv_read_ms: float = 0.0
+    """batch x context x KV bytes per token / (TP x HBM bandwidth): the KV cache a full batch reads per step."""
 
     @property
     def total_ms(self) -> float:
-        return self.weight_read_ms + self.allreduce_ms
+        return self.weight_read_ms + self.allreduce_ms + self.kv_read_ms
 
 
-def itl_floor(model: ModelSpec, gpu: GpuSpec, precision: str, tp: int, *, batch: int = 1) -> ItlEstimate:
-    """Lower bound of the inter-token latency (see the module docstring for the model)."""
+def itl_floor(
+    model: ModelSpec, gpu: GpuSpec, precision: str, tp: int, *, batch: int = 1, context_tokens: int = 0
+) -> ItlEstimate:
+    """Lower bound of the inter-token latency (see the module docstring for the model). ``context_tokens``
+    counts the KV-cache reads of ``batch`` sequences that long; 0 leaves them out (weights only)."""
     weight_read_s = weight_bytes(model, precision) / (tp * gpu.hbm_tb_s * 1e12)
+    kv_read_s = batch * context_tokens * kv_cache_bytes_per_token(model, precision) / (tp * gpu.hbm_tb_s * 1e12)
     allreduce_s = 0.0
     if tp > 1:
         link_bytes_s = (gpu.nvlink_gb_s if gpu.nvlink_gb_s is not None else PCIE_GB_S) * 1e9
@@ -278,6 +291,7 @@ def itl_floor(model: ModelSpec, gpu: GpuSpec, precision: str, tp: int, *, batch:
         tp=tp,
         weight_read_ms=weight_read_s * 1e3,
         allreduce_ms=allreduce_s * 1e3,
+        kv_read_ms=kv_read_s * 1e3,
     )
 
 
@@ -342,6 +356,8 @@ def derive_tensor_parallel(
     pp: int = 1,
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
     kv_reserve_tokens: int = DEFAULT_KV_RESERVE_TOKENS,
+    batch: int = 1,
+    context_tokens: int = 0,
 ) -> TensorParallelChoice:
     """The smallest TP that fits the GPU and whose roofline meets ``itl_target_ms``.
 
@@ -356,7 +372,7 @@ def derive_tensor_parallel(
         fit = check_fit(
             model, gpu, precision, tp, pp, memory_utilization=memory_utilization, kv_reserve_tokens=kv_reserve_tokens
         )
-        itl = itl_floor(model, gpu, precision, tp)
+        itl = itl_floor(model, gpu, precision, tp, batch=batch, context_tokens=context_tokens)
         considered.append((fit, itl))
         if fit.fits and itl.total_ms <= itl_target_ms:
             return TensorParallelChoice(tp=tp, fit=fit, itl=itl, considered=tuple(considered))

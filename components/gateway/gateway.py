@@ -210,33 +210,43 @@ class Gateway(pulumi.ComponentResource):
                 parent=self, provider=args.provider, depends_on=[config_map, keys], ignore_changes=["spec.replicas"]
             ),
         )
-        annotations = (
-            args.service_annotations
-            if args.service_annotations is not None and spec.load_balancer == "internal"
-            else {
-                # Read by the AWS Load Balancer Controller: an internal NLB straight to the pod IPs.
-                "service.beta.kubernetes.io/aws-load-balancer-type": "external",
-                "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
-                "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
-            }
-            if spec.load_balancer == "internal"
-            else {}
-        )
         k8s.core.v1.Service(
             name,
-            metadata={**meta, "annotations": annotations},
+            metadata={**meta, "annotations": {}},
             spec={
-                "type": "LoadBalancer" if spec.load_balancer == "internal" else "ClusterIP",
-                **(
-                    {"loadBalancerClass": args.load_balancer_class}
-                    if args.load_balancer_class and spec.load_balancer == "internal"
-                    else {}
-                ),
+                # In-cluster clients (and the kit's own URL output) use the ClusterIP on port 80.
+                "type": "ClusterIP",
                 "selector": APP,
                 "ports": [{"name": "http", "port": 80, "targetPort": "http"}],
             },
             opts=k8s_opts,
         )
+        if spec.load_balancer == "internal" and args.service_annotations is None:
+            k8s.core.v1.Service(
+                f"{name}-lb",
+                metadata={**meta, "name": f"{name}-lb", "annotations": load_balancer_annotations(spec)},
+                spec={
+                    "type": "LoadBalancer",
+                    "selector": APP,
+                    # TLS only: API keys never cross the network in clear text. The NLB terminates TLS on 443.
+                    "ports": [{"name": "https", "port": TLS_PORT, "targetPort": "http", "protocol": "TCP"}],
+                },
+                opts=k8s_opts,
+            )
+        elif spec.load_balancer == "internal":
+            # Off AWS: the tier's load balancer (MetalLB, the cluster's own, k3s servicelb) gives an address on
+            # the private network; it forwards TCP and terminates no TLS (README: on-prem quick start).
+            k8s.core.v1.Service(
+                f"{name}-lb",
+                metadata={**meta, "name": f"{name}-lb", "annotations": dict(args.service_annotations or {})},
+                spec={
+                    "type": "LoadBalancer",
+                    "selector": APP,
+                    **({"loadBalancerClass": args.load_balancer_class} if args.load_balancer_class else {}),
+                    "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+                },
+                opts=k8s_opts,
+            )
         k8s.policy.v1.PodDisruptionBudget(
             name, metadata=meta, spec={"minAvailable": 1, "selector": {"matchLabels": APP}}, opts=k8s_opts
         )
@@ -284,6 +294,27 @@ class Gateway(pulumi.ComponentResource):
         self.service_name = name
         self.url = pulumi.Output.concat("http://", name, ".", args.namespace, ".svc/v1")
         self.register_outputs({"url": self.url})
+
+
+TLS_PORT = 443
+TLS_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"
+"""TLS 1.3 and 1.2 only (ELB's recommended policy for NLB TLS listeners)."""
+
+
+def load_balancer_annotations(spec: GatewaySpec) -> dict[str, str]:
+    """What the AWS Load Balancer Controller reads: an internal NLB to the pod IPs, TLS on 443 with the
+    configured ACM certificate (LBC docs, "Service annotations": ssl-cert, ssl-ports, ssl-negotiation-policy)."""
+    if spec.tls_certificate_arn is None:
+        raise ValueError("gateway.tlsCertificateArn: required with loadBalancer (TLS on 443)")
+    prefix = "service.beta.kubernetes.io/aws-load-balancer"
+    return {
+        f"{prefix}-type": "external",
+        f"{prefix}-scheme": "internal",
+        f"{prefix}-nlb-target-type": "ip",
+        f"{prefix}-ssl-cert": spec.tls_certificate_arn,
+        f"{prefix}-ssl-ports": "https",
+        f"{prefix}-ssl-negotiation-policy": TLS_POLICY,
+    }
 
 
 def _sha256(text: str) -> str:

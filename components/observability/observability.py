@@ -10,6 +10,7 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+import pulumi_random as random
 from pydantic import Field
 
 from components.catalog.charts import CHARTS
@@ -29,8 +30,16 @@ OTLP_GRPC_PORT = 4317
 OTLP_HTTP_PORT = 4318
 
 
+GRAFANA_ADMIN_SECRET = "grafana-admin"
+GRAFANA_ADMIN_USER_KEY = "admin-user"
+GRAFANA_ADMIN_PASSWORD_KEY = "admin-password"
+
+
 def prometheus_values(
-    spec: ObservabilitySpec, node_selector: dict[str, str] = SYSTEM_NODES, storage_class: str | None = None
+    spec: ObservabilitySpec,
+    node_selector: dict[str, str] = SYSTEM_NODES,
+    storage_class: str | None = None,
+    namespace: str = "monitoring",
 ) -> dict[str, Any]:
     claim: dict[str, Any] = {
         "accessModes": ["ReadWriteOnce"],
@@ -52,13 +61,21 @@ def prometheus_values(
         "grafana": {
             "nodeSelector": node_selector,
             "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
-            # The kit's dashboards arrive as ConfigMaps labelled grafana_dashboard=1.
+            # Never the chart's default admin password: a generated one from a Secret the kit writes (grafana
+            # chart values admin.existingSecret / userKey / passwordKey).
+            "admin": {
+                "existingSecret": GRAFANA_ADMIN_SECRET,
+                "userKey": GRAFANA_ADMIN_USER_KEY,
+                "passwordKey": GRAFANA_ADMIN_PASSWORD_KEY,
+            },
+            # The kit's dashboards arrive as ConfigMaps labelled grafana_dashboard=1 in this namespace only: with
+            # "ALL", anyone who may create a ConfigMap anywhere could inject a dashboard.
             "sidecar": {
                 "dashboards": {
                     "enabled": True,
                     "label": "grafana_dashboard",
                     "labelValue": "1",
-                    "searchNamespace": "ALL",
+                    "searchNamespace": namespace,
                 }
             },
         },
@@ -142,11 +159,22 @@ class Observability(pulumi.ComponentResource):
         super().__init__("inferstack:observability:Observability", name, None, opts)
         provider = args.provider
         namespace = CHARTS["kube-prometheus-stack"].namespace
+        password = random.RandomPassword(
+            f"{name}-grafana-admin", length=32, special=False, opts=pulumi.ResourceOptions(parent=self)
+        )
+        admin = k8s.core.v1.Secret(
+            f"{name}-grafana-admin",
+            metadata={"name": GRAFANA_ADMIN_SECRET, "namespace": namespace},
+            string_data={GRAFANA_ADMIN_USER_KEY: "admin", GRAFANA_ADMIN_PASSWORD_KEY: password.result},
+            opts=pulumi.ResourceOptions(parent=self, provider=provider),
+        )
+        self.grafana_admin_password = pulumi.Output.secret(password.result)
         self.stack_release = release(
             "kube-prometheus-stack",
-            prometheus_values(args.spec, args.system_node_selector, args.storage_class),
+            prometheus_values(args.spec, args.system_node_selector, args.storage_class, namespace),
             parent=self,
             provider=provider,
+            depends_on=[admin],
         )
         after = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[self.stack_release])
         release(

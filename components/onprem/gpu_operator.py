@@ -6,12 +6,9 @@ Sources: NVIDIA/gpu-operator ``deployments/gpu-operator/values.yaml`` and the in
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 from components.onprem.specs import FabricSpec, GpuOperatorSpec, NetworkOperatorSpec
-
-GPU_PRESENT_LABEL: Final = "nvidia.com/gpu.present"
-"""Set by the operator on every node with an NVIDIA GPU: where the device plugin and DCGM exporter run."""
 
 
 def gpu_operator_values(spec: GpuOperatorSpec, fabric: FabricSpec, network: NetworkOperatorSpec) -> dict[str, Any]:

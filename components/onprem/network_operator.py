@@ -15,6 +15,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.catalog.charts import CHARTS
+from components.catalog.images import NETWORK_OPERATOR_COMPONENTS, NETWORK_OPERATOR_REPOSITORY
 from components.kube.helm import release
 from components.kube.objects import MANAGED_BY, custom_resource
 from components.onprem.specs import FabricSpec, NetworkOperatorSpec
@@ -22,12 +23,6 @@ from components.specs import Args
 
 NIC_CLUSTER_POLICY: Final = "nic-cluster-policy"
 MELLANOX_VENDOR: Final = "15b3"
-IMAGE_REPOSITORY: Final = "nvcr.io/nvidia/mellanox"
-# Component images of a Network Operator release are tagged "network-operator-v<release>" (the example CRs in
-# Mellanox/network-operator example/crs/, e.g. mellanox.com_v1alpha1_nicclusterpolicy_cr-full.yaml).
-COMPONENT_VERSION: Final = "network-operator-" + CHARTS["network-operator"].version
-# The DOCA driver container that matches the 26.04 line (facts-tiers §2, from the same example CR).
-DOCA_DRIVER_VERSION: Final = "doca3.4.1-26.04-1.1.0.0-1"
 IPOIB_NETWORK: Final = "ib-fabric"
 
 
@@ -49,8 +44,9 @@ def rdma_plugin_config(fabric: FabricSpec) -> str:
     return json.dumps({"configList": [entry]}, sort_keys=True)
 
 
-def _component(image: str, version: str = COMPONENT_VERSION) -> dict[str, str]:
-    return {"image": image, "repository": IMAGE_REPOSITORY, "version": version}
+def _component(image: str) -> dict[str, str]:
+    version = NETWORK_OPERATOR_COMPONENTS[image]
+    return {"image": image, "repository": NETWORK_OPERATOR_REPOSITORY, "version": version}
 
 
 def nic_cluster_policy(spec: NetworkOperatorSpec, fabric: FabricSpec) -> dict[str, Any]:
@@ -60,7 +56,7 @@ def nic_cluster_policy(spec: NetworkOperatorSpec, fabric: FabricSpec) -> dict[st
     }
     if spec.mofed == "operator":
         policy["ofedDriver"] = {
-            **_component("doca-driver", DOCA_DRIVER_VERSION),
+            **_component("doca-driver"),
             # One server at a time: a driver upgrade drains the node and reloads the kernel modules.
             "upgradePolicy": {
                 "autoUpgrade": True,

@@ -93,6 +93,9 @@ def place(spec: ModelDeploySpec, pool: ServingPool) -> Placement:
                 pp=spec.pipeline_parallel,
                 memory_utilization=profile.gpu_memory_utilization,
                 kv_reserve_tokens=context,
+                # A full batch at full context: the step the SLO must hold at (issue 12, point 10).
+                batch=profile.max_batch_size,
+                context_tokens=context,
             )
         except SizingError as err:
             text = " ".join(line.strip() for line in str(err).splitlines())
@@ -126,4 +129,5 @@ def place(spec: ModelDeploySpec, pool: ServingPool) -> Placement:
             fit.explain(),
             "raise tensorParallel, use fp8, or a pool with more GPU memory",
         )
-    return Placement(model, profile, tp, spec.pipeline_parallel, False, fit, itl_floor(model, gpu, spec.precision, tp))
+    itl = itl_floor(model, gpu, spec.precision, tp, batch=profile.max_batch_size, context_tokens=context)
+    return Placement(model, profile, tp, spec.pipeline_parallel, False, fit, itl)

@@ -19,10 +19,14 @@ from pydantic import Field
 
 from components.autoscaling.keda import scaled_object
 from components.catalog import images as _images
+from components.catalog.engine_support import check_engine_args, missing_paths
 from components.catalog.models import MODEL_CACHE_ROOT, hf_checkpoint_dir, trtllm_engine_dir
+from components.catalog.sizing import weight_bytes
+from components.kube.labels import POOL_LABEL
 from components.kube.objects import custom_resource
 from components.serving._placement import Placement, place
 from components.serving._triton import (
+    MODEL_NAMES,
     TRITON_GRPC_PORT,
     TRITON_HTTP_PORT,
     engine_key,
@@ -37,7 +41,6 @@ Fabric = Literal["efa", "rdma", "none"]
 APP_LABEL = "app.kubernetes.io/name"
 MODEL_LABEL = "inferstack.io/model"
 ENGINE_LABEL = "inferstack.io/engine"
-POOL_LABEL = "inferstack.io/pool"
 NODE_CACHE_ROOT = "/mnt/k8s-disks/0/inferstack"
 """The cache's parent on the node: nodeadm's RAID0 mount on cloud (a local NVMe mount elsewhere)."""
 LOADER_UID = 65532
@@ -93,6 +96,8 @@ class InferenceServerArgs(Args):
     loader_image: StrInput
     service_account: str
     """Bound to a read-only store role through workload identity (Pod Identity / IRSA)."""
+    build_service_account: str = "engine-builder"
+    """The engine-build Job's account: the one role allowed to write engines to the store."""
     priority_class: str
     fabric: Fabric = "efa"
     """How multi-node groups talk: EFA (cloud), RDMA over InfiniBand (on-prem) or plain TCP."""
@@ -139,16 +144,19 @@ def ports(spec: ModelDeploySpec) -> list[dict[str, Any]]:
 def probes(spec: ModelDeploySpec) -> dict[str, Any]:
     """Each engine's real health endpoints. Startup allows 30 minutes: a 70B load from NVMe plus
     CUDA-graph capture takes minutes; liveness only starts counting after it."""
-    # vLLM: /health. Triton's OpenAI frontend: /health/ready on the same port (its observability router).
-    ready = live = "/health" if spec.engine == "vllm" else "/health/ready"
 
-    def http(path: str) -> dict[str, Any]:
-        return {"httpGet": {"path": path, "port": "http"}}
+    # vLLM: /health. Triton's OpenAI frontend: /health/ready on the same port (its observability router);
+    # liveness on the KServe frontend's /v2/health/live, which stays up while models (re)load: a server that
+    # is alive but not ready must be taken out of the Service, not restarted.
+    def http(path: str, port: str = "http") -> dict[str, Any]:
+        return {"httpGet": {"path": path, "port": port}}
 
+    ready = http("/health") if spec.engine == "vllm" else http("/health/ready")
+    live = http("/health") if spec.engine == "vllm" else http("/v2/health/live", "kserve-http")
     return {
-        "startupProbe": {**http(ready), "periodSeconds": 10, "failureThreshold": 180},
-        "readinessProbe": {**http(ready), "periodSeconds": 5, "failureThreshold": 3},
-        "livenessProbe": {**http(live), "periodSeconds": 10, "failureThreshold": 6},
+        "startupProbe": {**ready, "periodSeconds": 10, "failureThreshold": 180},
+        "readinessProbe": {**ready, "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**live, "periodSeconds": 10, "failureThreshold": 6},
     }
 
 
@@ -229,6 +237,17 @@ def _cache_inits(args: InferenceServerArgs) -> list[dict[str, Any]]:
     return [_cache_owner(args.loader_image)] if args.model_cache.storage_class is None else []
 
 
+def efa_interfaces_per_pod(pool: ServingPool, gpus: int) -> int:
+    """EFA interfaces a pod on an EFA pool requests: its GPUs' share of the node's (at least one).
+
+    A pod that does not request ``vpc.amazonaws.com/efa`` gets no EFA device, so the pool's EFA interfaces and
+    placement group buy nothing (issue 12, point 10)."""
+    spec = pool.spec
+    if not pool.efa_enabled or not spec.efa_interfaces:
+        return 0
+    return max(1, spec.efa_interfaces * gpus // spec.gpu_count)
+
+
 def _resources(
     placement: Placement, pool: ServingPool, fabric: Fabric, multi_node: bool, rdma: RdmaFabric | None = None
 ) -> dict[str, Any]:
@@ -237,8 +256,8 @@ def _resources(
     # A share of the host proportional to the GPUs taken, minus room for system daemons.
     memory_gib = int(spec.host_memory_gib * gpus / spec.gpu_count * 0.8)
     limits: dict[str, Any] = {"nvidia.com/gpu": gpus, "memory": f"{memory_gib}Gi"}
-    if multi_node and fabric == "efa":
-        limits[EFA_RESOURCE] = spec.efa_interfaces
+    if fabric == "efa" and efa_interfaces_per_pod(pool, gpus):
+        limits[EFA_RESOURCE] = efa_interfaces_per_pod(pool, gpus)
     if multi_node and fabric == "rdma":
         limits[rdma.resource if rdma else RDMA_RESOURCE] = 1
     requests = {**limits, "cpu": str(8 * gpus)}
@@ -246,14 +265,19 @@ def _resources(
 
 
 def _env(
-    spec: ModelDeploySpec, fabric: Fabric, multi_node: bool, world_size: int = 1, rdma: RdmaFabric | None = None
+    spec: ModelDeploySpec,
+    fabric: Fabric,
+    multi_node: bool,
+    world_size: int = 1,
+    efa: bool = False,
+    rdma: RdmaFabric | None = None,
 ) -> list[dict[str, Any]]:
     env = [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HUB_OFFLINE", "value": "1"}]
     if spec.engine == "triton" and world_size > 1:
         # One server process drives every rank: the TensorRT-LLM backend's orchestrator mode spawns
         # the per-GPU executor workers (``executor_worker_path`` in the rendered config) itself.
         env.append({"name": "TRTLLM_ORCHESTRATOR", "value": "1"})
-    if multi_node and fabric == "efa":
+    if efa:
         # facts.md, "EFA in Kubernetes": libfabric's EFA provider with device RDMA for NCCL.
         env += [{"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"}]
     if multi_node and fabric == "rdma" and rdma:
@@ -267,10 +291,13 @@ def server_container(args: InferenceServerArgs, placement: Placement, *, role: s
     spec = args.spec
     multi_node = placement.multi_node(args.pool.spec.gpu_count)
     if spec.engine == "vllm":
-        serve = [*VLLM_ENTRYPOINT, *vllm_args(
+        engine_args = vllm_args(
             placement.model, spec.precision, placement.tp, placement.pp, placement.profile, spec.speculative,
             otlp_traces_endpoint=args.otlp_traces_endpoint,
-        )]  # fmt: skip
+        )  # fmt: skip
+        # Every flag must be one the pinned image runs (components/catalog/engine_support.py).
+        check_engine_args(_images.VLLM, engine_args)
+        serve = [*VLLM_ENTRYPOINT, *engine_args]
         if multi_node:
             # vLLM spans nodes with Ray: the leader starts the head and serves, workers join it
             # (vLLM docs, "Deploying with LeaderWorkerSet").
@@ -293,6 +320,8 @@ def server_container(args: InferenceServerArgs, placement: Placement, *, role: s
             "--openai-port", str(TRITON_OPENAI_PORT),
             "--enable-kserve-frontends",
         ]  # fmt: skip
+        check_engine_args(_images.TRITON_TRTLLM, command[2:])
+        _require_paths(_images.TRITON_TRTLLM, [TRITON_OPENAI_FRONTEND])
     security: dict[str, Any] = {
         "runAsNonRoot": True,
         "runAsUser": SERVER_UID,
@@ -306,7 +335,14 @@ def server_container(args: InferenceServerArgs, placement: Placement, *, role: s
         "name": "server",
         "image": _images.VLLM if spec.engine == "vllm" else _images.TRITON_TRTLLM,
         "command": command,
-        "env": _env(spec, args.fabric, multi_node, placement.world_size, args.rdma),
+        "env": _env(
+            spec,
+            args.fabric,
+            multi_node,
+            placement.world_size,
+            efa=args.fabric == "efa" and efa_interfaces_per_pod(args.pool, 1) > 0,
+            rdma=args.rdma,
+        ),
         "resources": _resources(placement, args.pool, args.fabric, multi_node, args.rdma),
         "volumeMounts": [
             *_cache_volume_mounts(),
@@ -321,13 +357,30 @@ def server_container(args: InferenceServerArgs, placement: Placement, *, role: s
     return container
 
 
-def _triton_repo_init(spec: ModelDeploySpec) -> dict[str, Any]:
-    """Copy the image's model repository (model.py files) and overlay the kit's rendered configs."""
-    script = (
-        f"cp -r {_images.TRITON_MODEL_TEMPLATES}/. /model-repo/ && "
+def _require_paths(image: str, paths: list[str]) -> None:
+    missing = missing_paths(image, paths)
+    if missing:
+        raise ValueError(f"{image} does not carry {', '.join(missing)} (components/catalog/engine_support.py)")
+
+
+def triton_repo_script() -> str:
+    """Copy exactly the models the kit renders (their ``1/model.py`` files) and overlay the rendered configs.
+
+    Never the whole ``inflight_batcher_llm`` folder: it also holds ``tensorrt_llm_bls`` (and others) with
+    unfilled ``${…}`` placeholders, and Triton waits for every model in its repository before it opens its
+    port (issue 12, point 7)."""
+    sources = [f"{_images.TRITON_MODEL_TEMPLATES}/{name}" for name in MODEL_NAMES]
+    _require_paths(_images.TRITON_TRTLLM, sources)
+    return (
+        f"cp -r {' '.join(sources)} /model-repo/ && "
         'for f in /config/*__config.pbtxt; do b=$(basename "$f"); '
         'cp "$f" /model-repo/"${b%%__config.pbtxt}"/config.pbtxt; done'
     )
+
+
+def _triton_repo_init(spec: ModelDeploySpec) -> dict[str, Any]:
+    """Copy the rendered models' code from the image and overlay the kit's rendered configs."""
+    script = triton_repo_script()
     return {
         "name": "model-repository",
         "image": _images.TRITON_TRTLLM,
@@ -363,6 +416,8 @@ def engine_prefix(args: InferenceServerArgs, placement: Placement) -> tuple[Any,
 def _pod_common(args: InferenceServerArgs) -> dict[str, Any]:
     return {
         "serviceAccountName": args.service_account,
+        # EKS Pod Identity injects its own projected token; nothing here talks to the Kubernetes API.
+        "automountServiceAccountToken": False,
         "priorityClassName": args.priority_class,
         "nodeSelector": args.pool.node_labels,
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
@@ -430,9 +485,16 @@ def build_job_pod(args: InferenceServerArgs, placement: Placement) -> dict[str, 
         model, args.spec.precision, placement.tp, placement.pp, placement.profile,
         checkpoint_dir=checkpoint, output_dir=built, workers=placement.world_size,
     )  # fmt: skip
+    # Quantize and build in TensorRT-LLM's release image: it carries the quantize script the Triton image
+    # lacks, and the same TensorRT-LLM (1.0.0) as Triton 25.09's backend, which must load the engine.
+    _require_paths(_images.TRTLLM_BUILD, [quantize[1]])
+    check_engine_args(_images.TRTLLM_BUILD, [*quantize[2:], *build[1:]])
+    # Quantization loads the BF16 checkpoint into host memory before it moves to the GPUs: request that much
+    # (plus a quarter for calibration and the export), or the kubelet OOM-kills a 70B build.
+    memory_gib = max(32, int(weight_bytes(model, "bf16") / 2**30 * 1.25))
     builder = {
         "name": "trtllm-build",
-        "image": _images.TRITON_TRTLLM,
+        "image": _images.TRTLLM_BUILD,
         "command": [
             "/bin/sh",
             "-c",
@@ -440,8 +502,12 @@ def build_job_pod(args: InferenceServerArgs, placement: Placement) -> dict[str, 
         ],
         "env": [{"name": "HOME", "value": "/tmp"}],
         "resources": {
-            "limits": {"nvidia.com/gpu": placement.world_size},
-            "requests": {"nvidia.com/gpu": placement.world_size},
+            "limits": {"nvidia.com/gpu": placement.world_size, "memory": f"{memory_gib}Gi"},
+            "requests": {
+                "nvidia.com/gpu": placement.world_size,
+                "cpu": str(8 * placement.world_size),
+                "memory": f"{memory_gib}Gi",
+            },
         },
         "volumeMounts": [*_cache_volume_mounts(), {"name": "dshm", "mountPath": "/dev/shm"}],
         "securityContext": {
@@ -453,6 +519,8 @@ def build_job_pod(args: InferenceServerArgs, placement: Placement) -> dict[str, 
     }
     return {
         **_pod_common(args),
+        # Its own account: the only role that may write engines to the store (the servers' loader only reads).
+        "serviceAccountName": args.build_service_account,
         "restartPolicy": "OnFailure",
         "initContainers": [
             *_cache_inits(args),
@@ -503,6 +571,14 @@ def network_policy(args: InferenceServerArgs) -> dict[str, Any]:
     # Ranks of a multi-node group talk to each other (Ray, NCCL bootstrap) on any port.
     ingress.append({"from": [{"podSelector": {"matchLabels": {MODEL_LABEL: spec.name}}}]})
     return {"podSelector": {"matchLabels": {MODEL_LABEL: spec.name}}, "policyTypes": ["Ingress"], "ingress": ingress}
+
+
+def disruption_budget(spec: ModelDeploySpec, selector: dict[str, Any]) -> dict[str, Any]:
+    """Keep at least half the replicas serving through voluntary evictions (node drains, Karpenter expiry).
+
+    ``minAvailable``, not ``maxUnavailable: 1``: with one replica, ``maxUnavailable: 1`` lets a drain take the
+    model down entirely. A percentage follows KEDA's replica count (2 -> 1, 8 -> 4 must stay up)."""
+    return {"minAvailable": "50%", "selector": selector}
 
 
 class InferenceServer(pulumi.ComponentResource):
@@ -642,8 +718,7 @@ class InferenceServer(pulumi.ComponentResource):
         k8s.policy.v1.PodDisruptionBudget(
             name,
             metadata=meta,
-            # One voluntary eviction at a time: node drains never take a model's replicas down together.
-            spec={"maxUnavailable": 1, "selector": selector},
+            spec=disruption_budget(spec, selector),
             opts=k8s_opts,
         )
         k8s.networking.v1.NetworkPolicy(name, metadata=meta, spec=network_policy(args), opts=k8s_opts)

@@ -16,6 +16,8 @@ RESTRICTED = (GATEWAY_NAMESPACE, CACHE_NAMESPACE)
 """Namespaces whose pods all meet the "restricted" Pod Security level. Serving pods mount the node's
 NVMe cache (hostPath); monitoring runs node exporters with host access: both stay "privileged"."""
 MODEL_LOADER_SERVICE_ACCOUNT = "model-loader"
+ENGINE_BUILDER_SERVICE_ACCOUNT = "engine-builder"
+"""The TensorRT-LLM engine-build Job's account: the only one allowed to write engines to the store."""
 
 
 class ServingBaseArgs(Args):
@@ -68,18 +70,27 @@ class ServingBase(pulumi.ComponentResource):
             opts=k8s_opts,
         )
         annotations = {"eks.amazonaws.com/role-arn": args.loader_role_arn} if args.loader_role_arn else {}
-        k8s.core.v1.ServiceAccount(
-            MODEL_LOADER_SERVICE_ACCOUNT,
-            metadata={"name": MODEL_LOADER_SERVICE_ACCOUNT, "namespace": SERVING_NAMESPACE, "annotations": annotations},
-            opts=pulumi.ResourceOptions(
-                parent=self, provider=args.provider, depends_on=[namespaces[SERVING_NAMESPACE]]
-            ),
-        )
+        for account in (MODEL_LOADER_SERVICE_ACCOUNT, ENGINE_BUILDER_SERVICE_ACCOUNT):
+            k8s.core.v1.ServiceAccount(
+                account,
+                metadata={
+                    "name": account,
+                    "namespace": SERVING_NAMESPACE,
+                    "annotations": annotations if account == MODEL_LOADER_SERVICE_ACCOUNT else {},
+                },
+                # EKS Pod Identity injects its own projected token; nothing in these pods talks to the
+                # Kubernetes API, so the API token stays unmounted.
+                automount_service_account_token=False,
+                opts=pulumi.ResourceOptions(
+                    parent=self, provider=args.provider, depends_on=[namespaces[SERVING_NAMESPACE]]
+                ),
+            )
         self.serving_namespace = SERVING_NAMESPACE
         self.gateway_namespace = GATEWAY_NAMESPACE
         self.cache_namespace = CACHE_NAMESPACE
         self.monitoring_namespace = MONITORING_NAMESPACE
         self.priority_class = PRIORITY_CLASS
         self.service_account = MODEL_LOADER_SERVICE_ACCOUNT
+        self.build_service_account = ENGINE_BUILDER_SERVICE_ACCOUNT
         self.namespaces = namespaces
         self.register_outputs({})

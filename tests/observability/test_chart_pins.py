@@ -24,6 +24,7 @@ REQUIRED = (
     "network-operator",
     "local-static-provisioner",
     "metallb",
+    "aws-load-balancer-controller",
 )
 _VERSION = re.compile(r"^v?\d+\.\d+\.\d+$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -62,8 +62,8 @@ def test_more_replicas_than_the_fixed_pool_holds_names_the_shortfall() -> None:
 
 def test_an_autoscaling_ceiling_beyond_the_fleet() -> None:
     (line,) = errors(lambda e: e["models"][1].update(autoscaling={"maxReplicas": 40}))
-    assert "models[1].autoscaling.maxReplicas: got 40 x 1 GPUs = 40 GPUs on pool 'h200' of 16 GPUs" in line
-    assert "lower maxReplicas to 16" in line
+    assert "models[1].autoscaling.maxReplicas: got 40 x 2 GPUs = 80 GPUs on pool 'h200' of 16 GPUs" in line
+    assert "lower maxReplicas to 8" in line
 
 
 def test_a_gpu_product_missing_from_the_catalog() -> None:

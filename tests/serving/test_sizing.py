@@ -202,3 +202,18 @@ def test_unknown_precision_and_engine_are_refused_with_choices() -> None:
     # GIVEN typos WHEN validated THEN the reasons list what is supported
     assert "it runs: fp8, bf16, fp16, int4" in (engine_precision_problem("vllm", "int8", H100) or "")
     assert "known: vllm, tensorrt-llm" in (engine_precision_problem("sglang", "fp8", H100) or "")
+
+
+def test_itl_floor_counts_the_kv_cache_of_a_full_batch() -> None:
+    # GIVEN Llama 3.1 70B in FP8 on one H200 (4.8 TB/s): 163,840 KV bytes per token (80 layers x 8 KV heads x
+    # 128 x K and V x 1 byte). WHEN the floor is taken at the ultra-low-latency profile's 64 x 8,192 tokens
+    from components.catalog.instances import INSTANCES
+    from components.catalog.models import MODELS
+    from components.catalog.sizing import itl_floor
+
+    model, gpu = MODELS["meta-llama/Llama-3.1-70B-Instruct"], INSTANCES["p5en.48xlarge"].gpu
+    weights_only = itl_floor(model, gpu, "fp8", 1)
+    full = itl_floor(model, gpu, "fp8", 1, batch=64, context_tokens=8192)
+    # THEN the KV reads (86 GB, ~17.9 ms) come on top of the weights (~14.7 ms): TP1 cannot meet 20 ms
+    assert full.kv_read_ms == pytest.approx(64 * 8192 * 163_840 / 4.8e12 * 1e3, rel=0.02)
+    assert weights_only.total_ms < 20 < full.total_ms

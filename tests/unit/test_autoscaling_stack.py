@@ -76,7 +76,15 @@ def test_every_custom_resource_validates_against_its_pinned_crd(plan_of: PlanOf,
         for m in manifests(plan_of(stack))
         if "." in m["apiVersion"].split("/")[0]
         and not m["apiVersion"].startswith(
-            ("apps/", "batch/", "policy/", "networking.k8s.io/", "scheduling.k8s.io/", "autoscaling/")
+            (
+                "apps/",
+                "batch/",
+                "policy/",
+                "networking.k8s.io/",
+                "scheduling.k8s.io/",
+                "autoscaling/",
+                "storage.k8s.io/",
+            )
         )
     ]
     kinds = {m["kind"] for m in custom}
@@ -91,7 +99,8 @@ def test_dev_gpu_pool_is_karpenter_with_the_managed_pool_guarantees(plan_of: Pla
     node_pool = next(m for m in objects if m["kind"] == "NodePool")
     assert validate_cr(node_class) == [] and validate_cr(node_pool) == []
     assert node_class["spec"]["instanceStorePolicy"] == "RAID0"
-    assert node_class["spec"]["amiSelectorTerms"] == [{"alias": "al2023@latest"}]
+    # The AMI is the pinned release of cluster.amiReleaseVersion (1.33.5-20251120), never @latest.
+    assert node_class["spec"]["amiSelectorTerms"] == [{"alias": "al2023@v20251120"}]
     assert node_class["spec"]["metadataOptions"]["httpTokens"] == "required"
     template = node_pool["spec"]["template"]["spec"]
     assert {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"} in template["taints"]
@@ -114,10 +123,18 @@ def test_karpenter_controller_has_interruption_queue_rules_and_pod_identity(plan
     assert helm.inputs["values"]["settings"]["featureGates"]["reservedCapacity"] is True
 
 
-def test_prod_keeps_managed_node_groups(plan_of: PlanOf) -> None:
+def test_prod_gpu_pools_have_a_node_autoscaler_and_system_nodes_stay_managed(plan_of: PlanOf) -> None:
+    # GIVEN the bundled prod stack WHEN it is planned
     plan = plan_of("prod")
-    assert not [r for r in plan.of_type("kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "karpenter"]
-    assert plan.outputs["karpenter_node_pools"] == []
+    # THEN every GPU pool that can grow is a Karpenter NodePool (issue 12, point 5) ...
+    growable = {p.name for p in plan.environment.gpu_pools if p.max_size > p.min_size}
+    pools = {r.inputs["metadata"]["name"] for r in plan.of_type("kubernetes:karpenter.sh/v1:NodePool")}
+    assert growable and growable <= pools
+    assert [r for r in plan.of_type("kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "karpenter"]
+    # ... and the only managed node group is the system pool.
+    groups = plan.of_type("aws:eks/nodeGroup:NodeGroup")
+    assert [g.inputs["labels"] for g in groups] == [{"inferstack.io/pool": "system"}]
+    assert all(g.inputs["releaseVersion"] == "1.33.5-20251120" for g in groups)
 
 
 def test_every_helm_release_uses_the_pinned_chart_version(plan_of: PlanOf) -> None:

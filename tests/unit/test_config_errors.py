@@ -37,6 +37,7 @@ def test_unknown_instance_type_lists_the_catalog_and_suggests_the_closest() -> N
 def test_efa_on_an_instance_type_without_efa() -> None:
     def edit(e: dict[str, Any]) -> None:
         e["gpuPools"][0].update(instanceType="g6e.xlarge", efa=True)
+        e["models"][0]["slo"] = {"itlP99Ms": 60}  # one L40S meets no 20 ms ITL at a full batch
 
     (line,) = config_errors(edit)
     assert "gpuPools[0].efa: got true for g6e.xlarge (no EFA interfaces)" in line
@@ -122,3 +123,78 @@ def test_invalid_yaml_is_one_line_naming_the_position(tmp_path: Path) -> None:
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"{tmp_path}/Pulumi.bad.yaml: line 4, column 4: got invalid YAML")
+
+
+# --- issue 12: new keys ------------------------------------------------------------------------------------------
+
+
+def test_ami_release_is_required() -> None:
+    (line,) = config_errors(lambda e: e["cluster"].pop("amiReleaseVersion"))
+    assert "cluster.amiReleaseVersion: got nothing" in line
+    assert "e.g. '1.33.5-20251120'" in line and "aws ssm get-parameter" in line
+
+
+def test_ami_release_of_another_kubernetes_version() -> None:
+    (line,) = config_errors(lambda e: e["cluster"].update(amiReleaseVersion="1.32.9-20251120"))
+    assert "cluster.amiReleaseVersion: got '1.32.9-20251120' (kubernetesVersion is '1.33')" in line
+
+
+def test_ami_release_in_the_wrong_format() -> None:
+    (line,) = config_errors(lambda e: e["cluster"].update(amiReleaseVersion="v20251120"))
+    assert "cluster.amiReleaseVersion: got 'v20251120'" in line
+
+
+def test_kubernetes_version_without_pinned_addons() -> None:
+    lines = config_errors(lambda e: e["cluster"].update(kubernetesVersion="1.29", amiReleaseVersion="1.29.9-20251120"))
+    (line,) = [x for x in lines if ".cluster.kubernetesVersion" in x]
+    assert "got '1.29'; allowed: a version with pinned EKS add-ons: 1.33" in line
+
+
+def test_deployer_network_may_not_be_the_internet() -> None:
+    (line,) = config_errors(lambda e: e["cluster"].update(deployerCidrs=["0.0.0.0/0"]))
+    assert "cluster.deployerCidrs" in line and "0.0.0.0/0" in line
+
+
+def test_deployer_security_group_id_format() -> None:
+    (line,) = config_errors(lambda e: e["cluster"].update(deployerSecurityGroupIds=["my-runners"]))
+    assert "cluster.deployerSecurityGroupIds[0]: got 'my-runners'" in line
+
+
+def test_admin_role_must_be_a_role_arn() -> None:
+    (line,) = config_errors(lambda e: e["cluster"].update(adminRoleArns=["arn:aws:iam::111122223333:user/alice"]))
+    assert "cluster.adminRoleArns[0]: got 'arn:aws:iam::111122223333:user/alice'" in line
+
+
+def test_load_balancer_needs_a_certificate() -> None:
+    (line,) = config_errors(lambda e: e["gateway"].pop("tlsCertificateArn"))
+    assert "gateway.tlsCertificateArn: got nothing (loadBalancer is 'internal')" in line
+    assert "set loadBalancer: none" in line
+
+
+def test_certificate_from_another_region() -> None:
+    arn = "arn:aws:acm:eu-west-1:111122223333:certificate/00000000-0000-4000-8000-000000000000"
+    (line,) = config_errors(lambda e: e["gateway"].update(tlsCertificateArn=arn))
+    assert f"gateway.tlsCertificateArn: got {arn!r}" in line and "us-east-1" in line
+
+
+def test_certificate_arn_format() -> None:
+    (line,) = config_errors(lambda e: e["gateway"].update(tlsCertificateArn="my-cert"))
+    assert "gateway.tlsCertificateArn: got 'my-cert'" in line
+
+
+def test_capacity_block_needs_karpenter() -> None:
+    (line,) = config_errors(
+        lambda e: e["gpuPools"][1].update(
+            provisioner="managed",
+            minSize=2,
+            maxSize=2,
+            capacity={"type": "capacity-block", "reservationId": "cr-0a1b2c3d4e5f60718"},
+        )
+    )
+    assert "gpuPools[1].provisioner: got 'managed' with capacity.type 'capacity-block'" in line
+    assert "fix: set `provisioner: karpenter`" in line
+
+
+def test_on_demand_fallback_needs_a_reservation() -> None:
+    (line,) = config_errors(lambda e: e["gpuPools"][0].update(capacity={"onDemandFallback": True}))
+    assert "gpuPools[0].capacity.onDemandFallback: got true with capacity.type 'on-demand'" in line

@@ -79,11 +79,23 @@ def test_gateway_has_its_own_cpu_hpa_pdb_and_network_policy(plan_of: PlanOf) -> 
 
 
 def test_internal_load_balancer_is_optional(plan_of: PlanOf) -> None:
-    prod = gateway_objects(plan_of("prod"))["Service/gateway"]
+    prod = gateway_objects(plan_of("prod"))["Service/gateway-lb"]
     assert prod["spec"]["type"] == "LoadBalancer"
     assert prod["metadata"]["annotations"]["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internal"
-    dev = gateway_objects(plan_of("dev"))["Service/gateway"]
-    assert dev["spec"]["type"] == "ClusterIP"
+    assert gateway_objects(plan_of("prod"))["Service/gateway"]["spec"]["type"] == "ClusterIP"
+    dev = gateway_objects(plan_of("dev"))
+    assert dev["Service/gateway"]["spec"]["type"] == "ClusterIP" and "Service/gateway-lb" not in dev
+
+
+def test_gateway_load_balancer_serves_tls_only_on_443(plan_of: PlanOf) -> None:
+    # GIVEN prod's internal NLB WHEN it is planned THEN the only listener is 443 with the configured certificate
+    # (issue 12, point 3: API keys crossed the network in clear text on port 80).
+    service = gateway_objects(plan_of("prod"))["Service/gateway-lb"]
+    assert [p["port"] for p in service["spec"]["ports"]] == [443]
+    annotations = service["metadata"]["annotations"]
+    prefix = "service.beta.kubernetes.io/aws-load-balancer"
+    assert annotations[f"{prefix}-ssl-cert"] == plan_of("prod").environment.gateway.tls_certificate_arn
+    assert annotations[f"{prefix}-ssl-ports"] == "https" == service["spec"]["ports"][0]["name"]
 
 
 def test_route_to_a_model_that_is_not_served() -> None:

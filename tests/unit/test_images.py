@@ -10,6 +10,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -100,3 +101,41 @@ def test_gateway_lock_satisfies_every_requirement_of_its_package() -> None:
         name = canonicalize_name(requirement.name)
         assert name in pins, f"requirements.lock has no pin for {name}"
         assert requirement.specifier.contains(pins[name]), f"{name}=={pins[name]} is outside {requirement.specifier}"
+
+
+def test_third_party_images_are_pinned_by_digest_or_allow_listed_with_a_reason() -> None:
+    # issue 12, point 11: a tag can be re-pushed under the same name; a digest cannot.
+    from components.catalog import images
+
+    for image in images.THIRD_PARTY:
+        if image in images.DIGEST_ALLOWLIST:
+            assert "@sha256:" not in image and len(images.DIGEST_ALLOWLIST[image]) > 20
+        else:
+            assert re.search(r"@sha256:[0-9a-f]{64}$", image), image
+    assert set(images.DIGEST_ALLOWLIST) <= set(images.THIRD_PARTY)
+
+
+def test_rendered_pods_use_only_pinned_third_party_images(plan_of: object) -> None:
+
+    from components.catalog import images
+    from helpers import bundled_stacks
+    from inferstack_cli import render
+
+    for stack in bundled_stacks():
+        plan = plan_of(stack)  # type: ignore[operator]
+        for path, text in render.renders(plan.resources).items():
+            if not path.startswith("manifests/"):
+                continue
+            if "nicclusterpolicy" in path:
+                # repository/image/version triples, not image references
+                for component in yaml.safe_load(text)["spec"].values():
+                    if isinstance(component, dict) and "image" in component:
+                        ref = f"{component['repository']}/{component['image']}:{component['version']}"
+                        assert "@sha256:" in ref or ref in images.DIGEST_ALLOWLIST, (path, ref)
+                continue
+            for line in text.splitlines():
+                if line.strip().startswith("image:") and "dkr.ecr" not in line:
+                    image = line.split("image:", 1)[1].strip().strip("'\"")
+                    if image.endswith((f"/gateway:{images.KIT_IMAGE_TAG}", f"/model-loader:{images.KIT_IMAGE_TAG}")):
+                        continue  # the kit's own images, from the stack's registry at the kit's tag
+                    assert "@sha256:" in image or image in images.DIGEST_ALLOWLIST, (path, image)

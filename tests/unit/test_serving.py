@@ -20,7 +20,16 @@ from inferstack_cli.plan import Plan
 
 PlanOf = Callable[[str], Plan]
 K8S_VERSION = "1.33.0"
-BUILT_IN_GROUPS = ("", "apps", "batch", "policy", "networking.k8s.io", "scheduling.k8s.io", "autoscaling")
+BUILT_IN_GROUPS = (
+    "",
+    "apps",
+    "batch",
+    "policy",
+    "networking.k8s.io",
+    "scheduling.k8s.io",
+    "autoscaling",
+    "storage.k8s.io",
+)
 
 
 def manifests(plan: Plan) -> list[dict[str, Any]]:
@@ -231,13 +240,15 @@ def test_unknown_model_lists_the_catalog() -> None:
 
 
 def test_derived_tensor_parallel_follows_the_roofline(tmp_path: Path) -> None:
-    # GIVEN the 70B model in FP8 with a 20 ms ITL target: one H200 (14.7 ms floor) is enough,
-    # but one H100 (70.6 GB / 3.35 TB/s = 21 ms) is not, so the kit derives TP=2 there.
-    plan = plan_with(tmp_path, "prod", lambda env: env["models"][1].update(pool="h100", engine="vllm"))
+    # GIVEN the 70B model in FP8 with a 20 ms ITL target on H100 (3.35 TB/s). A step of the ultra-low-latency
+    # profile reads the weights (70.6 GB) and the KV cache of 64 sequences x 8,192 tokens (86 GB): TP=2 reads
+    # 78 GB per GPU (23 ms), over the target; TP=4 reads 39 GB (12 ms + all-reduces). Counting batch 1 alone
+    # (weights only) would have derived TP=2 (issue 12, point 10).
+    plan = plan_with(tmp_path, "prod", lambda env: env["models"][1].update(pool="h100", engine="vllm", replicas=2))
     deployment = next(m for m in manifests(plan) if m["kind"] == "Deployment" and m["metadata"]["name"] == "llama-70b")
     command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert command[command.index("--tensor-parallel-size") + 1] == "2"
-    assert deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert command[command.index("--tensor-parallel-size") + 1] == "4"
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 4
 
 
 def test_plan_json_includes_kubernetes_objects_with_their_provider(plan_of: PlanOf, tmp_path: Path) -> None:

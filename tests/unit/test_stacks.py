@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from helpers import bundled_stacks, only
+from helpers import bundled_stacks, only, plan_with
 from inferstack_cli import render
 from inferstack_cli.main import main
 from inferstack_cli.plan import Plan
@@ -38,23 +39,30 @@ def test_every_resource_except_components_has_a_parent(plan_of: PlanOf, stack: s
 
 def test_prod_has_an_h100_and_an_h200_efa_pool_each_in_one_zone(plan_of: PlanOf) -> None:
     plan = plan_of("prod")
-    groups = {
-        r.inputs["labels"]["inferstack.io/pool"]: r.inputs
-        for r in plan.of_type("aws:eks/nodeGroup:NodeGroup")
-        if "taints" in r.inputs
+    pools = {
+        r.inputs["metadata"]["name"]: r.inputs["spec"] for r in plan.of_type("kubernetes:karpenter.sh/v1:NodePool")
     }
-    assert groups["h100"]["instanceTypes"] == ["p5.48xlarge"]
-    assert groups["h200"]["instanceTypes"] == ["p5en.48xlarge"]
-    assert all(len(g["subnetIds"]) == 1 for g in groups.values())
-    assert groups["h200"]["capacityType"] == "CAPACITY_BLOCK"
-    efa_counts = sorted(
-        sum(i["interfaceType"] == "efa-only" for i in r.inputs["networkInterfaces"])
-        for r in plan.of_type("aws:ec2/launchTemplate:LaunchTemplate")
-        if r.inputs.get("networkInterfaces")
-    )
+    classes = {
+        r.inputs["metadata"]["name"]: r.inputs["spec"]
+        for r in plan.of_type("kubernetes:karpenter.k8s.aws/v1:EC2NodeClass")
+    }
+
+    def requirement(pool: str, key: str) -> list[str]:
+        reqs = pools[pool]["template"]["spec"]["requirements"]
+        return next(r["values"] for r in reqs if r["key"] == key)
+
+    assert requirement("h100", "node.kubernetes.io/instance-type") == ["p5.48xlarge"]
+    assert requirement("h200", "node.kubernetes.io/instance-type") == ["p5en.48xlarge"]
+    assert requirement("h100", "topology.kubernetes.io/zone") == ["us-east-1a"]
+    assert requirement("h200", "topology.kubernetes.io/zone") == ["us-east-1b"]
+    # The block first, on-demand when it is full or not active yet (capacity.onDemandFallback).
+    assert requirement("h200", "karpenter.sh/capacity-type") == ["reserved", "on-demand"]
+    assert classes["h200"]["capacityReservationSelectorTerms"] == [{"id": "cr-0a1b2c3d4e5f60718"}]
+    efa_counts = sorted(sum(i["interfaceType"] == "efa-only" for i in c["networkInterfaces"]) for c in classes.values())
     assert efa_counts == [16, 32]
     # Only the on-demand pool is forced into a placement group: the Capacity Block pool is not.
     assert len(plan.of_type("aws:ec2/placementGroup:PlacementGroup")) == 1
+    assert "placementGroupSelector" in classes["h100"] and "placementGroupSelector" not in classes["h200"]
 
 
 def test_dev_gpu_pool_can_scale_to_zero_without_efa(plan_of: PlanOf) -> None:
@@ -75,11 +83,7 @@ def test_plan_json_matches_the_documented_format(tmp_path: Path, capsys: pytest.
     assert set(plan) == {"project", "stack", "tier", "resources", "outputs", "violations"}
     assert (plan["project"], plan["stack"], plan["tier"]) == ("inferstack", "prod", "cloud")
     assert all(set(r) == {"urn", "type", "name", "parent", "inputs"} for r in plan["resources"])
-    template = next(
-        r
-        for r in plan["resources"]
-        if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate" and r["inputs"].get("networkInterfaces")
-    )
+    template = next(r for r in plan["resources"] if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate")
     assert "metadataOptions" in template["inputs"], "inputs are wire-format camelCase"
     assert template["urn"].startswith("urn:pulumi:prod::inferstack::")
     assert plan["violations"] == []
@@ -88,18 +92,23 @@ def test_plan_json_matches_the_documented_format(tmp_path: Path, capsys: pytest.
     assert "capacity-block cr-0a1b2c3d4e5f60718" in summary
 
 
-def test_render_writes_the_user_data_of_every_launch_template(plan_of: PlanOf, tmp_path: Path) -> None:
-    plan = plan_of("prod")
-    written = render.write(render.renders(plan.resources), tmp_path)
+def _managed_h100(env: dict[str, Any]) -> None:
+    env["gpuPools"][0]["provisioner"] = "managed"
+
+
+def test_render_writes_the_user_data_of_every_launch_template(tmp_path: Path) -> None:
+    plan = plan_with(tmp_path, "prod", _managed_h100)
+    written = render.write(render.renders(plan.resources), tmp_path / "out")
+    tmp_path = tmp_path / "out"
     names = sorted(p.relative_to(tmp_path).as_posix() for p in written)
-    assert [n for n in names if n.startswith("user-data/")] == ["user-data/gpu-h100.mime", "user-data/gpu-h200.mime"]
+    assert [n for n in names if n.startswith("user-data/")] == ["user-data/gpu-h100.mime"]
     assert "manifests/inferstack-serving/deployment-llama-8b.yaml" in names
     assert "triton/llama-70b-triton/tensorrt_llm/config.pbtxt" in names
     assert "strategy: RAID0" in (tmp_path / "user-data/gpu-h100.mime").read_text()
 
 
-def test_plan_fails_with_exit_3_on_a_mandatory_violation(plan_of: PlanOf) -> None:
-    plan = plan_of("prod")
+def test_plan_fails_with_exit_3_on_a_mandatory_violation(tmp_path: Path) -> None:
+    plan = plan_with(tmp_path, "prod", _managed_h100)
     template = only([r for r in plan.resources if r.name == "gpu-h100"], "aws:ec2/launchTemplate:LaunchTemplate")
     bad = {**template.inputs, "metadataOptions": {"httpTokens": "optional"}}
     assert [v["policy"] for v in check(template.type, bad, template.urn)] == ["imdsv2-required"]

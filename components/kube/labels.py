@@ -1,0 +1,59 @@
+"""Node labels: the one source of truth for what a GPU node is labelled with and who selects on it.
+
+Every node provisioner (EKS managed node groups, Karpenter NodePools, and later the on-prem and edge
+fleets) labels a GPU node with ``gpu_node_labels``; every selector (the NVIDIA device plugin, the DCGM
+exporter, the EFA device plugin, the serving pods) reads its key from the constants below. A NodePool
+that forgot one of these labels left ``nvidia.com/gpu`` unadvertised (issue 12, point 8): the device
+plugin's affinity never matched the node, so GPU pods stayed Pending. Tier-neutral: no cloud imports.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from components.catalog.instances import InstanceSpec
+
+LABEL_PREFIX: Final = "inferstack.io"
+POOL_LABEL: Final = f"{LABEL_PREFIX}/pool"
+"""The pool a node belongs to; serving pods select their pool with it."""
+GPU_MODEL_LABEL: Final = f"{LABEL_PREFIX}/gpu-model"
+GPU_COUNT_LABEL: Final = f"{LABEL_PREFIX}/gpu-count"
+"""Present on every GPU node: the device plugin and DCGM exporter select ``Exists`` on it."""
+EFA_LABEL: Final = f"{LABEL_PREFIX}/efa"
+"""``"true"`` on nodes with EFA interfaces: the EFA device plugin runs only there (it crash-loops elsewhere)."""
+CAPACITY_LABEL: Final = f"{LABEL_PREFIX}/capacity"
+SYSTEM_POOL: Final = "system"
+SYSTEM_NODES: Final = {POOL_LABEL: SYSTEM_POOL}
+"""Node selector of controllers, the gateway, the cache and observability."""
+GPU_NODE_SELECTOR_KEY: Final = GPU_COUNT_LABEL
+"""The key GPU daemons (device plugin, DCGM exporter) require to exist on a node."""
+
+
+def gpu_node_labels(pool: str, spec: InstanceSpec, *, efa: bool, capacity: str) -> dict[str, str]:
+    """Labels of a GPU node of ``pool``: pool, GPU model, GPU count, EFA and capacity type."""
+    return {
+        POOL_LABEL: pool,
+        GPU_MODEL_LABEL: spec.gpu.model,
+        GPU_COUNT_LABEL: str(spec.gpu_count),
+        EFA_LABEL: str(efa).lower(),
+        CAPACITY_LABEL: capacity,
+    }
+
+
+GPU_PRESENT_LABEL: Final = "nvidia.com/gpu.present"
+"""Set by the NVIDIA GPU Operator on every node with an NVIDIA GPU (bare metal, where the kit labels no node)."""
+
+
+def gpu_node_affinity(key: str = GPU_NODE_SELECTOR_KEY) -> dict[str, object]:
+    """Required node affinity of the GPU daemons: any node carrying ``key`` (the kit's label by default)."""
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": key, "operator": "Exists"}]}]
+            }
+        }
+    }
+
+
+def efa_node_selector() -> dict[str, str]:
+    return {EFA_LABEL: "true"}
