@@ -63,6 +63,9 @@ DIGEST_ALLOWLIST: Final = {
 }
 """Third-party images still on a tag, each with the reason. Empty is the goal."""
 THIRD_PARTY: Final = (
-    VLLM, TRITON_TRTLLM, TRTLLM_BUILD, REDIS,
+    VLLM,
+    TRITON_TRTLLM,
+    TRTLLM_BUILD,
+    REDIS,
     *(network_operator_image(name) for name in NETWORK_OPERATOR_COMPONENTS),
 )
