@@ -25,9 +25,9 @@ def add_parser(sub: Any) -> None:
 
 def cmd_preflight(args: argparse.Namespace) -> int:
     from inferstack_cli.plan import read_stack_config, source_name
-    from preflight import NOT_COVERED, TIERS
     from stacks import program
     from stacks.environment import CONFIG_KEY, load_environment
+    from stacks.preflight import NOT_COVERED, TIERS
 
     stacks_dir = Path(args.stacks_dir) if args.stacks_dir else program.STACKS_DIR
     try:
@@ -43,7 +43,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         )
         return 0
 
-    from preflight import aws
+    from stacks.preflight import aws
 
     try:
         report = aws.run(env, args.stack, aws.AwsClients(env.region, profile=args.profile), datetime.now(UTC))

@@ -24,8 +24,8 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from helpers import raw_environment
-from preflight.aws import VCPU_QUOTAS, AwsClients
 from stacks.environment import Environment, load_environment
+from stacks.preflight.aws import VCPU_QUOTAS, AwsClients
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 """The preflight's clock in these tests: block dates are relative to it."""

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from botocore.stub import Stubber
 
-from preflight import Finding, Report
-from preflight.aws import AwsAccessError, run
+from stacks.preflight import Finding, Report
+from stacks.preflight.aws import AwsAccessError, run
 
 H200_BLOCK = "cr-0a1b2c3d4e5f60718"
 

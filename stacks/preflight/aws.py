@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from preflight import Finding, Report
 from stacks.environment import CONFIG_KEY, Environment
+from stacks.preflight import Finding, Report
 
 # The kit's own facts, imported in one place: the SSM parameter the node groups read their AMI
 # release from, so preflight resolves exactly what `pulumi up` will.

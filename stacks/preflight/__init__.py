@@ -6,7 +6,7 @@ match their pools, the AMI release and the Kubernetes version exist. Each check 
 ``Finding`` rows; a ``Report`` gathers them and gives the verdict.
 
 Tiers are plug-ins here too. Only the cloud tier rents capacity from an account, so only it has
-checks (``preflight.aws``); ``NOT_COVERED`` says why the others have none.
+checks (``stacks.preflight.aws``); ``NOT_COVERED`` says why the others have none.
 """
 
 from __future__ import annotations
