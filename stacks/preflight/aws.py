@@ -89,7 +89,15 @@ class AwsClients:
 
 def run(env: Environment, stack: str, clients: Clients, now: datetime) -> Report:
     """Every check for ``env``. Raises ``AwsAccessError`` when the credentials cannot be used."""
-    account = _call(lambda: clients("sts").get_caller_identity()["Account"])
+    from botocore.exceptions import ClientError
+
+    try:
+        account = str(_call(lambda: clients("sts").get_caller_identity()["Account"]))
+    except ClientError as err:
+        code = err.response["Error"]["Code"]
+        raise AwsAccessError(
+            f"STS refused to name the account ({code}); fix: check the credentials and that {env.region} is enabled"
+        ) from None
     checks: list[tuple[str, Callable[[], list[Finding]]]] = [
         ("instance offering", lambda: check_offerings(env, clients)),
         ("vCPU quota", lambda: check_vcpu_quotas(env, clients)),

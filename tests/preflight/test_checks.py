@@ -183,6 +183,35 @@ def test_odcr_named_as_capacity_block_is_a_blocker(account: Any, prod_env: Any) 
     assert "no end date" in problem.detail
 
 
+def test_quota_never_raised_is_read_from_the_aws_default(account: Any, prod_env: Any) -> None:
+    # GIVEN an account with no applied value for L-417A185B, whose AWS default is 0 vCPUs
+    env = prod_env()
+    aws = account("us-east-1")
+    aws.ready_for(env)
+    quotas = aws.stubs["service-quotas"]
+    quotas._queue.clear()
+    quotas.add_client_error("get_service_quota", service_error_code="NoSuchResourceException")
+    quotas.add_response(
+        "get_aws_default_service_quota",
+        {
+            "Quota": {
+                "ServiceCode": "ec2",
+                "QuotaCode": "L-417A185B",
+                "QuotaName": "Running On-Demand P instances",
+                "Value": 0.0,
+            }
+        },
+        expected_params={"ServiceCode": "ec2", "QuotaCode": "L-417A185B"},
+    )
+
+    # WHEN preflight runs
+    report = run(env, "prod", aws.clients, aws.now)
+
+    # THEN the default is what the pools are measured against
+    (problem,) = blockers(report)
+    assert "quota 0 vCPUs < 768 needed" in problem.detail
+
+
 def test_spot_pool_is_measured_against_the_spot_quota(account: Any, prod_env: Any) -> None:
     # GIVEN the H200 pool on spot instead of a block, up to 3 nodes
     env = prod_env(capacity={"type": "spot"}, minSize=0, maxSize=3)
