@@ -228,8 +228,8 @@ def check_reservations(env: Environment, clients: Clients, now: datetime) -> lis
                 )
             )
             continue
-        problems = _reservation_problems(env, i, found, now)
-        ends = _end_text(found)
+        problems = _reservation_problems(env, i, found)
+        ends = _end_text(found, now)
         if not problems:
             detail = (
                 f"{found['ReservationType']} {found['InstanceType']} x {found['TotalInstanceCount']} in "
@@ -340,7 +340,7 @@ def check_cache_node_type(env: Environment, clients: Clients) -> list[Finding]:
     ]
 
 
-def _reservation_problems(env: Environment, index: int, found: dict[str, Any], now: datetime) -> list[str]:
+def _reservation_problems(env: Environment, index: int, found: dict[str, Any]) -> list[str]:
     pool = env.gpu_pools[index]
     at = f"{CONFIG_KEY}.gpuPools[{index}]"
     rid = found["CapacityReservationId"]
@@ -390,10 +390,21 @@ def _describe_reservation(ec2: Any, reservation_id: str) -> dict[str, Any] | Non
     return next((r for r in found if r["CapacityReservationId"] == reservation_id), None)
 
 
-def _end_text(found: dict[str, Any]) -> str:
-    if found.get("EndDateType") == "unlimited" or found.get("EndDate") is None:
+def _end_text(found: dict[str, Any], now: datetime) -> str:
+    """When the reservation ends, absolute and relative: a block's instances are terminated at its end."""
+    end = found.get("EndDate")
+    if found.get("EndDateType") == "unlimited" or not isinstance(end, datetime):
         return "no end date"
-    return f"ends {_date(found['EndDate'])}"
+    left = end - now
+    span = abs(left)
+    amount = (
+        f"{span.days} day{'s' if span.days != 1 else ''}"
+        if span.days
+        else f"{span.seconds // 3600} h"
+        if span.seconds >= 3600
+        else f"{span.seconds // 60} min"
+    )
+    return f"ends {_date(end)} (in {amount})" if left.total_seconds() > 0 else f"ended {_date(end)} ({amount} ago)"
 
 
 def _quota_value(service_quotas: Any, code: str) -> float:

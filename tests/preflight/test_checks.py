@@ -39,7 +39,7 @@ def test_ready_prod_stack_passes_every_check(account: Any, prod_env: Any) -> Non
     }
     assert report.account == "123456789012"
     (block,) = [f for f in report.findings if f.check == "reservation"]
-    assert "ends 2026-11-29 12:00 UTC" in block.detail
+    assert "ends 2026-11-29 12:00 UTC (in 6 days)" in block.detail
     (quota,) = [f for f in report.findings if f.check == "vCPU quota"]
     assert "768 needed (h100: 4 x p5.48xlarge x 192)" in quota.detail
     assert report.verdict_line() == f"preflight: {len(report.findings)} checks passed — ready"
@@ -142,7 +142,7 @@ def test_expired_block_is_a_blocker(account: Any, prod_env: Any) -> None:
     # THEN it is a blocker that shows when the block ended
     (problem,) = blockers(report)
     assert f"{H200_BLOCK} is expired, not active or scheduled" in problem.detail
-    assert "ends 2026-11-22 12:00 UTC" in problem.detail
+    assert "ended 2026-11-22 12:00 UTC (1 day ago)" in problem.detail
 
 
 def test_block_of_another_type_and_smaller_count_gives_one_blocker_each(account: Any, prod_env: Any) -> None:
