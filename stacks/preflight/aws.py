@@ -3,7 +3,7 @@
 Every call is a ``Describe``/``Get``; nothing here creates, changes or reserves anything. Each
 check is a function of the environment and the clients, returning ``Finding`` rows, so a test
 can drive it with moto (whose EC2 instance data is real) plus botocore's ``Stubber`` where moto
-lacks the API or the data (see the README's "Preflight" section for which).
+lacks the API or the data (the README's `inferstack preflight` section lists which).
 
 boto3 is imported lazily: the on-prem and edge tiers never need it.
 """
