@@ -169,7 +169,11 @@ class FakeAccount:
                     "defaultPlatformVersion": "eks.9",
                     "defaultVersion": False,
                     "releaseDate": datetime(2025, 5, 29, tzinfo=UTC),
-                    "endOfStandardSupportDate": datetime(2026, 7, 29, tzinfo=UTC),
+                    # EKS's calendar for 1.33 (standard support ended 2026-07-29), or, for a version
+                    # still in standard support at the test clock, dates after it.
+                    "endOfStandardSupportDate": (
+                        datetime(2026, 7, 29, tzinfo=UTC) if status != "STANDARD_SUPPORT" else NOW + timedelta(days=126)
+                    ),
                     "endOfExtendedSupportDate": datetime(2027, 7, 29, tzinfo=UTC),
                     "status": status.lower().replace("_", "-"),
                     "versionStatus": status,
