@@ -165,10 +165,16 @@ def check_offerings(env: Environment, clients: Clients) -> list[Finding]:
 
 
 def check_vcpu_quotas(env: Environment, clients: Clients) -> list[Finding]:
-    """The vCPU quota of each instance class covers its on-demand and spot pools at their maximum size."""
+    """The vCPU quota of each instance class covers its on-demand and spot pools at their maximum size.
+
+    Instances launched into an ODCR or a Capacity Block draw on the reservation, not on the quota.
+    """
     demand: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)  # key → [(pool index, name)]
     for i, pool in enumerate(env.gpu_pools):
-        market = pool.capacity.type
+        # A reserved pool that may fall back to on-demand (`capacity.onDemandFallback`, where the config
+        # carries that key) can run its whole maximum on-demand when the reservation is full or inactive.
+        fallback = pool.capacity.reserved and getattr(pool.capacity, "on_demand_fallback", False)
+        market = "on-demand" if fallback else pool.capacity.type
         key = (pool.instance_type[0].upper(), market)
         if market in ("on-demand", "spot") and key in VCPU_QUOTAS:
             demand[key].append((i, pool.name))

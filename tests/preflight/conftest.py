@@ -257,9 +257,9 @@ class FakeAccount:
         # In the order the check asks: by instance class, then market.
         markets = sorted(
             {
-                (p.instance_type[0].upper(), p.capacity.type)
+                (p.instance_type[0].upper(), "on-demand" if _falls_back(p) else p.capacity.type)
                 for p in env.gpu_pools
-                if p.capacity.type in ("on-demand", "spot")
+                if p.capacity.type in ("on-demand", "spot") or _falls_back(p)
             }
         )
         for key in markets:
@@ -274,10 +274,18 @@ class FakeAccount:
                     kind="capacity-block" if pool.capacity.type == "capacity-block" else "default",
                 )
         version = env.cluster.kubernetes_version
-        self.recommended_release(version, f"{version}.5-20251120")
+        pinned = getattr(env.cluster, "ami_release_version", None)
+        if pinned:
+            self.eks_image(f"amazon-eks-node-al2023-x86_64-nvidia-{version}-v{pinned.rsplit('-', 1)[1]}")
+        else:
+            self.recommended_release(version, f"{version}.5-20251120")
         self.kubernetes(version)
         if env.cache.kind == "elasticache":
             self.cache_offered(env.cache.node_type)
+
+
+def _falls_back(pool: Any) -> bool:
+    return bool(pool.capacity.reserved and getattr(pool.capacity, "on_demand_fallback", False))
 
 
 @pytest.fixture(scope="module")

@@ -212,6 +212,23 @@ def test_quota_never_raised_is_read_from_the_aws_default(account: Any, prod_env:
     assert "quota 0 vCPUs < 768 needed" in problem.detail
 
 
+def test_reserved_pool_with_on_demand_fallback_counts_against_the_on_demand_quota(account: Any, prod_env: Any) -> None:
+    # GIVEN the H200 block pool may fall back to on-demand p5en (capacity.onDemandFallback)
+    env = prod_env()
+    h200 = env.gpu_pools[1]
+    h200 = h200.model_copy(update={"capacity": h200.capacity.model_copy(update={"on_demand_fallback": True})})
+    env = env.model_copy(update={"gpu_pools": (env.gpu_pools[0], h200)})
+    aws = account("us-east-1")
+    aws.ready_for(env)
+
+    # WHEN preflight runs
+    report = run(env, "prod", aws.clients, aws.now)
+
+    # THEN its maximum joins h100's in the on-demand P quota
+    (quota,) = [f for f in report.findings if f.check == "vCPU quota"]
+    assert "1152 needed (h100: 4 x p5.48xlarge x 192 + h200: 2 x p5en.48xlarge x 192)" in quota.detail
+
+
 def test_spot_pool_is_measured_against_the_spot_quota(account: Any, prod_env: Any) -> None:
     # GIVEN the H200 pool on spot instead of a block, up to 3 nodes
     env = prod_env(capacity={"type": "spot"}, minSize=0, maxSize=3)
@@ -258,9 +275,7 @@ def test_pinned_ami_release_is_looked_up_by_its_image_name(account: Any, prod_en
     env = prod_env()
     env = env.model_copy(update={"cluster": env.cluster.model_copy(update={"ami_release_version": "1.33.5-20251120"})})
     aws = account("us-east-1")
-    aws.ready_for(env)
-    aws.stubs["ssm"]._queue.clear()  # a pinned release is not resolved through SSM
-    aws.eks_image("amazon-eks-node-al2023-x86_64-nvidia-1.33-v20251120")
+    aws.ready_for(env)  # a pinned release is looked up in EC2's images, not resolved through SSM
 
     # WHEN preflight runs
     report = run(env, "prod", aws.clients, aws.now)
@@ -279,7 +294,7 @@ def test_pinned_ami_release_that_was_never_published_is_a_blocker(account: Any, 
     env = env.model_copy(update={"cluster": env.cluster.model_copy(update={"ami_release_version": "1.33.5-20250231"})})
     aws = account("us-east-1")
     aws.ready_for(env)
-    aws.stubs["ssm"]._queue.clear()
+    aws.stubs["ec2"]._queue.pop()  # the image answer ready_for queued last
     aws.eks_image("amazon-eks-node-al2023-x86_64-nvidia-1.33-v20250231", found=False)
 
     # WHEN preflight runs
