@@ -9,22 +9,12 @@ import time
 import warnings
 from pathlib import Path
 
-from inferstack_cli import render
+from inferstack_cli import preflight, render
+from inferstack_cli.output import EXIT_CONFIG, EXIT_VIOLATION
+from inferstack_cli.output import table as _table
 from inferstack_cli.plan import Plan, run_plan
 from stacks import program
 from stacks.environment import ConfigError
-
-EXIT_CONFIG = 2
-EXIT_VIOLATION = 3
-
-
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=False)).rstrip()
-
-    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
 
 
 def _gpu_rows(plan: Plan) -> list[list[str]]:
@@ -201,7 +191,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="inferstack", description="inferstack: plan LLM serving platforms offline.")
+    top = argparse.ArgumentParser(
+        prog="inferstack", description="inferstack: plan LLM serving platforms offline; preflight them against AWS."
+    )
     sub = top.add_subparsers(dest="command", required=True)
     plan = sub.add_parser("plan", help="run the stack program under Pulumi's mock engine: no credentials, no CLI")
     plan.add_argument("--stack", required=True, help="stack name: reads stacks/Pulumi.<stack>.yaml")
@@ -209,6 +201,7 @@ def parser() -> argparse.ArgumentParser:
     plan.add_argument("--render", metavar="DIR", help="write every rendered artifact (user data, manifests)")
     plan.add_argument("--stacks-dir", metavar="DIR", help="where the Pulumi.<stack>.yaml files live (default: bundled)")
     plan.set_defaults(func=cmd_plan)
+    preflight.add_parser(sub)
     return top
 
 
