@@ -6,8 +6,14 @@ plan`` prints the table. Nothing else in the kit names a chart version.
 
 Where a chart ships a CRD that the kit renders objects for, the pin matches the CRD schemas vendored in
 ``tests/crds/`` (see ``tests/crds/NOTICE.md``): Karpenter v1.14.1, KEDA v2.20.2, prometheus-operator
-v0.93.0, LeaderWorkerSet v0.10.0, GPU Operator v26.7.0. Bumping one of those charts means re-vendoring
-its CRDs in the same change, so the custom resources are checked against the schema that will serve them.
+v0.93.0, LeaderWorkerSet v0.10.0, GPU Operator v26.7.0, Network Operator v26.4.1. Bumping one of those
+charts means re-vendoring its CRDs in the same change, so the custom resources are checked against the
+schema that will serve them.
+
+Every chart's default ``values.yaml`` at its pinned version is vendored in ``tests/charts/`` (see
+``tests/charts/NOTICE.md``), and ``tests/unit/test_helm_values.py`` checks every Helm value the kit sets
+against it: Helm ignores unknown keys, so a misspelled one would leave the chart's default in force.
+Bump a chart and its values file together.
 """
 
 from __future__ import annotations
@@ -117,6 +123,48 @@ CHARTS: Mapping[str, ChartPin] = MappingProxyType(
             # is the tag the vendored ClusterPolicy CRD comes from. Repository per the install guide
             # (helm repo add nvidia https://helm.ngc.nvidia.com/nvidia).
             _pin("gpu-operator", "https://helm.ngc.nvidia.com/nvidia", "gpu-operator", "v26.7.0", "gpu-operator"),
+            # RDMA/InfiniBand for multi-node on-prem groups: OFED driver, RDMA device plugins, secondary
+            # networks. v26.4.1 is the newest stable tag (v26.7.0 is at rc.2) of github.com/Mellanox/
+            # network-operator; its deployment/network-operator/Chart.yaml at that tag publishes the chart
+            # as "26.4.1", without the "v" (NVIDIA's guides write --version v26.4.1, which Helm resolves to
+            # the same chart). Since v24.10 the chart no longer creates the NicClusterPolicy: the kit
+            # creates it as a custom resource. Namespace per NVIDIA's quick start (docs.nvidia.com/
+            # networking/display/kubernetes2570/quick-start/quick-start-k8s.html: -n nvidia-network-operator).
+            _pin(
+                "network-operator",
+                "https://helm.ngc.nvidia.com/nvidia",
+                "network-operator",
+                "26.4.1",
+                "nvidia-network-operator",
+            ),
+            # Local NVMe as PersistentVolumes on bare metal (one PV per mount under hostDir) with a
+            # WaitForFirstConsumer StorageClass. Chart local-static-provisioner 2.9.0, the newest tag
+            # (local-static-provisioner-2.9.0) of github.com/kubernetes-sigs/sig-storage-local-static-
+            # provisioner, helm/provisioner/Chart.yaml; repository per helm/README.md ("helm repo add").
+            _pin(
+                "local-static-provisioner",
+                "https://kubernetes-sigs.github.io/sig-storage-local-static-provisioner",
+                "local-static-provisioner",
+                "2.9.0",
+                "local-static-provisioner",
+            ),
+            # LoadBalancer Services on bare metal and k3s (in place of klipper-lb). Chart version ==
+            # release without "v": charts/metallb/Chart.yaml at tag v0.16.1, the newest release of
+            # github.com/metallb/metallb; repository per website/content/installation/_index.md. The
+            # IPAddressPool/L2Advertisement objects live in the namespace the speaker watches, the
+            # release's namespace: metallb-system, as in config/manifests/metallb-native.yaml at that tag.
+            _pin("metallb", "https://metallb.github.io/metallb", "metallb", "0.16.1", "metallb-system"),
+            # Ingress/Service load balancers on EKS (cloud tier). 3.5.0 / app v3.5.0 is the newest chart in
+            # github.com/aws/eks-charts (stable/aws-load-balancer-controller/Chart.yaml, commit 5239609,
+            # "aws-load-balancer-controller: v3.5.0 (#1354)"), released from kubernetes-sigs/
+            # aws-load-balancer-controller tag v3.5.0. Namespace per the chart's README (-n kube-system).
+            _pin(
+                "aws-load-balancer-controller",
+                "https://aws.github.io/eks-charts",
+                "aws-load-balancer-controller",
+                "3.5.0",
+                "kube-system",
+            ),
             # Multi-node model groups. Published as an OCI chart whose version is the release without "v"
             # (lws.sigs.k8s.io/docs/installation: helm install lws oci://registry.k8s.io/lws/charts/lws
             # --version=...); 0.10.0 matches the vendored LeaderWorkerSet CRD (kubernetes-sigs/lws v0.10.0).

@@ -21,6 +21,11 @@ REQUIRED = (
     "lws",
     "metrics-server",
     "opentelemetry-collector",
+    # On-prem and edge tiers (issue 10/11), and the cloud tier's load balancers.
+    "network-operator",
+    "local-static-provisioner",
+    "metallb",
+    "aws-load-balancer-controller",
 )
 _VERSION = re.compile(r"^v?\d+\.\d+\.\d+$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

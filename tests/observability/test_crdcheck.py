@@ -193,6 +193,9 @@ def test_every_vendored_crd_loads() -> None:
         "PodMonitor",
         "PrometheusRule",
         "LeaderWorkerSet",
+        # The on-prem tier's operator policies (issue 10): GPU Operator v26.7.0, Network Operator v26.4.1.
+        "ClusterPolicy",
+        "NicClusterPolicy",
     }
 
 
