@@ -76,10 +76,13 @@ class ChartDefaults:
 
 
 def load_defaults(pin: ChartPin) -> ChartDefaults:
+    """``pin``'s default values, and its vendored subcharts' keyed by the section the parent passes on."""
     path = values_path(pin)
+    stem = path.name.removesuffix(".values.yaml")
     subcharts = {}
-    for sub in sorted(VALUES_DIR.glob(f"{path.name.removesuffix('.values.yaml')}.*.values.yaml")):
-        section = sub.name[len(path.name) - len("values.yaml") :].removesuffix(".values.yaml").rsplit("-", 1)[0]
+    for sub in sorted(VALUES_DIR.glob(f"{stem}.*.values.yaml")):
+        # `<stem>.<section>-<subchart version>.values.yaml`, e.g. `...-88.0.0.kube-state-metrics-8.0.0...`
+        section, _version = sub.name.removeprefix(f"{stem}.").removesuffix(".values.yaml").rsplit("-", 1)
         subcharts[section] = yaml.safe_load(sub.read_text()) or {}
     label = f"{pin.chart} {pin.version}"
     if pin.name in STAND_INS:
