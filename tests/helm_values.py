@@ -116,7 +116,8 @@ def _merge(parent: Mapping[str, Any], sub: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def unknown_paths(values: Mapping[str, Any], chart: ChartDefaults) -> list[str]:
-    """Every dotted key path in ``values`` that ``chart``'s defaults have no place for."""
+    """Every dotted key path in ``values`` that ``chart``'s defaults have no place for: an unknown key, or a
+    map where the chart has a scalar, or the reverse. ``null`` (Helm's "drop this key") fits anywhere."""
     defaults: dict[str, Any] = dict(chart.values)
     for section, sub in chart.subcharts.items():
         defaults[section] = _merge(defaults.get(section) or {}, sub)
@@ -132,20 +133,22 @@ def _walk(
             yield here
             continue
         default = defaults[key]
-        if here in free_form or _free_form(key, default) or not isinstance(value, Mapping):
+        if here in free_form or _free_form(key, default) or value is None:
             continue
-        if not isinstance(default, Mapping):
-            # A map where the chart has a scalar (`enabled: {x: 1}`): the template reads the scalar.
+        if isinstance(value, Mapping) and isinstance(default, Mapping):
+            yield from _walk(value, default, here, free_form)
+        elif isinstance(value, Mapping) or isinstance(default, Mapping):
+            # A map where the chart reads a scalar (`enabled: {x: 1}`), or a scalar where it reads a map
+            # (`image: repo:tag` for `image: {repository, tag}`): the template misreads either.
             yield here
-            continue
-        yield from _walk(value, default, here, free_form)
 
 
 def explain(release: str, chart: ChartDefaults, paths: list[str]) -> str:
     """The failure message: what is wrong, where, and how to fix it."""
     listed = ", ".join(f"`{p}`" for p in paths)
     return (
-        f"release {release!r} sets {listed}, which {chart.label}'s values.yaml does not have: Helm ignores "
-        "unknown keys, so the chart default stays in force. Fix the key in the component that builds these "
+        f"release {release!r} sets {listed}, which {chart.label}'s values.yaml does not have (or has as another "
+        "kind of value, map or scalar): Helm ignores unknown keys, so the chart default stays in force. Fix the key "
+        "in the component that builds these "
         "values (compare tests/charts/), or, if the chart moved it, vendor the new values.yaml with the pin bump."
     )

@@ -127,3 +127,17 @@ def test_a_map_where_the_chart_has_a_scalar_is_caught() -> None:
     defaults = load_defaults(chart("gpu-operator"))
     # WHEN / THEN it is reported: the template would read the map as the boolean
     assert unknown_paths({"driver": {"enabled": {"value": False}}}, defaults) == ["driver.enabled"]
+
+
+def test_a_scalar_where_the_chart_has_a_map_is_caught() -> None:
+    # GIVEN an image reference as one string, where the chart reads {repository, tag}
+    defaults = load_defaults(chart("opentelemetry-collector"))
+    # WHEN / THEN it is reported
+    assert unknown_paths({"image": "otel/opentelemetry-collector-contrib:0.158.0"}, defaults) == ["image"]
+
+
+def test_null_drops_a_key_anywhere() -> None:
+    # GIVEN null, which Helm reads as "delete this key" (Karpenter's interruptionQueue in the dev stack)
+    defaults = load_defaults(chart("karpenter"))
+    # WHEN / THEN it is accepted
+    assert unknown_paths({"settings": {"interruptionQueue": None}}, defaults) == []
