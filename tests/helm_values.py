@@ -147,7 +147,7 @@ def explain(release: str, chart: ChartDefaults, paths: list[str]) -> str:
     """The failure message: what is wrong, where, and how to fix it."""
     listed = ", ".join(f"`{p}`" for p in paths)
     return (
-        f"release {release!r} sets {listed}, which {chart.label}'s values.yaml does not have (or has as another "
+        f"release {release!r} sets {listed}, which the values.yaml of {chart.label} does not have (or has as another "
         "kind of value, map or scalar): Helm ignores unknown keys, so the chart default stays in force. Fix the key "
         "in the component that builds these "
         "values (compare tests/charts/), or, if the chart moved it, vendor the new values.yaml with the pin bump."

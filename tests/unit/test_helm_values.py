@@ -84,7 +84,7 @@ def test_a_misspelled_key_is_caught_and_named() -> None:
     assert unknown == ["driver.enabeld"]
     message = explain("gpu-operator", defaults, unknown)
     assert "release 'gpu-operator' sets `driver.enabeld`" in message
-    assert "gpu-operator v26.7.0's values.yaml" in message
+    assert "the values.yaml of gpu-operator v26.7.0 does not have" in message
     assert "Fix the key in the component" in message
 
 
