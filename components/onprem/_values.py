@@ -82,7 +82,6 @@ def local_static_provisioner_values(
     class_name: str,
     host_dir: str,
     volume_mode: str = "Filesystem",
-    fs_type: str = "ext4",
     reclaim_policy: str = "Delete",
     node_selector: dict[str, str] | None = None,
 ) -> dict[str, Any]:
@@ -98,16 +97,14 @@ def local_static_provisioner_values(
         raise ValueError(f"volume_mode={volume_mode!r}: expected Filesystem or Block")
     if reclaim_policy not in ("Delete", "Retain"):
         raise ValueError(f"reclaim_policy={reclaim_policy!r}: expected Delete or Retain")
+    # `mountDir` (default: hostDir) and `fsType` (read only to format a block device exposed as Filesystem)
+    # keep the chart's defaults: the RAID0 array is already a mounted filesystem under host_dir.
     storage_class: dict[str, Any] = {
         "name": class_name,
         "hostDir": host_dir,
-        # The provisioner's container sees the host directory at the same path.
-        "mountDir": host_dir,
         "volumeMode": volume_mode,
         "storageClass": {"reclaimPolicy": reclaim_policy, "isDefaultClass": False},
     }
-    if volume_mode == "Filesystem":
-        storage_class["fsType"] = fs_type
     # The NVMe drives are in the GPU nodes, so the provisioner's DaemonSet must run on tainted nodes.
     values: dict[str, Any] = {"classes": [storage_class], "tolerations": [GPU_TOLERATION]}
     if node_selector:

@@ -73,11 +73,9 @@ def test_local_nvme_class_is_created_with_its_storage_class() -> None:
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in values["tolerations"]
 
 
-def test_block_volumes_carry_no_filesystem() -> None:
-    # GIVEN / WHEN a raw block class
-    (raw,) = local_static_provisioner_values(class_name="raw", host_dir="/dev/nvme", volume_mode="Block")["classes"]
-    # THEN no fsType is set for it
-    assert "fsType" not in raw
+def test_unknown_volume_mode_names_the_choices() -> None:
+    with pytest.raises(ValueError, match="volume_mode='block': expected Filesystem or Block"):
+        local_static_provisioner_values(class_name="raw", host_dir="/dev/nvme", volume_mode="block")
 
 
 def test_host_driver_turns_the_driver_container_off() -> None:
