@@ -109,6 +109,13 @@ def test_subchart_keys_resolve_against_the_subchart_values() -> None:
     # WHEN / THEN it is accepted under `grafana:`, and so is kube-state-metrics' own `replicas`
     assert unknown_paths({"grafana": {"persistence": {"enabled": True}}}, defaults) == []
     assert unknown_paths({"kube-state-metrics": {"replicas": 2}}, defaults) == []
+    # and the GPU Operator's NFD subchart resolves the same way
+    gpu_operator = load_defaults(chart("gpu-operator"))
+    assert "replicaCount" not in gpu_operator.values["node-feature-discovery"]["master"]
+    assert unknown_paths({"node-feature-discovery": {"master": {"replicaCount": 2}}}, gpu_operator) == []
+    assert unknown_paths({"node-feature-discovery": {"master": {"replicas": 2}}}, gpu_operator) == [
+        "node-feature-discovery.master.replicas"
+    ]
 
 
 def test_free_form_defaults_accept_any_keys_below() -> None:
