@@ -134,7 +134,7 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
         ClusterAddonsArgs(
             provider=provider,
             gpu_stack="gpu-operator",
-            gpu_operator_values=gpu_operator_values(env.gpu_operator, env.fabric, env.network_operator),
+            gpu_operator_values=gpu_operator_values(env.gpu_operator, env.fabric),
             gpu_node_label=GPU_PRESENT_LABEL,
             system_node_selector=system,
         ),

@@ -6,8 +6,14 @@ plan`` prints the table. Nothing else in the kit names a chart version.
 
 Where a chart ships a CRD that the kit renders objects for, the pin matches the CRD schemas vendored in
 ``tests/crds/`` (see ``tests/crds/NOTICE.md``): Karpenter v1.14.1, KEDA v2.20.2, prometheus-operator
-v0.93.0, LeaderWorkerSet v0.10.0, GPU Operator v26.7.0. Bumping one of those charts means re-vendoring
-its CRDs in the same change, so the custom resources are checked against the schema that will serve them.
+v0.93.0, LeaderWorkerSet v0.10.0, GPU Operator v26.7.0, Network Operator v26.4.1. Bumping one of those
+charts means re-vendoring its CRDs in the same change, so the custom resources are checked against the
+schema that will serve them.
+
+Every chart's default ``values.yaml`` at its pinned version is vendored in ``tests/charts/`` (see
+``tests/charts/NOTICE.md``), and ``tests/unit/test_helm_values.py`` checks every Helm value the kit sets
+against it: Helm ignores unknown keys, so a misspelled one would leave the chart's default in force.
+Bump a chart and its values file together.
 """
 
 from __future__ import annotations
@@ -127,9 +133,13 @@ CHARTS: Mapping[str, ChartPin] = MappingProxyType(
             # is the tag the vendored ClusterPolicy CRD comes from. Repository per the install guide
             # (helm repo add nvidia https://helm.ngc.nvidia.com/nvidia).
             _pin("gpu-operator", "https://helm.ngc.nvidia.com/nvidia", "gpu-operator", "v26.7.0", "gpu-operator"),
-            # InfiniBand/RoCE (on-prem): the RDMA device plugin, DOCA driver, Multus and IPAM through a
-            # NicClusterPolicy. v26.4.1 is the newest stable release (v26.7.0 is at rc); same repository as the
-            # GPU Operator (Mellanox/network-operator tags, deployment/network-operator/Chart.yaml).
+            # RDMA/InfiniBand for multi-node on-prem groups: OFED driver, RDMA device plugins, secondary
+            # networks. v26.4.1 is the newest stable tag (v26.7.0 is at rc.2) of github.com/Mellanox/
+            # network-operator; its deployment/network-operator/Chart.yaml at that tag publishes the chart
+            # as "26.4.1", without the "v" (NVIDIA's guides write --version v26.4.1, which Helm resolves to
+            # the same chart). Since v24.10 the chart no longer creates the NicClusterPolicy: the kit
+            # creates it as a custom resource. Namespace per NVIDIA's quick start (docs.nvidia.com/
+            # networking/display/kubernetes2570/quick-start/quick-start-k8s.html: -n nvidia-network-operator).
             _pin(
                 "network-operator",
                 "https://helm.ngc.nvidia.com/nvidia",
@@ -137,17 +147,22 @@ CHARTS: Mapping[str, ChartPin] = MappingProxyType(
                 "26.4.1",
                 "nvidia-network-operator",
             ),
-            # Local NVMe PVs (on-prem). Chart 2.9.0 of kubernetes-sigs/sig-storage-local-static-provisioner
-            # (helm/provisioner/Chart.yaml); its StorageClass is no-provisioner + WaitForFirstConsumer.
+            # Local NVMe as PersistentVolumes on bare metal (one PV per mount under hostDir) with a
+            # WaitForFirstConsumer StorageClass. Chart local-static-provisioner 2.9.0, the newest tag
+            # (local-static-provisioner-2.9.0) of github.com/kubernetes-sigs/sig-storage-local-static-
+            # provisioner, helm/provisioner/Chart.yaml; repository per helm/README.md ("helm repo add").
             _pin(
                 "local-static-provisioner",
                 "https://kubernetes-sigs.github.io/sig-storage-local-static-provisioner",
                 "local-static-provisioner",
                 "2.9.0",
-                "kube-system",
+                "local-static-provisioner",
             ),
-            # LoadBalancer addresses on bare metal (on-prem, when the config asks): MetalLB v0.16.1, whose chart
-            # version equals the release (metallb/metallb charts/metallb/Chart.yaml).
+            # LoadBalancer Services on bare metal and k3s (in place of klipper-lb). Chart version ==
+            # release without "v": charts/metallb/Chart.yaml at tag v0.16.1, the newest release of
+            # github.com/metallb/metallb; repository per website/content/installation/_index.md. The
+            # IPAddressPool/L2Advertisement objects live in the namespace the speaker watches, the
+            # release's namespace: metallb-system, as in config/manifests/metallb-native.yaml at that tag.
             _pin("metallb", "https://metallb.github.io/metallb", "metallb", "0.16.1", "metallb-system"),
             # Multi-node model groups. Published as an OCI chart whose version is the release without "v"
             # (lws.sigs.k8s.io/docs/installation: helm install lws oci://registry.k8s.io/lws/charts/lws

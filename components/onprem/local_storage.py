@@ -9,34 +9,15 @@ bind-mount one directory per volume under ``hostDir`` (README, "On-prem quick st
 
 from __future__ import annotations
 
-from typing import Any
-
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components.kube.helm import release
+from components.onprem._values import local_static_provisioner_values
 from components.onprem.specs import LocalStorageSpec
 from components.specs import Args
 
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
-
-
-def provisioner_values(spec: LocalStorageSpec) -> dict[str, Any]:
-    """One class whose PVs are the directories mounted under ``hostDir``; released volumes are wiped, not kept."""
-    return {
-        "classes": [
-            {
-                "name": spec.storage_class,
-                "hostDir": spec.host_dir,
-                "volumeMode": "Filesystem",
-                "fsType": "ext4",
-                # The chart then renders the StorageClass itself (no-provisioner, WaitForFirstConsumer).
-                "storageClass": {"reclaimPolicy": "Delete", "isDefaultClass": False},
-            }
-        ],
-        # The discovery daemon runs on GPU servers, which carry the GPU taint where admins set one.
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-    }
 
 
 class LocalStorageArgs(Args):
@@ -49,6 +30,11 @@ class LocalStorage(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: LocalStorageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:local_storage:LocalStorage", name, None, opts)
-        release("local-static-provisioner", provisioner_values(args.spec), parent=self, provider=args.provider)
+        release(
+            "local-static-provisioner",
+            local_static_provisioner_values(class_name=args.spec.storage_class, host_dir=args.spec.host_dir),
+            parent=self,
+            provider=args.provider,
+        )
         self.storage_class = args.spec.storage_class
         self.register_outputs({"storage_class": self.storage_class})

@@ -14,6 +14,7 @@ import pulumi_kubernetes as k8s
 from components.catalog.charts import CHARTS
 from components.kube.helm import release
 from components.kube.objects import MANAGED_BY, custom_resource
+from components.onprem._values import metallb_values
 from components.onprem.specs import MetalLbSpec
 from components.specs import Args
 
@@ -54,7 +55,7 @@ class MetalLb(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: MetalLbArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:metallb:MetalLb", name, None, opts)
-        chart = release("metallb", {}, parent=self, provider=args.provider)
+        chart = release("metallb", metallb_values(), parent=self, provider=args.provider)
         after = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[chart])
         pool = custom_resource(f"{name}-pool", address_pool(args.spec), after)
         custom_resource(

@@ -18,17 +18,13 @@ from components.catalog.charts import CHARTS
 from components.catalog.images import NETWORK_OPERATOR_COMPONENTS, NETWORK_OPERATOR_REPOSITORY
 from components.kube.helm import release
 from components.kube.objects import MANAGED_BY, custom_resource
+from components.onprem._values import network_operator_values
 from components.onprem.specs import FabricSpec, NetworkOperatorSpec
 from components.specs import Args
 
 NIC_CLUSTER_POLICY: Final = "nic-cluster-policy"
 MELLANOX_VENDOR: Final = "15b3"
 IPOIB_NETWORK: Final = "ib-fabric"
-
-
-def operator_values() -> dict[str, Any]:
-    """Helm values: the GPU Operator's Node Feature Discovery serves both operators, so this one adds none."""
-    return {"nfd": {"enabled": False}}
 
 
 def rdma_plugin_config(fabric: FabricSpec) -> str:
@@ -121,7 +117,7 @@ class NetworkOperator(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: NetworkOperatorArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:network_operator:NetworkOperator", name, None, opts)
-        chart = release("network-operator", operator_values(), parent=self, provider=args.provider)
+        chart = release("network-operator", network_operator_values(), parent=self, provider=args.provider)
         after = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[chart])
         policy = custom_resource(f"{name}-nic-cluster-policy", nic_cluster_policy(args.spec, args.fabric), after)
         objects = secondary_network_objects(args.fabric, args.serving_namespace)

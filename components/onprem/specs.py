@@ -133,8 +133,6 @@ class FabricSpec(Spec):
     """Pods that may share one HCA through the shared plugin (it gives no isolation and no bandwidth split)."""
     device_ids: tuple[str, ...] = ()
     """PCI device ids the plugin's selector matches (e.g. ``101b`` for ConnectX-6); empty: any Mellanox (15b3)."""
-    gpu_direct: Literal["dma-buf", "peermem"] = "dma-buf"
-    """GPUDirect RDMA path: DMA-BUF (open kernel module; NVIDIA's recommendation) or legacy ``nvidia-peermem``."""
     secondary_network: SecondaryNetworkSpec | None = None
 
     @property

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from stacks.environment import CONFIG_KEY, CloudEnvironment as Environment
+from stacks.environment import CONFIG_KEY
+from stacks.environment import CloudEnvironment as Environment
 from stacks.preflight import Finding, Report
 
 # The kit's own facts, imported in one place: the SSM parameter the node groups read their AMI

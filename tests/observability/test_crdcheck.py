@@ -196,6 +196,7 @@ def test_every_vendored_crd_loads() -> None:
         "NicClusterPolicy",
         "IPAddressPool",
         "L2Advertisement",
+        "ClusterPolicy",
     }
 
 

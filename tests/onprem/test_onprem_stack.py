@@ -159,8 +159,9 @@ def test_gpu_operator_leaves_the_dgx_os_driver_alone_and_the_fabric_policy_runs_
     plan = plan_of("onprem")
     values = release_values(plan, "gpu-operator")
     assert values["driver"] == {"enabled": False}
-    assert values["dcgmExporter"] == {"enabled": False}
-    assert release_values(plan, "network-operator") == {"nfd": {"enabled": False}}
+    assert values["dcgmExporter"] == {"enabled": False}  # the kit's own dcgm-exporter release serves metrics
+    assert values["nfd"] == {"enabled": False}  # with RDMA, the Network Operator's NFD is the cluster's one
+    assert release_values(plan, "network-operator")["nfd"]["enabled"] is True
     (policy,) = by_kind(plan, "NicClusterPolicy")
     assert policy["metadata"]["name"] == "nic-cluster-policy"
     config = json.loads(policy["spec"]["rdmaSharedDevicePlugin"]["config"])
