@@ -1,0 +1,94 @@
+"""What each tier's cluster guarantees without the stack installing it.
+
+The stack rules ask "is this served?" of the plan first (a chart, an add-on, a StorageClass the
+stack creates) and of this table second. Keep it to facts about the platform itself, each with its
+source; a fact about one cluster belongs in that stack's config, not here.
+
+To extend a tier (say, an on-prem cluster that already runs MetalLB and a Ceph StorageClass), add
+the entries to its row: the rules read nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from policies.model import NodePool, Res
+
+
+@dataclass(frozen=True)
+class StorageClassFact:
+    provisioner: str
+    default: bool
+
+
+@dataclass(frozen=True)
+class TierGuarantees:
+    storage_classes: Mapping[str, StorageClassFact] = field(default_factory=dict)
+    """StorageClasses the cluster ships."""
+    provisioners: frozenset[str] = frozenset()
+    """Volume provisioners that run without the stack installing them."""
+    load_balancers: tuple[str, ...] = ()
+    """Ids of ``stack_rules.LB_CONTROLLERS`` that the cluster runs by itself."""
+    ingress_classes: Mapping[str, str] = field(default_factory=dict)
+    """Ingress class name → controller the cluster runs by itself."""
+    network_policy_enforcer: str | None = None
+    """What enforces NetworkPolicy without the stack configuring it; ``None``: nothing does."""
+    workload_identity: str | None = None
+    """``aws-iam``: pods reach the object store through IAM roles (Pod Identity or IRSA)."""
+    node_pools: tuple[NodePool, ...] = ()
+    """Nodes the cluster already has (for tiers whose fleet the stack does not create)."""
+
+
+TIERS: Mapping[str, TierGuarantees] = MappingProxyType(
+    {
+        # EKS: the `gp2` class exists (in-tree `kubernetes.io/aws-ebs`, which since 1.23 only works
+        # through the EBS CSI driver: https://docs.aws.amazon.com/eks/latest/userguide/ebs-csi-migration-faq.html)
+        # and is no longer the default from EKS 1.30. Services of type LoadBalancer without the
+        # `aws-load-balancer-type: external` annotation are served by the in-tree cloud provider
+        # (https://kubernetes-sigs.github.io/aws-load-balancer-controller/latest/guide/service/nlb/).
+        # The VPC CNI enforces NetworkPolicy only with `enableNetworkPolicy: "true"`
+        # (https://docs.aws.amazon.com/eks/latest/userguide/cni-network-policy-configure.html).
+        "cloud": TierGuarantees(
+            storage_classes={"gp2": StorageClassFact("kubernetes.io/aws-ebs", default=False)},
+            load_balancers=("aws-in-tree",),
+            workload_identity="aws-iam",
+        ),
+        # k3s ships the local-path provisioner as the default class, ServiceLB (klipper-lb), Traefik,
+        # and an embedded network policy controller (kube-router): https://docs.k3s.io/networking,
+        # https://docs.k3s.io/storage.
+        "edge": TierGuarantees(
+            storage_classes={"local-path": StorageClassFact("rancher.io/local-path", default=True)},
+            provisioners=frozenset({"rancher.io/local-path"}),
+            load_balancers=("k3s-servicelb",),
+            ingress_classes={"traefik": "traefik.io/ingress-controller"},
+            network_policy_enforcer="k3s embedded network policy controller (kube-router)",
+        ),
+        # An existing bare-metal cluster guarantees nothing the kit can know: declare what yours
+        # runs (its StorageClasses, MetalLB, its CNI, its GPU nodes' labels) here.
+        "onprem": TierGuarantees(),
+    }
+)
+
+IN_TREE_MIGRATION: Mapping[str, str] = MappingProxyType(
+    {"kubernetes.io/aws-ebs": "ebs.csi.aws.com", "kubernetes.io/gce-pd": "pd.csi.storage.gke.io"}
+)
+"""In-tree provisioners that, with CSI migration, need the CSI driver installed to provision."""
+
+
+def tier_of(resources: Iterable[Res], declared: str | None = None) -> str:
+    """The plan's tier, or (under ``pulumi preview``, which has no plan) the one the resources imply."""
+    if declared:
+        return declared
+    types = {r.type for r in resources}
+    if "aws:eks/cluster:Cluster" in types:
+        return "cloud"
+    for tier in ("edge", "onprem"):
+        if any(t.startswith(f"inferstack:{tier}") for t in types):
+            return tier
+    return "cloud"
+
+
+def guarantees(tier: str) -> TierGuarantees:
+    return TIERS.get(tier, TierGuarantees())
