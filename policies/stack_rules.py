@@ -702,15 +702,25 @@ def fabric_device_requested(stack: Stack) -> Iterator[Finding]:
 # Engines and hosts
 
 
-def engine_args_supported(stack: Stack) -> Iterator[Finding]:
-    from components.catalog.engine_support import engine_arg_problems, is_engine_image
+def _repository(image: str) -> str:
+    name = image.split("@", 1)[0]
+    return name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
 
+
+def engine_args_supported(stack: Stack) -> Iterator[Finding]:
+    from components.catalog import engine_support
+
+    engine_repositories = {_repository(i) for i in engine_support.ENGINE_IMAGES}
     for pod in stack.pods:
         for c in pod.containers():
             image = c.get("image")
-            if not isinstance(image, str) or not is_engine_image(image):
+            if not isinstance(image, str) or _repository(image) not in engine_repositories:
                 continue
-            for problem in engine_arg_problems(image, argv(c)):
+            try:
+                problems = engine_support.engine_arg_problems(image, argv(c))
+            except KeyError as err:  # an engine image without a row in the table
+                problems = [str(err).strip("'\"")]
+            for problem in problems:
                 yield (
                     f"{pod.label} container {c.get('name')}: {problem} (support table: "
                     "components/catalog/engine_support.py)",

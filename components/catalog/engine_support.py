@@ -57,14 +57,6 @@ ENGINE_IMAGES: Mapping[str, EngineImage] = MappingProxyType(
     }
 )
 
-ENGINE_REPOSITORIES = ("vllm/vllm-openai", "nvcr.io/nvidia/tritonserver", "nvcr.io/nvidia/tensorrt-llm/release")
-"""Repositories whose images run an engine: an image of these without a row is refused."""
-
-
-def is_engine_image(image: str) -> bool:
-    repo = image.split("@", 1)[0].rsplit(":", 1)[0] if ":" in image.rsplit("/", 1)[-1] else image.split("@", 1)[0]
-    return repo in ENGINE_REPOSITORIES
-
 
 def engine_arg_problems(image: str, args: Iterable[object]) -> list[str]:
     """One line per flag in ``args`` that ``image`` does not support (unknown image, or a known failure)."""
