@@ -210,9 +210,9 @@ def storage_provisioner(stack: Stack) -> Iterator[Finding]:
         needed = IN_TREE_MIGRATION.get(provisioner, provisioner)
         if needed not in provisioners:
             yield (
-                f"{what} resolves to StorageClass {class_name} ({source}) whose provisioner {provisioner}"
-                f"{f' needs the CSI driver {needed}' if needed != provisioner else ''}, which nothing in the stack "
-                f"installs: install it (on EKS: the aws-ebs-csi-driver add-on with a Pod Identity role)",
+                f"{what} resolves to StorageClass {class_name} (from {source}), whose provisioner is {provisioner}"
+                f"{f' (it needs the CSI driver {needed})' if needed != provisioner else ''}, and nothing in the stack "
+                f"installs {needed}: install it (on EKS: the aws-ebs-csi-driver add-on with a Pod Identity role)",
                 owner,
             )
 
@@ -618,7 +618,7 @@ def gpu_capacity_fits(stack: Stack) -> Iterator[Finding]:
         users = demand.get(pool.name) or []
         total = sum(n for _, n in users)
         if cap is not None and total > cap:
-            who = ", ".join(f"{p.label} {p.replicas}x{_gpus(p)} GPUs" for p, _ in users)
+            who = ", ".join(f"{p.label} ({p.replicas} replicas x {_gpus(p)} GPUs)" for p, _ in users)
             yield (
                 f"{who} need {total} GPUs on {pool.source}, whose maximum is {cap} GPUs"
                 f"{f' ({pool.max_nodes} nodes x {pool.gpus_per_node})' if pool.max_nodes else ''}: raise the pool's "
@@ -707,6 +707,17 @@ def _repository(image: str) -> str:
     return name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
 
 
+def _engine_problems(table: Any, image: str, args: list[str]) -> list[str]:
+    """The table's verdict on ``image``: by its exact pin first, then without its digest."""
+    missing = ""
+    for candidate in dict.fromkeys([image, image.split("@", 1)[0]]):
+        try:
+            return list(table.engine_arg_problems(candidate, args))
+        except KeyError as err:  # an engine image without a row in the table
+            missing = str(err).strip("'\"")
+    return [missing]
+
+
 def engine_args_supported(stack: Stack) -> Iterator[Finding]:
     from components.catalog import engine_support
 
@@ -716,10 +727,7 @@ def engine_args_supported(stack: Stack) -> Iterator[Finding]:
             image = c.get("image")
             if not isinstance(image, str) or _repository(image) not in engine_repositories:
                 continue
-            try:
-                problems = engine_support.engine_arg_problems(image, argv(c))
-            except KeyError as err:  # an engine image without a row in the table
-                problems = [str(err).strip("'\"")]
+            problems = _engine_problems(engine_support, image, argv(c))
             for problem in problems:
                 yield (
                     f"{pod.label} container {c.get('name')}: {problem} (support table: "

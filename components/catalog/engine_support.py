@@ -60,7 +60,7 @@ ENGINE_IMAGES: Mapping[str, EngineImage] = MappingProxyType(
 
 def engine_arg_problems(image: str, args: Iterable[object]) -> list[str]:
     """One line per flag in ``args`` that ``image`` does not support (unknown image, or a known failure)."""
-    row = ENGINE_IMAGES.get(image)
+    row = ENGINE_IMAGES.get(image) or ENGINE_IMAGES.get(image.split("@", 1)[0])
     if row is None:
         return [f"{image} has no row in components/catalog/engine_support.py: pin one of {', '.join(ENGINE_IMAGES)}"]
     problems = []
