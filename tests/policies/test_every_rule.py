@@ -482,3 +482,17 @@ def test_tier_guarantees_serve_the_edge() -> None:
         assert violations(plan, rule, "edge") == [], rule
         assert violations(plan, rule, "onprem"), rule
     assert violations(copy.deepcopy(plan), "stack-load-balancer-controller", "edge") == []
+
+
+def test_resource_policy_runs_under_crossguard_args() -> None:
+    """A resource rule through CrossGuard's own ResourceValidationArgs, as under `pulumi preview`."""
+    from pulumi_policy import ResourceValidationArgs
+    from pulumi_policy.policy import PolicyCustomTimeouts, PolicyResourceOptions
+
+    opts = PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
+    (bad,) = with_container(image="redis:latest")
+    args = ResourceValidationArgs(bad["type"], bad["inputs"], bad["urn"], bad["name"], opts, None)
+    policy = next(p for p in POLICIES if p.name == "k8s-no-latest-tag")
+    reported: list[str] = []
+    policy.validate(args, lambda message, urn=None: reported.append(message))
+    assert reported and "redis:latest" in reported[0]
