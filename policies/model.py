@@ -16,15 +16,54 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
-"""Pulumi's wire sentinel for a value not known during preview (``pulumi.runtime.rpc.UNKNOWN``)."""
+from pulumi_policy import proxy as _proxy
+from pulumi_policy import secret as _secret
+
+UNKNOWN = _proxy.UNKNOWN_STRING_VALUE
+"""Pulumi's wire sentinel for a string not known during preview (``pulumi.runtime.rpc.UNKNOWN``)."""
+UNKNOWNS = frozenset(
+    {
+        _proxy.UNKNOWN_BOOLEAN_VALUE,
+        _proxy.UNKNOWN_NUMBER_VALUE,
+        _proxy.UNKNOWN_STRING_VALUE,
+        _proxy.UNKNOWN_ARRAY_VALUE,
+        _proxy.UNKNOWN_ASSET_VALUE,
+        _proxy.UNKNOWN_ARCHIVE_VALUE,
+        _proxy.UNKNOWN_OBJECT_VALUE,
+    }
+)
+_PROXIES = (_proxy._DictProxy, _proxy._ListProxy, _secret._DictSecretsProxy, _secret._ListSecretsProxy)
+
+
+def plain(value: Any) -> Any:
+    """Inputs as plain dicts and lists, with every value still unknown during a preview left out.
+
+    CrossGuard wraps props in proxies that raise ``UnknownValueError`` on an unknown value, which
+    would stop a whole-stack rule at the first ARN a preview cannot know yet; the rules want the
+    known part of every resource instead (a missing value is one they cannot judge, and skip).
+    Secret values are masked as ``inferstack plan`` masks them.
+    """
+    if isinstance(value, _PROXIES):
+        value = value["__target"]
+    if isinstance(value, _secret.Secret):
+        return "[secret]"
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items() if not _unknown(v)}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value if not _unknown(v)]
+    return value
+
+
+def _unknown(value: Any) -> bool:
+    return isinstance(value, str) and value in UNKNOWNS
+
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod", "LeaderWorkerSet")
 
 
 def known(value: Any) -> bool:
-    return value is not None and value != UNKNOWN
+    return value is not None and not _unknown(value)
 
 
 @dataclass(frozen=True)
@@ -76,9 +115,9 @@ def from_plan(resources: Iterable[Any]) -> list[Res]:
     out = []
     for r in resources:
         if isinstance(r, Mapping):
-            out.append(Res(r["urn"], r["type"], r["name"], r.get("inputs") or {}, r.get("parent")))
+            out.append(Res(r["urn"], r["type"], r["name"], plain(r.get("inputs") or {}), r.get("parent")))
         else:
-            out.append(Res(r.urn, r.type, r.name, r.inputs or {}, r.parent))
+            out.append(Res(r.urn, r.type, r.name, plain(r.inputs or {}), r.parent))
     return out
 
 
@@ -88,7 +127,7 @@ def from_policy(resources: Iterable[Any]) -> list[Res]:
     for r in resources:
         deps = {k: tuple(d.urn for d in v) for k, v in (r.property_dependencies or {}).items()}
         parent = r.parent.urn if r.parent is not None else None
-        out.append(Res(r.urn, r.resource_type, r.name, dict(r.props), parent, deps))
+        out.append(Res(r.urn, r.resource_type, r.name, plain(r.props), parent, deps))
     return out
 
 
@@ -132,7 +171,7 @@ class Pod:
         return sa if isinstance(sa, str) and known(sa) else "default"
 
 
-def _int(value: Any, default: int) -> int:
+def as_int(value: Any, default: int) -> int:
     try:
         return int(value)
     except (TypeError, ValueError):
@@ -151,8 +190,8 @@ def pods(res: Res) -> list[Pod]:
         return [Pod(res, template.get("spec") or {}, "spec.jobTemplate.spec.template.spec", 1, _labels(template))]
     if res.kind == "LeaderWorkerSet":
         lwt = spec.get("leaderWorkerTemplate") or {}
-        groups = _int(spec.get("replicas"), 1)
-        size = _int(lwt.get("size"), 1)
+        groups = as_int(spec.get("replicas"), 1)
+        size = as_int(lwt.get("size"), 1)
         out = []
         if lwt.get("leaderTemplate"):
             t = lwt["leaderTemplate"]
@@ -162,7 +201,7 @@ def pods(res: Res) -> list[Pod]:
         out.append(Pod(res, worker.get("spec") or {}, "workerTemplate", workers, _labels(worker)))
         return out
     template = spec.get("template") or {}
-    replicas = 1 if res.kind in ("Job", "DaemonSet") else _int(spec.get("replicas"), 1)
+    replicas = 1 if res.kind in ("Job", "DaemonSet") else as_int(spec.get("replicas"), 1)
     return [Pod(res, template.get("spec") or {}, "spec.template.spec", replicas, _labels(template))]
 
 
@@ -205,7 +244,7 @@ def device_count(container: Mapping[str, Any], resource: str) -> int:
     total = 0
     for k, v in resources_of(container).items():
         if k == resource or (resource.endswith("/") and k.startswith(resource)):
-            total += _int(v, 0)
+            total += as_int(v, 0)
     return total
 
 
@@ -374,7 +413,7 @@ def node_pools(resources: list[Res]) -> list[NodePool]:
                     ),
                     instance_types=types,
                     gpus_per_node=spec.gpu_count if spec else 0,
-                    max_nodes=_int((r.inputs.get("scalingConfig") or {}).get("maxSize"), 0) or None,
+                    max_nodes=as_int((r.inputs.get("scalingConfig") or {}).get("maxSize"), 0) or None,
                     efa=r.parent in efa_parents,
                     builtin_devices=("nvidia.com/gpu",) if ami.startswith("BOTTLEROCKET") and "NVIDIA" in ami else (),
                 )
@@ -410,7 +449,7 @@ def node_pools(resources: list[Res]) -> list[NodePool]:
                     ),
                     instance_types=tuple(types),
                     gpus_per_node=spec.gpu_count if spec else 0,
-                    max_gpus=_int(limits.get("nvidia.com/gpu"), 0) or None,
+                    max_gpus=as_int(limits.get("nvidia.com/gpu"), 0) or None,
                     efa=efa,
                 )
             )

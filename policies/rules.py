@@ -30,7 +30,7 @@ from pulumi_policy import (
 from policies import kube_rules as k8s
 from policies import stack_rules as sr
 from policies.exceptions import KNOWN_UNTIL_ISSUE_12, excepted
-from policies.model import Res, from_plan, from_policy
+from policies.model import Res, from_plan, from_policy, plain
 from policies.tiers import tier_of
 
 MANDATORY = EnforcementLevel.MANDATORY
@@ -355,7 +355,7 @@ def _kept(rule: Rule, res: Res | None) -> bool:
 
 def _resource_policy(rule: Rule) -> ResourceValidationPolicy:
     def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
-        res = Res(args.urn, args.resource_type, args.name, dict(args.props))
+        res = Res(args.urn, args.resource_type, args.name, plain(args.props))
         for message, _ in rule.check(res):
             if _kept(rule, res):
                 report(message, None)
@@ -388,7 +388,7 @@ def _violation(rule: Rule, message: str, urn: str | None) -> dict[str, Any]:
 
 def check(resource_type: str, props: dict[str, Any], urn: str = "", name: str = "") -> list[dict[str, Any]]:
     """Run every resource rule on one resource's wire-format inputs; return the violations found."""
-    res = Res(urn, resource_type, name, props)
+    res = Res(urn, resource_type, name, plain(props))
     return [
         _violation(rule, message, urn or None)
         for rule in RULES

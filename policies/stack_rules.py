@@ -23,6 +23,7 @@ from policies.model import (
     Res,
     allows,
     argv,
+    as_int,
     chart_name,
     device_count,
     env_of,
@@ -633,7 +634,8 @@ def _parallelism(stack: Stack, pod: Pod) -> tuple[int, int, str] | None:
         words = argv(c)
         tp = flag_value(words, "--tensor-parallel-size", "-tp")
         if tp:
-            return int(tp), int(flag_value(words, "--pipeline-parallel-size", "-pp") or 1), f"container {c.get('name')}"
+            pp = flag_value(words, "--pipeline-parallel-size", "-pp")
+            return as_int(tp, 1), as_int(pp, 1), f"container {c.get('name')}"
     model = (pod.labels or {}).get("inferstack.io/model")
     for other in stack.pods:
         if other.owner is pod.owner or (other.labels or {}).get("inferstack.io/model") != model or not model:
@@ -642,7 +644,8 @@ def _parallelism(stack: Stack, pod: Pod) -> tuple[int, int, str] | None:
             words = argv(c)
             tp = flag_value(words, "--tp_size")
             if tp:
-                return int(tp), int(flag_value(words, "--pp_size") or 1), f"{other.label} container {c.get('name')}"
+                pp = flag_value(words, "--pp_size")
+                return as_int(tp, 1), as_int(pp, 1), f"{other.label} container {c.get('name')}"
     return None
 
 
@@ -655,7 +658,7 @@ def parallelism_matches(stack: Stack) -> Iterator[Finding]:
         gpus = _gpus(pod)
         group = 1
         if pod.owner.kind == "LeaderWorkerSet":
-            group = int(((pod.owner.inputs.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size") or 1)
+            group = as_int(((pod.owner.inputs.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size"), 1)
         if tp * pp != gpus * group:
             yield (
                 f"{pod.label} runs TP{tp}xPP{pp} ({where}) = {tp * pp} GPUs, but its group has {group} pod(s) x {gpus} "
@@ -765,12 +768,12 @@ def autoscaler_max_fits(stack: Stack) -> Iterator[Finding]:
         ref = (so.inputs.get("spec") or {}).get("scaleTargetRef") or {}
         targets[(so.namespace, ref.get("name"))] = (
             so,
-            int((so.inputs.get("spec") or {}).get("maxReplicaCount") or 100),
+            as_int((so.inputs.get("spec") or {}).get("maxReplicaCount"), 100),
         )
     for hpa in stack.by_kind["HorizontalPodAutoscaler"]:
         ref = (hpa.inputs.get("spec") or {}).get("scaleTargetRef") or {}
         targets.setdefault(
-            (hpa.namespace, ref.get("name")), (hpa, int((hpa.inputs.get("spec") or {}).get("maxReplicas") or 1))
+            (hpa.namespace, ref.get("name")), (hpa, as_int((hpa.inputs.get("spec") or {}).get("maxReplicas"), 1))
         )
     for pod in _serving_pods(stack):
         scaler = targets.get((pod.owner.namespace, pod.owner.object_name))

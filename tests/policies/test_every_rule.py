@@ -496,3 +496,56 @@ def test_resource_policy_runs_under_crossguard_args() -> None:
     reported: list[str] = []
     policy.validate(args, lambda message, urn=None: reported.append(message))
     assert reported and "redis:latest" in reported[0]
+
+
+def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix] if prefix else []
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else []
+    for key, value in items:
+        out += _paths(value, (*prefix, key))
+    return out
+
+
+def test_no_rule_crashes_on_any_value_unknown_during_preview() -> None:
+    """Every input of the fixed plan, in turn, replaced by Pulumi's unknown sentinel: no rule raises."""
+    from policies.model import UNKNOWN
+    from policies.rules import check_plan
+
+    base = fixed_cloud_plan()
+    for index, resource in enumerate(base):
+        for path in _paths(resource["inputs"]):
+            plan = copy.deepcopy(base)
+            node = plan[index]["inputs"]
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = UNKNOWN
+            check_plan(plan)
+
+
+def test_stack_policies_see_through_crossguards_unknown_checking_proxies() -> None:
+    """Under `pulumi preview` props arrive wrapped; an unknown ARN must not stop a whole-stack rule."""
+    from pulumi_policy import StackValidationArgs
+    from pulumi_policy.policy import PolicyCustomTimeouts, PolicyResource, PolicyResourceOptions
+    from pulumi_policy.proxy import unknown_checking_proxy
+
+    from policies.model import UNKNOWN
+
+    plan = without(fixed_cloud_plan(), "aws-load-balancer-controller")
+    edit(plan, "engine-builder", "PodIdentityAssociation")["inputs"]["roleArn"] = UNKNOWN
+    opts = PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
+    resources = [
+        PolicyResource(r["type"], unknown_checking_proxy(r["inputs"]), r["urn"], r["name"], opts, None, None, [], {})
+        for r in plan
+    ]
+    # The engine passes each input's dependencies: the unknown roleArn comes from the engine-builder role.
+    by_name = {(r.resource_type.rsplit(":", 1)[-1], r.name): r for r in resources}
+    by_name["PodIdentityAssociation", "engine-builder"].property_dependencies = {
+        "roleArn": [by_name["Role", "engine-builder"]]
+    }
+    reported: dict[str, list[str]] = {}
+    for policy in POLICIES:
+        if isinstance(policy, StackValidationPolicy):
+            policy.validate(
+                StackValidationArgs(resources), lambda m, urn=None, n=policy.name: reported.setdefault(n, []).append(m)
+            )
+    assert list(reported) == ["stack-load-balancer-controller"]
