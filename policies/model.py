@@ -268,7 +268,7 @@ def flag_value(words: list[str], *flags: str) -> str | None:
 
 
 def env_of(container: Mapping[str, Any]) -> dict[str, Any]:
-    return {e.get("name"): e.get("value") for e in container.get("env") or [] if isinstance(e, Mapping)}
+    return {str(e.get("name")): e.get("value") for e in container.get("env") or [] if isinstance(e, Mapping)}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -165,7 +165,11 @@ def _aws(
         if res.type != resource_type:
             return
         found: list[str] = []
-        check(dict(res.inputs), lambda message, urn=None: found.append(message))
+
+        def collect(message: str, urn: str | None = None) -> None:
+            found.append(message)
+
+        check(dict(res.inputs), collect)
         for message in found:
             yield message, None
 

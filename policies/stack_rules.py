@@ -425,7 +425,23 @@ def _plugin_pools(stack: Stack, resource: str) -> tuple[set[str], list[str]]:
     return names, plugins
 
 
+def _offers(pool: NodePool, resource: str) -> bool:
+    """Whether the pool's hardware can have ``resource`` at all (unknown hardware: assume it can)."""
+    if not pool.instance_types:
+        return True
+    if resource == "nvidia.com/gpu":
+        return pool.gpus_per_node > 0
+    if resource == "vpc.amazonaws.com/efa":
+        return pool.efa
+    return True
+
+
 def device_plugin_coverage(stack: Stack) -> Iterator[Finding]:
+    """Every pool a device-requesting pod may land on (and whose hardware has the device) runs the plugin.
+
+    "May land on" matters with a node autoscaler: Karpenter launches a node for the pending pod from
+    any pool it matches, and a node without the plugin never advertises the device.
+    """
     if not stack.pools:
         return
     for pod in stack.pods:
@@ -433,13 +449,17 @@ def device_plugin_coverage(stack: Stack) -> Iterator[Finding]:
             if not any(device_count(c, resource) for c in pod.containers()):
                 continue
             landing = stack.landing(pod.spec)
+            if not landing:
+                continue  # stack-node-selectors-match-pools reports a pod that lands nowhere
             covered, plugins = _plugin_pools(stack, resource)
-            if landing and not any(p.name in covered for p in landing):
-                plugin_text = "; ".join(plugins) if plugins else "no device plugin for it in the stack"
+            candidates = [p for p in landing if _offers(p, resource)] or landing
+            bare = [p for p in candidates if p.name not in covered]
+            if bare:
+                plugin_text = "; ".join(plugins) if plugins else "none: no chart in the stack advertises it"
                 yield (
-                    f"{pod.label} requests {resource} and lands on "
-                    + "; ".join(p.describe() for p in landing)
-                    + f", but the device plugin ({plugin_text}) runs on none of those nodes, so {resource} is never "
+                    f"{pod.label} requests {resource} and may land on "
+                    + "; ".join(p.describe() for p in bare)
+                    + f", where no device plugin runs (the stack's plugin: {plugin_text}), so {resource} is never "
                     "advertised there and the pod stays Pending. Fix: label the pool's nodes from "
                     "components/kube/labels.py gpu_node_labels, or widen the plugin's selector",
                     pod.owner,

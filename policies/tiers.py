@@ -81,6 +81,11 @@ def tier_of(resources: Iterable[Res], declared: str | None = None) -> str:
     """The plan's tier, or (under ``pulumi preview``, which has no plan) the one the resources imply."""
     if declared:
         return declared
+    resources = list(resources)
+    for r in resources:
+        # The root stack's outputs carry the tier (stacks/program.py exports it) when CrossGuard lists it.
+        if r.type == "pulumi:pulumi:Stack" and r.inputs.get("tier") in TIERS:
+            return str(r.inputs["tier"])
     types = {r.type for r in resources}
     if "aws:eks/cluster:Cluster" in types:
         return "cloud"

@@ -549,3 +549,13 @@ def test_stack_policies_see_through_crossguards_unknown_checking_proxies() -> No
                 StackValidationArgs(resources), lambda m, urn=None, n=policy.name: reported.setdefault(n, []).append(m)
             )
     assert list(reported) == ["stack-load-balancer-controller"]
+
+
+def test_a_gpu_pod_that_may_land_on_a_pool_without_the_plugin_is_caught() -> None:
+    """With a node autoscaler, any matching pool may be chosen: each must run the device plugin."""
+    plan = fixed_cloud_plan()
+    second = gpu_node_pool({"inferstack.io/pool": "gpu"})
+    second["name"] = "gpu-spot"
+    second["inputs"]["metadata"]["name"] = "gpu-spot"
+    (found,) = violations([*plan, second], "stack-device-plugin-coverage")
+    assert "Karpenter NodePool gpu-spot" in found["message"] and "NodePool gpu " not in found["message"]
