@@ -327,7 +327,10 @@ def no_default_admin_credentials(res: Res) -> Iterator[Finding]:
                 f"{override} to a Secret the stack generates",
                 None,
             )
+    reported = {path for name, path, _, _ in CHART_DEFAULT_CREDENTIALS if name == chart}
     for path, node in _walk(values):
         key = path.rsplit(".", 1)[-1]
+        if path.lstrip(".") in reported:
+            continue
         if re.search(r"(?i)password$", key) and isinstance(node, str) and node in DEFAULT_PASSWORDS:
             yield (f"{res.label} values {path.lstrip('.')} is a well-known default password: generate one", None)

@@ -559,3 +559,10 @@ def test_a_gpu_pod_that_may_land_on_a_pool_without_the_plugin_is_caught() -> Non
     second["inputs"]["metadata"]["name"] = "gpu-spot"
     (found,) = violations([*plan, second], "stack-device-plugin-coverage")
     assert "Karpenter NodePool gpu-spot" in found["message"] and "NodePool gpu " not in found["message"]
+
+
+def test_a_default_admin_password_is_reported_once_and_a_generic_one_too() -> None:
+    literal = release("kube-prometheus-stack", values={"grafana": {"adminPassword": "prom-operator"}})
+    assert len(violations([literal], "helm-no-default-admin-credentials")) == 1
+    other = release("minio", values={"auth": {"rootPassword": "admin"}})
+    assert len(violations([other], "helm-no-default-admin-credentials")) == 1
