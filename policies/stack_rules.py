@@ -270,6 +270,8 @@ LB_CONTROLLERS: tuple[LbController, ...] = (
 )
 
 _LBC_TYPES = ("external", "nlb-ip")
+GENERIC_LB_ANNOTATIONS = frozenset({"service.beta.kubernetes.io/load-balancer-source-ranges"})
+"""Annotations every Service controller reads (the Kubernetes API documents them, not a vendor)."""
 
 
 def _lb_controllers(stack: Stack) -> list[tuple[LbController, str]]:
@@ -345,7 +347,10 @@ def lb_annotations_read(stack: Stack) -> Iterator[Finding]:
         controller, where = served
         annotations = svc.metadata.get("annotations") or {}
         lb_keys = [
-            k for k in annotations if k.startswith("service.beta.kubernetes.io/") or "metallb" in k or "k3s" in k
+            k
+            for k in annotations
+            if (k.startswith("service.beta.kubernetes.io/") or "metallb" in k or "k3s" in k)
+            and k not in GENERIC_LB_ANNOTATIONS
         ]
         unread = (
             [k for k in lb_keys if not k.startswith(controller.annotation_prefixes) or k in controller.ignores]
