@@ -566,3 +566,13 @@ def test_a_default_admin_password_is_reported_once_and_a_generic_one_too() -> No
     assert len(violations([literal], "helm-no-default-admin-credentials")) == 1
     other = release("minio", values={"auth": {"rootPassword": "admin"}})
     assert len(violations([other], "helm-no-default-admin-credentials")) == 1
+
+
+def test_the_load_balancer_controller_reads_its_own_and_the_generic_annotations() -> None:
+    plan = fixed_cloud_plan()
+    annotations = {**INTERNAL_LB, "service.beta.kubernetes.io/load-balancer-source-ranges": "10.0.0.0/8"}
+    plan.append(service("api", "LoadBalancer", annotations))
+    assert violations(plan, "stack-load-balancer-annotations") == []
+    plan.append(service("odd", "LoadBalancer", {**INTERNAL_LB, "metallb.universe.tf/address-pool": "x"}))
+    (found,) = violations(plan, "stack-load-balancer-annotations")
+    assert "Service apps/odd" in found["message"] and "AWS Load Balancer Controller" in found["message"]
