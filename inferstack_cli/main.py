@@ -161,15 +161,22 @@ def summary(plan: Plan, seconds: float) -> str:
         parts.append(f"  {key}: {json.dumps(value) if not isinstance(value, str) else value}")
     parts.append("")
     if plan.violations:
-        parts.append(f"Policy violations ({len(plan.violations)}):")
-        parts += [f"  [{v['enforcement']}] {v['policy']}: {v['message']} ({v['urn']})" for v in plan.violations]
+        mandatory = sum(v["enforcement"] == "mandatory" for v in plan.violations)
+        parts.append(
+            f"Policy violations ({len(plan.violations)}: {mandatory} mandatory, "
+            f"{len(plan.violations) - mandatory} advisory, which print but do not fail):"
+        )
+        parts += [
+            f"  [{v['enforcement']}] {v['policy']}: {v['message']}" + (f" ({v['urn']})" if v["urn"] else "")
+            for v in plan.violations
+        ]
     else:
         parts.append("Policy pack: no violations.")
     return "\n".join(parts)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from policies.rules import check
+    from policies.rules import check_plan
 
     started = time.perf_counter()
     try:
@@ -177,8 +184,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except ConfigError as err:
         print(err, file=sys.stderr)
         return EXIT_CONFIG
-    for resource in plan.resources:
-        plan.violations += check(resource.type, resource.inputs, resource.urn, resource.name)
+    plan.violations += check_plan(plan.resources, plan.tier, plan.environment)
     seconds = time.perf_counter() - started
     print(summary(plan, seconds))
     if args.json:

@@ -1,4 +1,4 @@
 from pulumi_policy import PolicyPack
-from rules import POLICIES
+from policies.rules import POLICIES
 
 PolicyPack(name="inferstack", policies=POLICIES)  # type: ignore[arg-type]

@@ -1,30 +1,41 @@
-"""The inferstack policy pack's rules, importable without starting a policy server.
+"""The inferstack policy pack: every rule, importable without starting a policy server.
 
 ``policies/__main__.py`` wraps ``POLICIES`` in one ``PolicyPack(...)`` for
-``pulumi preview --policy-pack policies``; ``inferstack plan`` and the tests call each
-rule's ``validate`` directly on the mock-captured (camelCase, wire-format) inputs.
-Every rule here enforces a line of the security baseline in the README.
+``pulumi preview --policy-pack policies``: resource rules become CrossGuard
+``ResourceValidationPolicy`` objects and whole-stack rules ``StackValidationPolicy`` objects.
+``inferstack plan`` and the tests run the very same rule functions offline through
+``check_plan`` on the mock-captured (camelCase, wire-format) inputs.
+
+Three families: AWS resource rules (the security baseline, below), Kubernetes resource rules
+(``policies/kube_rules.py``) and whole-stack wiring rules (``policies/stack_rules.py``).
+Exceptions live in ``policies/exceptions.py``; tier guarantees in ``policies/tiers.py``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
-from pulumi_policy.policy import PolicyCustomTimeouts, PolicyResourceOptions
+from pulumi_policy import (
+    EnforcementLevel,
+    ReportViolation,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
 
-Validate = Callable[[ResourceValidationArgs, ReportViolation], None]
+from policies import kube_rules as k8s
+from policies import stack_rules as sr
+from policies.exceptions import KNOWN_UNTIL_ISSUE_12, excepted
+from policies.model import Res, from_plan, from_policy, plain
+from policies.tiers import TierGuarantees, declared_by_config, tier_of
+
 MANDATORY = EnforcementLevel.MANDATORY
-
-
-def _for(resource_type: str, check: Callable[[dict[str, Any], ReportViolation], None]) -> Validate:
-    def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
-        if args.resource_type == resource_type:
-            check(dict(args.props), report)
-
-    return validate
+ADVISORY = EnforcementLevel.ADVISORY
+Finding = tuple[str, Res | None]
 
 
 def _imdsv2(props: dict[str, Any], report: ReportViolation) -> None:
@@ -128,82 +139,292 @@ def _gpu_taint(props: dict[str, Any], report: ReportViolation) -> None:
         )
 
 
-def _policy(
-    name: str, description: str, resource_type: str, check: Callable[[dict[str, Any], ReportViolation], None]
-) -> ResourceValidationPolicy:
+# ---------------------------------------------------------------------------------------------
+# The registry: every rule once, with its id, kind, declared enforcement and what it checks.
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    kind: Literal["resource", "stack"]
+    enforcement: EnforcementLevel
+    description: str
+    check: Callable[[Any], Iterable[Finding]]
+    """resource rules: ``Res`` → findings; stack rules: ``stack_rules.Stack`` → findings."""
+
+    @property
+    def effective(self) -> EnforcementLevel:
+        """Declared enforcement, except that ``KNOWN_UNTIL_ISSUE_12`` rules run advisory for now."""
+        return ADVISORY if self.id in KNOWN_UNTIL_ISSUE_12 else self.enforcement
+
+
+def _aws(
+    resource_type: str, check: Callable[[dict[str, Any], ReportViolation], None]
+) -> Callable[[Res], Iterable[Finding]]:
+    def run(res: Res) -> Iterator[Finding]:
+        if res.type != resource_type:
+            return
+        found: list[str] = []
+
+        def collect(message: str, urn: str | None = None) -> None:
+            found.append(message)
+
+        check(dict(res.inputs), collect)
+        for message in found:
+            yield message, None
+
+    return run
+
+
+def _resource(
+    id: str, description: str, check: Callable[[Res], Iterable[Finding]], level: EnforcementLevel = MANDATORY
+) -> Rule:
+    return Rule(id, "resource", level, description, check)
+
+
+def _stack(
+    id: str, description: str, check: Callable[[sr.Stack], Iterable[Finding]], level: EnforcementLevel = MANDATORY
+) -> Rule:
+    return Rule(id, "stack", level, description, check)
+
+
+LT = "aws:ec2/launchTemplate:LaunchTemplate"
+
+RULES: tuple[Rule, ...] = (
+    # AWS resources: the security baseline.
+    _resource("imdsv2-required", "Launch templates require IMDSv2.", _aws(LT, _imdsv2)),
+    _resource("ebs-encrypted", "Node volumes are encrypted at rest.", _aws(LT, _ebs_encrypted)),
+    _resource("no-public-node-ip", "Node interfaces get no public IPs.", _aws(LT, _no_public_ip_template)),
+    _resource(
+        "no-public-subnet-ip",
+        "Subnets do not map public IPs on launch.",
+        _aws("aws:ec2/subnet:Subnet", _no_public_ip_subnet),
+    ),
+    _resource(
+        "eks-private-endpoint",
+        "The EKS endpoint is private or allowlisted.",
+        _aws("aws:eks/cluster:Cluster", _eks_endpoint),
+    ),
+    _resource("eks-secrets-kms", "EKS secrets are encrypted with KMS.", _aws("aws:eks/cluster:Cluster", _eks_secrets)),
+    _resource(
+        "s3-public-access-blocked",
+        "Buckets block all public access.",
+        _aws("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", _bucket_public_access),
+    ),
+    _resource(
+        "s3-sse-kms",
+        "Buckets encrypt with SSE-KMS.",
+        _aws("aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration", _bucket_kms),
+    ),
+    _resource(
+        "ecr-immutable-scanned", "ECR tags are immutable and scanned.", _aws("aws:ecr/repository:Repository", _ecr)
+    ),
+    _resource(
+        "iam-no-wildcard-inline",
+        "No inline policy allows Action *.",
+        _aws("aws:iam/rolePolicy:RolePolicy", _no_wildcard_policy),
+    ),
+    _resource(
+        "iam-no-wildcard-managed",
+        "No managed policy allows Action *.",
+        _aws("aws:iam/policy:Policy", _no_wildcard_policy),
+    ),
+    _resource(
+        "iam-no-admin-attachment",
+        "No role carries AdministratorAccess.",
+        _aws("aws:iam/rolePolicyAttachment:RolePolicyAttachment", _no_admin_attachment),
+    ),
+    _resource(
+        "gpu-node-taint", "GPU node groups carry the GPU taint.", _aws("aws:eks/nodeGroup:NodeGroup", _gpu_taint)
+    ),
+    # Kubernetes objects, one at a time.
+    _resource("pss-run-as-non-root", "Pod Security restricted: containers run as non-root.", k8s.pss_non_root),
+    _resource(
+        "pss-no-privilege-escalation",
+        "Pod Security restricted: allowPrivilegeEscalation is false.",
+        k8s.pss_no_privilege_escalation,
+    ),
+    _resource(
+        "pss-drop-all-capabilities", "Pod Security restricted: drop ALL, add nothing.", k8s.pss_drop_all_capabilities
+    ),
+    _resource("pss-seccomp-runtime-default", "Pod Security restricted: seccomp RuntimeDefault.", k8s.pss_seccomp),
+    _resource(
+        "pss-no-host-namespaces-or-privileged",
+        "Pod Security baseline: no host namespaces, privileged containers or host ports.",
+        k8s.pss_host_and_privileged,
+    ),
+    _resource(
+        "pss-restricted-volume-types",
+        "Pod Security restricted: volume types (hostPath only as allowed).",
+        k8s.pss_volume_types,
+    ),
+    _resource(
+        "k8s-cpu-memory-requests",
+        "Every container, init and Job ones included, requests CPU and memory.",
+        k8s.resource_requests,
+    ),
+    _resource("k8s-image-pinned-by-digest", "Images are pinned by digest or an allow-listed tag.", k8s.image_digest),
+    _resource("k8s-no-latest-tag", "No image floats with :latest or no tag.", k8s.no_latest),
+    _resource(
+        "k8s-automount-token-off",
+        "Pods do not mount a service-account token unless they talk to the API.",
+        k8s.automount_token_off,
+    ),
+    _resource(
+        "k8s-no-internet-facing-service",
+        "No internet-facing Service or Ingress without the config opt-in.",
+        k8s.no_internet_facing,
+    ),
+    _resource("k8s-no-secret-in-configmap", "ConfigMaps hold no secret values.", k8s.no_secret_in_configmap),
+    _resource("k8s-no-secret-in-env", "No secret value in a container's plain env.", k8s.no_secret_in_env),
+    _resource("helm-chart-pinned", "Helm charts are pinned to one exact version.", k8s.helm_chart_pinned),
+    _resource(
+        "helm-no-default-admin-credentials",
+        "No chart keeps a default admin password.",
+        k8s.no_default_admin_credentials,
+    ),
+    # The whole stack: links between resources.
+    _stack(
+        "stack-storage-provisioner",
+        "Every claim resolves to a StorageClass whose provisioner runs.",
+        sr.storage_provisioner,
+    ),
+    _stack(
+        "stack-load-balancer-controller",
+        "Every LoadBalancer Service and Ingress has a controller.",
+        sr.lb_controller_present,
+    ),
+    _stack(
+        "stack-load-balancer-annotations",
+        "A Service's LB annotations are read by the controller serving it.",
+        sr.lb_annotations_read,
+    ),
+    _stack(
+        "stack-node-selectors-match-pools",
+        "Every workload's selector, affinity and tolerations match a node pool.",
+        sr.node_selectors_match,
+    ),
+    _stack(
+        "stack-device-plugin-coverage",
+        "GPU, EFA and RDMA pods land only where the device plugin runs.",
+        sr.device_plugin_coverage,
+    ),
+    _stack(
+        "stack-object-store-permissions",
+        "Each pod's role allows the object-store actions its command performs.",
+        sr.object_store_access,
+    ),
+    _stack(
+        "stack-service-account-exists",
+        "Every pod's service account is created by the stack.",
+        sr.service_accounts_exist,
+    ),
+    _stack(
+        "stack-network-policy-enforced", "NetworkPolicies only where the CNI enforces them.", sr.network_policy_enforced
+    ),
+    _stack("stack-gpu-capacity-fits-pool", "Replicas x GPUs per replica fit the pool's maximum.", sr.gpu_capacity_fits),
+    _stack(
+        "stack-parallelism-matches-gpus",
+        "TP x PP equals the GPUs per pod x pods per group, within a node.",
+        sr.parallelism_matches,
+    ),
+    _stack(
+        "stack-fabric-device-requested", "Pods that use EFA or RDMA request the device.", sr.fabric_device_requested
+    ),
+    _stack(
+        "stack-engine-args-supported",
+        "Every engine argument is supported by the pinned image.",
+        sr.engine_args_supported,
+    ),
+    _stack(
+        "stack-host-memory-stages-weights",
+        "Host memory ≥ 1.5 x the node's GPU memory.",
+        sr.host_memory_stages_weights,
+        ADVISORY,
+    ),
+    _stack(
+        "stack-autoscaler-max-fits-pool",
+        "An autoscaler's maximum fits the pool's GPUs.",
+        sr.autoscaler_max_fits,
+        ADVISORY,
+    ),
+)
+RULES_BY_ID = {r.id: r for r in RULES}
+assert len(RULES_BY_ID) == len(RULES), "rule ids are unique"
+
+
+def _kept(rule: Rule, res: Res | None) -> bool:
+    return res is None or excepted(rule.id, res.name) is None
+
+
+def _resource_policy(rule: Rule) -> ResourceValidationPolicy:
+    def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
+        res = Res(args.urn, args.resource_type, args.name, plain(args.props))
+        for message, _ in rule.check(res):
+            if _kept(rule, res):
+                report(message, None)
+
     return ResourceValidationPolicy(
-        name=name, description=description, validate=_for(resource_type, check), enforcement_level=MANDATORY
+        name=rule.id, description=rule.description, validate=validate, enforcement_level=rule.effective
     )
 
 
-POLICIES: list[ResourceValidationPolicy] = [
-    _policy("imdsv2-required", "Launch templates require IMDSv2.", "aws:ec2/launchTemplate:LaunchTemplate", _imdsv2),
-    _policy(
-        "ebs-encrypted", "Node volumes are encrypted at rest.", "aws:ec2/launchTemplate:LaunchTemplate", _ebs_encrypted
-    ),
-    _policy(
-        "no-public-node-ip",
-        "Node interfaces get no public IPs.",
-        "aws:ec2/launchTemplate:LaunchTemplate",
-        _no_public_ip_template,
-    ),
-    _policy(
-        "no-public-subnet-ip", "Subnets do not map public IPs on launch.", "aws:ec2/subnet:Subnet", _no_public_ip_subnet
-    ),
-    _policy(
-        "eks-private-endpoint", "The EKS endpoint is private or allowlisted.", "aws:eks/cluster:Cluster", _eks_endpoint
-    ),
-    _policy("eks-secrets-kms", "EKS secrets are encrypted with KMS.", "aws:eks/cluster:Cluster", _eks_secrets),
-    _policy(
-        "s3-public-access-blocked",
-        "Buckets block all public access.",
-        "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock",
-        _bucket_public_access,
-    ),
-    _policy(
-        "s3-sse-kms",
-        "Buckets encrypt with SSE-KMS.",
-        "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
-        _bucket_kms,
-    ),
-    _policy("ecr-immutable-scanned", "ECR tags are immutable and scanned.", "aws:ecr/repository:Repository", _ecr),
-    _policy(
-        "iam-no-wildcard-inline",
-        "No inline policy allows Action *.",
-        "aws:iam/rolePolicy:RolePolicy",
-        _no_wildcard_policy,
-    ),
-    _policy(
-        "iam-no-wildcard-managed", "No managed policy allows Action *.", "aws:iam/policy:Policy", _no_wildcard_policy
-    ),
-    _policy(
-        "iam-no-admin-attachment",
-        "No role carries AdministratorAccess.",
-        "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
-        _no_admin_attachment,
-    ),
-    _policy("gpu-node-taint", "GPU node groups carry the GPU taint.", "aws:eks/nodeGroup:NodeGroup", _gpu_taint),
+def _stack_policy(rule: Rule) -> StackValidationPolicy:
+    def validate(args: StackValidationArgs, report: ReportViolation) -> None:
+        resources = from_policy(args.resources)
+        for message, res in rule.check(sr.Stack(resources, tier_of(resources))):
+            if _kept(rule, res):
+                report(message, res.urn if res else None)
+
+    return StackValidationPolicy(
+        name=rule.id, description=rule.description, validate=validate, enforcement_level=rule.effective
+    )
+
+
+POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
+    _resource_policy(r) if r.kind == "resource" else _stack_policy(r) for r in RULES
 ]
 
 
+def _violation(rule: Rule, message: str, urn: str | None) -> dict[str, Any]:
+    return {"policy": rule.id, "enforcement": rule.effective.value, "urn": urn, "message": message}
+
+
 def check(resource_type: str, props: dict[str, Any], urn: str = "", name: str = "") -> list[dict[str, Any]]:
-    """Run every rule on one resource's wire-format inputs; return the violations found."""
-    found: list[dict[str, Any]] = []
-    opts = PolicyResourceOptions(
-        protect=False,
-        ignore_changes=[],
-        delete_before_replace=None,
-        aliases=[],
-        custom_timeouts=PolicyCustomTimeouts(0, 0, 0),
-        additional_secret_outputs=[],
-    )
-    args = ResourceValidationArgs(resource_type, props, urn, name, opts, None)
-    for policy in POLICIES:
-        validate = policy.validate
-        assert callable(validate)
+    """Run every resource rule on one resource's wire-format inputs; return the violations found."""
+    res = Res(urn, resource_type, name, plain(props))
+    return [
+        _violation(rule, message, urn or None)
+        for rule in RULES
+        if rule.kind == "resource"
+        for message, _ in rule.check(res)
+        if _kept(rule, res)
+    ]
 
-        def report(message: str, urn_: str | None = None, _policy: str = policy.name) -> None:
-            found.append({"policy": _policy, "enforcement": "mandatory", "urn": urn, "message": message})
 
-        validate(args, report)
-    return found
+def check_stack(
+    resources: Iterable[Any], tier: str | None = None, declared: TierGuarantees | None = None
+) -> list[dict[str, Any]]:
+    """Run every whole-stack rule on a plan's resources (registrations or plan-JSON dicts)."""
+    items = from_plan(resources)
+    stack = sr.Stack(items, tier_of(items, tier), declared)
+    return [
+        _violation(rule, message, res.urn if res else None)
+        for rule in RULES
+        if rule.kind == "stack"
+        for message, res in rule.check(stack)
+        if _kept(rule, res)
+    ]
+
+
+def check_plan(
+    resources: Iterable[Any], tier: str | None = None, environment: object | None = None
+) -> list[dict[str, Any]]:
+    """Every rule of the pack, offline: what ``inferstack plan`` reports (format in the README).
+
+    ``environment``: the stack's validated config, whose declarations about an existing cluster
+    (``policies.tiers.declared_by_config``) count as that cluster's guarantees."""
+    items = from_plan(resources)
+    found = [v for r in items for v in check(r.type, dict(r.inputs), r.urn, r.name)]
+    declared = declared_by_config(tier_of(items, tier), environment) if environment is not None else None
+    return found + check_stack(items, tier, declared)

@@ -212,6 +212,7 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
                 system_node_selector=system,
                 service_annotations=lb_annotations,
                 load_balancer_class=env.load_balancer.load_balancer_class,
+                load_balancer_source_ranges=tuple(str(n) for n in env.load_balancer.source_ranges),
             ),
             opts=pulumi.ResourceOptions(depends_on=[base, addons]),
         )

@@ -104,6 +104,8 @@ class RedisCache(pulumi.ComponentResource):
                     "spec": {
                         "nodeSelector": args.system_node_selector,
                         "securityContext": restricted_pod(REDIS_UID),
+                        # Nothing in this pod talks to the Kubernetes API: no token mounted.
+                        "automountServiceAccountToken": False,
                         "containers": [
                             {
                                 "name": "redis",

@@ -136,10 +136,14 @@ ENGINE_IMAGES: Mapping[str, EngineImage] = MappingProxyType(
 
 
 def engine_image(image: str) -> EngineImage:
-    try:
+    """The row of ``image``: by its exact reference, else by repository:tag (a row's digest pins that tag)."""
+    if image in ENGINE_IMAGES:
         return ENGINE_IMAGES[image]
-    except KeyError:
-        raise KeyError(f"no support row for image {image!r}; rows: {', '.join(ENGINE_IMAGES)}") from None
+    tag = image.split("@", 1)[0]
+    for ref, row in ENGINE_IMAGES.items():
+        if ref.split("@", 1)[0] == tag:
+            return row
+    raise KeyError(f"no support row for image {image!r}; rows: {', '.join(ENGINE_IMAGES)}")
 
 
 def engine_arg_problems(image: str, args: Iterable[object]) -> list[str]:

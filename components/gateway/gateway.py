@@ -103,6 +103,8 @@ class GatewayArgs(Args):
     service_annotations: dict[str, str] | None = None
     """With ``loadBalancer: internal``: what the tier's load balancer reads (MetalLB's pool, ...). ``None``: the
     AWS Load Balancer Controller's internal NLB annotations (cloud)."""
+    load_balancer_source_ranges: tuple[str, ...] = ()
+    """Off AWS: the only networks the load balancer admits (kube-proxy enforces it); the tier's private ranges."""
     load_balancer_class: str | None = None
     """``spec.loadBalancerClass`` for a cluster's own load balancer implementation; ``None``: the default."""
 
@@ -164,6 +166,8 @@ class Gateway(pulumi.ComponentResource):
                     "spec": {
                         "nodeSelector": args.system_node_selector,
                         "securityContext": restricted_pod(GATEWAY_UID),
+                        # Nothing in this pod talks to the Kubernetes API: no token mounted.
+                        "automountServiceAccountToken": False,
                         "topologySpreadConstraints": [
                             {
                                 "maxSkew": 1,
@@ -243,6 +247,11 @@ class Gateway(pulumi.ComponentResource):
                     "type": "LoadBalancer",
                     "selector": APP,
                     **({"loadBalancerClass": args.load_balancer_class} if args.load_balancer_class else {}),
+                    **(
+                        {"loadBalancerSourceRanges": list(args.load_balancer_source_ranges)}
+                        if args.load_balancer_source_ranges
+                        else {}
+                    ),
                     "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
                 },
                 opts=k8s_opts,

@@ -6,6 +6,7 @@ the on-prem components read them. Sources for each fact are cited where it is us
 
 from __future__ import annotations
 
+from ipaddress import IPv4Network
 from typing import Literal
 
 from pydantic import Field, field_validator
@@ -179,3 +180,9 @@ class OnpremLoadBalancerSpec(Spec):
     metallb: MetalLbSpec | None = None
     load_balancer_class: str | None = None
     """``existing``: the ``spec.loadBalancerClass`` your load balancer serves; empty: the cluster default."""
+    source_ranges: tuple[IPv4Network, ...] = (
+        IPv4Network("10.0.0.0/8"),
+        IPv4Network("172.16.0.0/12"),
+        IPv4Network("192.168.0.0/16"),
+    )
+    """Networks the gateway's load balancer admits (``loadBalancerSourceRanges``); private ranges by default."""

@@ -389,6 +389,8 @@ def _triton_repo_init(spec: ModelDeploySpec) -> dict[str, Any]:
             {"name": "model-repo", "mountPath": "/model-repo"},
             {"name": "triton-config", "mountPath": "/config"},
         ],
+        # A copy of a few files: small, but requested like every container so the scheduler can place it.
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": SERVER_UID,

@@ -1,4 +1,4 @@
-"""The cloud tier's preflight: read-only AWS calls, judged against the validated ``Environment``.
+"""The cloud tier's preflight: read-only AWS calls, judged against the validated ``CloudEnvironment``.
 
 Every call is a ``Describe``/``Get``; nothing here creates, changes or reserves anything. Each
 check is a function of the environment and the clients, returning ``Finding`` rows, so a test
@@ -16,8 +16,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from stacks.environment import CONFIG_KEY
-from stacks.environment import CloudEnvironment as Environment
+from stacks.environment import CONFIG_KEY, CloudEnvironment
 from stacks.preflight import Finding, Report
 
 # The kit's own facts, imported in one place: the SSM parameter the node groups read their AMI
@@ -88,7 +87,7 @@ class AwsClients:
         return self._clients[service]
 
 
-def run(env: Environment, stack: str, clients: Clients, now: datetime) -> Report:
+def run(env: CloudEnvironment, stack: str, clients: Clients, now: datetime) -> Report:
     """Every check for ``env``. Raises ``AwsAccessError`` when the credentials cannot be used."""
     from botocore.exceptions import ClientError
 
@@ -113,12 +112,12 @@ def run(env: Environment, stack: str, clients: Clients, now: datetime) -> Report
     return Report(stack=stack, region=env.region, account=account, findings=tuple(findings))
 
 
-def pool_zone(env: Environment, index: int) -> str:
+def pool_zone(env: CloudEnvironment, index: int) -> str:
     """A GPU pool's one zone: its own, or the network's first (as the cloud stack places it)."""
     return env.gpu_pools[index].zone or env.network.availability_zones[0]
 
 
-def check_offerings(env: Environment, clients: Clients) -> list[Finding]:
+def check_offerings(env: CloudEnvironment, clients: Clients) -> list[Finding]:
     """Each GPU pool's instance type is offered in its zone; the system pool's in every network zone."""
     wanted: list[tuple[str, str, str, str]] = []  # (subject, instance type, zone, key path)
     for i, pool in enumerate(env.gpu_pools):
@@ -165,16 +164,16 @@ def check_offerings(env: Environment, clients: Clients) -> list[Finding]:
     return findings
 
 
-def check_vcpu_quotas(env: Environment, clients: Clients) -> list[Finding]:
+def check_vcpu_quotas(env: CloudEnvironment, clients: Clients) -> list[Finding]:
     """The vCPU quota of each instance class covers its on-demand and spot pools at their maximum size.
 
     Instances launched into an ODCR or a Capacity Block draw on the reservation, not on the quota.
     """
     demand: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)  # key → [(pool index, name)]
     for i, pool in enumerate(env.gpu_pools):
-        # A reserved pool that may fall back to on-demand (`capacity.onDemandFallback`, where the config
-        # carries that key) can run its whole maximum on-demand when the reservation is full or inactive.
-        fallback = pool.capacity.reserved and getattr(pool.capacity, "on_demand_fallback", False)
+        # A reserved pool that may fall back to on-demand (`capacity.onDemandFallback`) can run its whole
+        # maximum on-demand when the reservation is full or not active yet.
+        fallback = pool.capacity.reserved and pool.capacity.on_demand_fallback
         market = "on-demand" if fallback else pool.capacity.type
         key = (pool.instance_type[0].upper(), market)
         if market in ("on-demand", "spot") and key in VCPU_QUOTAS:
@@ -214,7 +213,7 @@ def check_vcpu_quotas(env: Environment, clients: Clients) -> list[Finding]:
     return findings
 
 
-def check_reservations(env: Environment, clients: Clients, now: datetime) -> list[Finding]:
+def check_reservations(env: CloudEnvironment, clients: Clients, now: datetime) -> list[Finding]:
     """Each ODCR or Capacity Block exists, is usable, and matches its pool's type, zone and size."""
     findings = []
     for i, pool in enumerate(env.gpu_pools):
@@ -247,11 +246,12 @@ def check_reservations(env: Environment, clients: Clients, now: datetime) -> lis
     return findings
 
 
-def check_ami_release(env: Environment, clients: Clients) -> list[Finding]:
+def check_ami_release(env: CloudEnvironment, clients: Clients) -> list[Finding]:
     """The pinned AL2023 NVIDIA AMI release exists, or the recommended one resolves."""
     version = env.cluster.kubernetes_version
-    # A pin arrives with `cluster.amiReleaseVersion`; until then every stack takes SSM's recommendation.
-    pinned: str | None = getattr(env.cluster, "ami_release_version", None)
+    # The config requires `cluster.amiReleaseVersion` (stacks.environment.cluster_checks); without one
+    # (an environment built in code) the node groups would take SSM's recommendation, so check that.
+    pinned = env.cluster.ami_release_version
     if pinned is None:
         name = ami_release_parameter(version)
         release = _parameter(clients("ssm"), name)
@@ -301,7 +301,7 @@ def check_ami_release(env: Environment, clients: Clients) -> list[Finding]:
     return [Finding("AMI release", subject, "ok", f"{image_name} is {available[0]['ImageId']}")]
 
 
-def check_kubernetes_version(env: Environment, clients: Clients) -> list[Finding]:
+def check_kubernetes_version(env: CloudEnvironment, clients: Clients) -> list[Finding]:
     """EKS offers the stack's Kubernetes version in standard support (extended support costs extra)."""
     version = env.cluster.kubernetes_version
     subject = f"EKS Kubernetes {version}"
@@ -323,7 +323,7 @@ def check_kubernetes_version(env: Environment, clients: Clients) -> list[Finding
     return [Finding("EKS version", subject, "blocker", f"EKS does not support Kubernetes {version}; {fix}")]
 
 
-def check_cache_node_type(env: Environment, clients: Clients) -> list[Finding]:
+def check_cache_node_type(env: CloudEnvironment, clients: Clients) -> list[Finding]:
     """The ElastiCache node type is sold in the region (only when the stack uses ElastiCache)."""
     if env.cache.kind != "elasticache":
         return []
@@ -347,7 +347,7 @@ def check_cache_node_type(env: Environment, clients: Clients) -> list[Finding]:
     ]
 
 
-def _reservation_problems(env: Environment, index: int, found: dict[str, Any]) -> list[str]:
+def _reservation_problems(env: CloudEnvironment, index: int, found: dict[str, Any]) -> list[str]:
     pool = env.gpu_pools[index]
     at = f"{CONFIG_KEY}.gpuPools[{index}]"
     rid = found["CapacityReservationId"]

@@ -23,8 +23,9 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
+from components.specs import GpuPoolSpec
 from helpers import raw_environment
-from stacks.environment import Environment, load_environment
+from stacks.environment import CloudEnvironment, load_environment
 from stacks.preflight.aws import VCPU_QUOTAS, AwsClients
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
@@ -252,8 +253,13 @@ class FakeAccount:
             expected_params={"Owners": ["amazon"], "Filters": [{"Name": "name", "Values": [name]}]},
         )
 
-    def ready_for(self, env: Environment) -> None:
-        """Queue the answers of an account that can run ``env``: ample quota, matching reservations."""
+    def ready_for(self, env: CloudEnvironment, *, reservations: Callable[[], None] | None = None) -> None:
+        """Queue the answers of an account that can run ``env``: ample quota, matching reservations.
+
+        ``reservations`` queues the DescribeCapacityReservations answers instead (a test's missing,
+        expired or mismatched reservation), in their place: EC2's recorded answers are one queue, and
+        the AMI check's DescribeImages comes after them.
+        """
         # In the order the check asks: by instance class, then market.
         markets = sorted(
             {
@@ -264,17 +270,20 @@ class FakeAccount:
         )
         for key in markets:
             self.quota(VCPU_QUOTAS[key][0], 4096)
-        for pool in env.gpu_pools:
-            if pool.capacity.reservation_id:
-                self.reservation(
-                    pool.capacity.reservation_id,
-                    instance_type=pool.instance_type,
-                    zone=pool.zone or env.network.availability_zones[0],
-                    count=pool.max_size,
-                    kind="capacity-block" if pool.capacity.type == "capacity-block" else "default",
-                )
+        if reservations is not None:
+            reservations()
+        else:
+            for pool in env.gpu_pools:
+                if pool.capacity.reservation_id:
+                    self.reservation(
+                        pool.capacity.reservation_id,
+                        instance_type=pool.instance_type,
+                        zone=pool.zone or env.network.availability_zones[0],
+                        count=pool.max_size,
+                        kind="capacity-block" if pool.capacity.type == "capacity-block" else "default",
+                    )
         version = env.cluster.kubernetes_version
-        pinned = getattr(env.cluster, "ami_release_version", None)
+        pinned = env.cluster.ami_release_version
         if pinned:
             self.eks_image(f"amazon-eks-node-al2023-x86_64-nvidia-{version}-v{pinned.rsplit('-', 1)[1]}")
         else:
@@ -284,8 +293,8 @@ class FakeAccount:
             self.cache_offered(env.cache.node_type)
 
 
-def _falls_back(pool: Any) -> bool:
-    return bool(pool.capacity.reserved and getattr(pool.capacity, "on_demand_fallback", False))
+def _falls_back(pool: GpuPoolSpec) -> bool:
+    return pool.capacity.reserved and pool.capacity.on_demand_fallback
 
 
 @pytest.fixture(scope="module")
@@ -313,13 +322,19 @@ def account(_moto_accounts: dict[str, FakeAccount]) -> Iterator[Callable[[str], 
 
 
 @pytest.fixture
-def prod_env() -> Callable[..., Environment]:
-    """The bundled prod stack, with the H200 block moved to a zone that offers p5en (us-east-1c)."""
+def prod_env() -> Callable[..., CloudEnvironment]:
+    """The bundled prod stack, with the H200 block moved to a zone that offers p5en (us-east-1c).
 
-    def build(**h200: Any) -> Environment:
+    As bundled: h100 (4 x p5.48xlarge, on-demand) in us-east-1a; h200 (2 x p5en.48xlarge) on Capacity
+    Block cr-0a1b2c3d4e5f60718 with ``onDemandFallback``; AMI release pinned to 1.33.5-20251120.
+    """
+
+    def build(**h200: Any) -> CloudEnvironment:
         raw = raw_environment("prod")
         pools = [dict(p) for p in raw["gpuPools"]]
         pools[1] = {**pools[1], "zone": "us-east-1c", **h200}
-        return load_environment({**raw, "gpuPools": pools}, "tests/preflight")
+        env = load_environment({**raw, "gpuPools": pools}, "tests/preflight")
+        assert isinstance(env, CloudEnvironment)
+        return env
 
     return build

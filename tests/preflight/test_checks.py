@@ -40,8 +40,9 @@ def test_ready_prod_stack_passes_every_check(account: Any, prod_env: Any) -> Non
     assert report.account == "123456789012"
     (block,) = [f for f in report.findings if f.check == "reservation"]
     assert "ends 2026-11-29 12:00 UTC (in 6 days)" in block.detail
+    # 4 x 192 (h100, on-demand) + 2 x 192 (h200: its block may fall back to on-demand) = 1152 vCPUs
     (quota,) = [f for f in report.findings if f.check == "vCPU quota"]
-    assert "768 needed (h100: 4 x p5.48xlarge x 192)" in quota.detail
+    assert "1152 needed (h100: 4 x p5.48xlarge x 192 + h200: 2 x p5en.48xlarge x 192)" in quota.detail
     assert report.verdict_line() == f"preflight: {len(report.findings)} checks passed — ready"
 
 
@@ -49,9 +50,9 @@ def test_reservation_in_another_zone_is_a_blocker(account: Any, prod_env: Any) -
     # GIVEN the H200 pool in us-east-1c, but its Capacity Block lives in us-east-1a
     env = prod_env()
     aws = account("us-east-1")
-    aws.ready_for(env)
-    aws.stubs["ec2"]._queue.clear()
-    aws.reservation(H200_BLOCK, instance_type="p5en.48xlarge", zone="us-east-1a", count=2)
+    aws.ready_for(
+        env, reservations=lambda: aws.reservation(H200_BLOCK, instance_type="p5en.48xlarge", zone="us-east-1a", count=2)
+    )
 
     # WHEN preflight runs
     report = run(env, "prod", aws.clients, aws.now)
@@ -65,12 +66,13 @@ def test_reservation_in_another_zone_is_a_blocker(account: Any, prod_env: Any) -
 
 
 def test_quota_below_the_pools_maximum_is_a_blocker(account: Any, prod_env: Any) -> None:
-    # GIVEN an account whose on-demand P quota (384 vCPUs) is half of what h100 needs at 4 nodes (768)
+    # GIVEN an account whose on-demand P quota (384 vCPUs) is a third of what the pools need at their maximum:
+    # 4 x 192 (h100) + 2 x 192 (h200, whose block may fall back to on-demand) = 1152
     env = prod_env()
     aws = account("us-east-1")
     aws.quota("L-417A185B", 384)
     aws.reservation(H200_BLOCK, instance_type="p5en.48xlarge", zone="us-east-1c", count=2)
-    aws.recommended_release("1.33", "1.33.5-20251120")
+    aws.eks_image("amazon-eks-node-al2023-x86_64-nvidia-1.33-v20251120")  # the pinned AMI release
     aws.kubernetes("1.33")
     aws.cache_offered("cache.r7g.large")
 
@@ -81,9 +83,12 @@ def test_quota_below_the_pools_maximum_is_a_blocker(account: Any, prod_env: Any)
     (problem,) = blockers(report)
     assert problem.check == "vCPU quota"
     assert problem.subject == "Running On-Demand P instances (L-417A185B)"
-    assert "quota 384 vCPUs < 768 needed at maximum size (h100: 4 x p5.48xlarge x 192)" in problem.detail
-    assert "request an increase of L-417A185B to ≥ 768" in problem.detail
-    assert "or lower gpuPools[0].maxSize" in problem.detail
+    assert (
+        "quota 384 vCPUs < 1152 needed at maximum size (h100: 4 x p5.48xlarge x 192 + h200: 2 x p5en.48xlarge x 192)"
+        in problem.detail
+    )
+    assert "request an increase of L-417A185B to ≥ 1152" in problem.detail
+    assert "or lower gpuPools[0].maxSize or gpuPools[1].maxSize" in problem.detail
 
 
 def test_instance_type_not_offered_in_the_pools_zone_is_a_blocker(account: Any, prod_env: Any) -> None:
@@ -107,9 +112,7 @@ def test_reservation_that_does_not_exist_is_a_blocker(account: Any, prod_env: An
     # GIVEN a Capacity Block id that EC2 does not know
     env = prod_env()
     aws = account("us-east-1")
-    aws.ready_for(env)
-    aws.stubs["ec2"]._queue.clear()
-    aws.reservation_missing(H200_BLOCK)
+    aws.ready_for(env, reservations=lambda: aws.reservation_missing(H200_BLOCK))
 
     # WHEN preflight runs
     report = run(env, "prod", aws.clients, aws.now)
@@ -125,15 +128,16 @@ def test_expired_block_is_a_blocker(account: Any, prod_env: Any) -> None:
     # GIVEN a Capacity Block that ended yesterday
     env = prod_env()
     aws = account("us-east-1")
-    aws.ready_for(env)
-    aws.stubs["ec2"]._queue.clear()
-    aws.reservation(
-        H200_BLOCK,
-        instance_type="p5en.48xlarge",
-        zone="us-east-1c",
-        count=2,
-        state="expired",
-        ends=aws.now - timedelta(days=1),
+    aws.ready_for(
+        env,
+        reservations=lambda: aws.reservation(
+            H200_BLOCK,
+            instance_type="p5en.48xlarge",
+            zone="us-east-1c",
+            count=2,
+            state="expired",
+            ends=aws.now - timedelta(days=1),
+        ),
     )
 
     # WHEN preflight runs
@@ -149,9 +153,12 @@ def test_block_of_another_type_and_smaller_count_gives_one_blocker_each(account:
     # GIVEN a scheduled block of one p5.48xlarge for a pool of two p5en.48xlarge
     env = prod_env()
     aws = account("us-east-1")
-    aws.ready_for(env)
-    aws.stubs["ec2"]._queue.clear()
-    aws.reservation(H200_BLOCK, instance_type="p5.48xlarge", zone="us-east-1c", count=1, state="scheduled")
+    aws.ready_for(
+        env,
+        reservations=lambda: aws.reservation(
+            H200_BLOCK, instance_type="p5.48xlarge", zone="us-east-1c", count=1, state="scheduled"
+        ),
+    )
 
     # WHEN preflight runs
     report = run(env, "prod", aws.clients, aws.now)
@@ -169,9 +176,12 @@ def test_odcr_named_as_capacity_block_is_a_blocker(account: Any, prod_env: Any) 
     # GIVEN the pool says capacity-block but the id is an On-Demand Capacity Reservation
     env = prod_env()
     aws = account("us-east-1")
-    aws.ready_for(env)
-    aws.stubs["ec2"]._queue.clear()
-    aws.reservation(H200_BLOCK, instance_type="p5en.48xlarge", zone="us-east-1c", count=2, kind="default", ends=None)
+    aws.ready_for(
+        env,
+        reservations=lambda: aws.reservation(
+            H200_BLOCK, instance_type="p5en.48xlarge", zone="us-east-1c", count=2, kind="default", ends=None
+        ),
+    )
 
     # WHEN preflight runs
     report = run(env, "prod", aws.clients, aws.now)
@@ -207,17 +217,15 @@ def test_quota_never_raised_is_read_from_the_aws_default(account: Any, prod_env:
     # WHEN preflight runs
     report = run(env, "prod", aws.clients, aws.now)
 
-    # THEN the default is what the pools are measured against
+    # THEN the default is what the pools are measured against (4 x 192 + 2 x 192 with h200's on-demand fallback)
     (problem,) = blockers(report)
-    assert "quota 0 vCPUs < 768 needed" in problem.detail
+    assert "quota 0 vCPUs < 1152 needed" in problem.detail
 
 
 def test_reserved_pool_with_on_demand_fallback_counts_against_the_on_demand_quota(account: Any, prod_env: Any) -> None:
-    # GIVEN the H200 block pool may fall back to on-demand p5en (capacity.onDemandFallback)
+    # GIVEN the H200 block pool may fall back to on-demand p5en (capacity.onDemandFallback, as bundled)
     env = prod_env()
-    h200 = env.gpu_pools[1]
-    h200 = h200.model_copy(update={"capacity": h200.capacity.model_copy(update={"on_demand_fallback": True})})
-    env = env.model_copy(update={"gpu_pools": (env.gpu_pools[0], h200)})
+    assert env.gpu_pools[1].capacity.on_demand_fallback
     aws = account("us-east-1")
     aws.ready_for(env)
 
@@ -227,6 +235,22 @@ def test_reserved_pool_with_on_demand_fallback_counts_against_the_on_demand_quot
     # THEN its maximum joins h100's in the on-demand P quota
     (quota,) = [f for f in report.findings if f.check == "vCPU quota"]
     assert "1152 needed (h100: 4 x p5.48xlarge x 192 + h200: 2 x p5en.48xlarge x 192)" in quota.detail
+
+
+def test_reserved_pool_without_fallback_draws_on_its_block_not_the_quota(account: Any, prod_env: Any) -> None:
+    # GIVEN the H200 pool on its Capacity Block only (onDemandFallback off)
+    env = prod_env(capacity={"type": "capacity-block", "reservationId": H200_BLOCK, "onDemandFallback": False})
+    aws = account("us-east-1")
+    aws.ready_for(env)
+
+    # WHEN preflight runs
+    report = run(env, "prod", aws.clients, aws.now)
+
+    # THEN only h100 counts against the on-demand P quota (4 x 192 = 768): the block is bought capacity
+    assert report.ready, blockers(report)
+    (quota,) = [f for f in report.findings if f.check == "vCPU quota"]
+    assert "768 needed (h100: 4 x p5.48xlarge x 192)" in quota.detail
+    assert "h200" not in quota.detail
 
 
 def test_spot_pool_is_measured_against_the_spot_quota(account: Any, prod_env: Any) -> None:
@@ -285,6 +309,25 @@ def test_pinned_ami_release_is_looked_up_by_its_image_name(account: Any, prod_en
     assert (ami.verdict, ami.detail) == (
         "ok",
         "amazon-eks-node-al2023-x86_64-nvidia-1.33-v20251120 is ami-0c1e2d3f4a5b6c7d8",
+    )
+
+
+def test_unpinned_ami_release_is_resolved_through_ssm(account: Any, prod_env: Any) -> None:
+    # GIVEN an environment built without cluster.amiReleaseVersion (the stack files must pin one)
+    env = prod_env()
+    env = env.model_copy(update={"cluster": env.cluster.model_copy(update={"ami_release_version": None})})
+    aws = account("us-east-1")
+    aws.ready_for(env)  # an unpinned release is SSM's recommended one, the parameter the node groups read
+
+    # WHEN preflight runs
+    report = run(env, "prod", aws.clients, aws.now)
+
+    # THEN the check resolves the recommended release
+    (ami,) = [f for f in report.findings if f.check == "AMI release"]
+    assert (ami.subject, ami.verdict, ami.detail) == (
+        "AL2023 NVIDIA, Kubernetes 1.33 (recommended)",
+        "ok",
+        "resolves to 1.33.5-20251120",
     )
 
 

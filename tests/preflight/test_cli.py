@@ -45,9 +45,12 @@ def test_blocker_prints_the_table_and_exits_4(
     # GIVEN the prod stack with its H200 block in us-east-1c, and an account whose block is in us-east-1a
     write_stack(tmp_path, "prod", prod_with_block_in("us-east-1c"))
     fake = account("us-east-1")
-    fake.ready_for(prod_env())
-    fake.stubs["ec2"]._queue.clear()
-    fake.reservation("cr-0a1b2c3d4e5f60718", instance_type="p5en.48xlarge", zone="us-east-1a", count=2)
+    fake.ready_for(
+        prod_env(),
+        reservations=lambda: fake.reservation(
+            "cr-0a1b2c3d4e5f60718", instance_type="p5en.48xlarge", zone="us-east-1a", count=2
+        ),
+    )
     use_account(fake)
 
     # WHEN the user runs `inferstack preflight --stack prod`

@@ -22,7 +22,8 @@ PlanOf = Callable[[str], Plan]
 def test_bundled_stack_plans_with_no_policy_violations(plan_of: PlanOf, stack: str) -> None:
     plan = plan_of(stack)
     violations = [v for r in plan.resources for v in check(r.type, r.inputs, r.urn, r.name)]
-    assert violations == []
+    # Advisory findings print without failing (tests/policies checks each rule and the bundled stacks).
+    assert [v for v in violations if v["enforcement"] == "mandatory"] == []
     assert plan.outputs["tier"] == plan.tier
     if plan.tier == "cloud":
         assert plan.outputs["cluster_name"] == f"inferstack-{stack}"
@@ -86,7 +87,8 @@ def test_plan_json_matches_the_documented_format(tmp_path: Path, capsys: pytest.
     template = next(r for r in plan["resources"] if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate")
     assert "metadataOptions" in template["inputs"], "inputs are wire-format camelCase"
     assert template["urn"].startswith("urn:pulumi:prod::inferstack::")
-    assert plan["violations"] == []
+    assert all(set(v) == {"policy", "enforcement", "urn", "message"} for v in plan["violations"])
+    assert [v for v in plan["violations"] if v["enforcement"] == "mandatory"] == []
     summary = capsys.readouterr().out
     assert "p5.48xlarge" in summary and "1 ENA + 32 efa-only" in summary and "1 ENA + 16 efa-only" in summary
     assert "capacity-block cr-0a1b2c3d4e5f60718" in summary

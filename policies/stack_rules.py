@@ -1,0 +1,851 @@
+"""Whole-stack rules: each checks a link between resources, and names both ends and the fix.
+
+A ``StackValidationPolicy`` sees every resource with its inputs (under ``pulumi preview``) and
+``inferstack plan`` hands the same list offline, so each rule is a function of a :class:`Stack`.
+What the stack installs is read from the plan (charts, add-ons, StorageClasses, node pools); what
+the cluster brings by itself comes from ``policies/tiers.py``. No rule knows today's stack.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from policies.model import (
+    HELM_RELEASE,
+    NodePool,
+    Pod,
+    Res,
+    allows,
+    argv,
+    as_int,
+    chart_name,
+    device_count,
+    env_of,
+    flag_value,
+    helm_placements,
+    helm_values,
+    known,
+    node_pools,
+    pods,
+    resolve,
+    selects,
+)
+from policies.tiers import IN_TREE_MIGRATION, TierGuarantees, guarantees
+
+Finding = tuple[str, Res | None]
+
+
+class Stack:
+    """The resources of one stack, indexed for the rules, plus its tier's guarantees."""
+
+    def __init__(self, resources: list[Res], tier: str, declared: TierGuarantees | None = None) -> None:
+        self.resources = resources
+        self.tier = tier
+        self.tier_guarantees: TierGuarantees = declared or guarantees(tier)
+        self.by_type: dict[str, list[Res]] = defaultdict(list)
+        self.by_kind: dict[str, list[Res]] = defaultdict(list)
+        for r in resources:
+            self.by_type[r.type].append(r)
+            if r.type.startswith("kubernetes:") and r.type != HELM_RELEASE:
+                self.by_kind[r.kind].append(r)
+
+    @cached_property
+    def releases(self) -> dict[str, Res]:
+        """Helm releases by chart name."""
+        return {chart_name(r): r for r in self.by_type[HELM_RELEASE]}
+
+    @cached_property
+    def pools(self) -> list[NodePool]:
+        return node_pools(self.resources) + list(self.tier_guarantees.node_pools)
+
+    @cached_property
+    def pods(self) -> list[Pod]:
+        return [p for r in self.resources for p in pods(r)]
+
+    def addon(self, name: str) -> Res | None:
+        return next((r for r in self.by_type["aws:eks/addon:Addon"] if r.inputs.get("addonName") == name), None)
+
+    def landing(self, spec: Mapping[str, Any]) -> list[NodePool]:
+        return [p for p in self.pools if selects(spec, p)]
+
+
+def _placement(spec: Mapping[str, Any]) -> str:
+    parts = []
+    if spec.get("nodeSelector"):
+        parts.append("nodeSelector " + ", ".join(f"{k}={v}" for k, v in spec["nodeSelector"].items()))
+    terms = (
+        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+        or {}
+    ).get("nodeSelectorTerms") or []
+    for t in terms:
+        exprs = [
+            f"{e.get('key')} {e.get('operator')} {e.get('values') or ''}".strip()
+            for e in t.get("matchExpressions") or []
+        ]
+        parts.append("affinity " + " and ".join(exprs))
+    tol = [f"{t.get('key') or '*'}:{t.get('effect') or '*'}" for t in spec.get("tolerations") or []]
+    if tol:
+        parts.append("tolerations " + ", ".join(tol))
+    return "; ".join(parts) or "no placement constraints"
+
+
+# ---------------------------------------------------------------------------------------------
+# Storage
+
+
+CSI_DRIVERS: Mapping[str, str] = {
+    # what installs a provisioner → the provisioner name it registers
+    "addon:aws-ebs-csi-driver": "ebs.csi.aws.com",
+    "addon:aws-efs-csi-driver": "efs.csi.aws.com",
+    "chart:aws-ebs-csi-driver": "ebs.csi.aws.com",
+    "chart:aws-efs-csi-driver": "efs.csi.aws.com",
+    "chart:local-path-provisioner": "rancher.io/local-path",
+    "chart:openebs": "openebs.io/local",
+    "chart:topolvm": "topolvm.io",
+    "chart:local-static-provisioner": "kubernetes.io/no-provisioner",
+}
+
+
+def _installed_provisioners(stack: Stack) -> dict[str, str]:
+    """Provisioner → what installs it (an add-on, a chart, or the tier)."""
+    found = {p: f"tier {stack.tier}" for p in stack.tier_guarantees.provisioners}
+    found["kubernetes.io/no-provisioner"] = "static local PersistentVolumes"
+    for r in stack.by_type["aws:eks/addon:Addon"]:
+        key = f"addon:{r.inputs.get('addonName')}"
+        if key in CSI_DRIVERS:
+            found[CSI_DRIVERS[key]] = f"EKS add-on {r.name}"
+    for chart, r in stack.releases.items():
+        if f"chart:{chart}" in CSI_DRIVERS:
+            found[CSI_DRIVERS[f"chart:{chart}"]] = r.label
+    return found
+
+
+def _storage_classes(stack: Stack) -> dict[str, tuple[str, bool, str]]:
+    """StorageClass name → (provisioner, is default, where it comes from)."""
+    classes = {
+        n: (f.provisioner, f.default, f"tier {stack.tier}") for n, f in stack.tier_guarantees.storage_classes.items()
+    }
+    for r in stack.by_kind["StorageClass"]:
+        default = (r.metadata.get("annotations") or {}).get("storageclass.kubernetes.io/is-default-class") == "true"
+        classes[r.object_name] = (str(r.inputs.get("provisioner")), default, r.label)
+    static = stack.releases.get("local-static-provisioner")
+    for cls in (helm_values(static).get("classes") or []) if static else []:
+        # The chart renders a StorageClass for each class with `storageClass` set (helm/provisioner/templates/
+        # storageclass.yaml): kubernetes.io/no-provisioner, WaitForFirstConsumer.
+        if isinstance(cls, Mapping) and cls.get("storageClass") and cls.get("name"):
+            opts = cls["storageClass"] if isinstance(cls["storageClass"], Mapping) else {}
+            classes[str(cls["name"])] = ("kubernetes.io/no-provisioner", bool(opts.get("isDefaultClass")), static.label)
+    for r in stack.by_type["aws:eks/addon:Addon"]:
+        # The EBS CSI add-on can create a default gp3 class itself (configurationValues
+        # defaultStorageClass.enabled), named ebs-csi-default-sc.
+        config = _json(r.inputs.get("configurationValues"))
+        if r.inputs.get("addonName") == "aws-ebs-csi-driver" and (config.get("defaultStorageClass") or {}).get(
+            "enabled"
+        ):
+            classes["ebs-csi-default-sc"] = ("ebs.csi.aws.com", True, f"EKS add-on {r.name}")
+    return classes
+
+
+def _json(value: Any) -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        return dict(value)
+    try:
+        parsed = json.loads(value) if isinstance(value, str) else {}
+    except json.JSONDecodeError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _claims(stack: Stack) -> Iterator[tuple[str, str | None, Res]]:
+    """(what, storageClassName or None, owner) for every claim, claim template and chart volume template."""
+    for r in stack.by_kind["PersistentVolumeClaim"]:
+        yield r.label, (r.inputs.get("spec") or {}).get("storageClassName"), r
+    for r in stack.by_kind["StatefulSet"]:
+        for t in (r.inputs.get("spec") or {}).get("volumeClaimTemplates") or []:
+            name = (t.get("metadata") or {}).get("name")
+            yield f"{r.label} volumeClaimTemplate {name}", (t.get("spec") or {}).get("storageClassName"), r
+    for pod in stack.pods:
+        for volume in pod.spec.get("volumes") or []:
+            template = (volume.get("ephemeral") or {}).get("volumeClaimTemplate")
+            if isinstance(template, Mapping):
+                what = f"{pod.label} ephemeral volume {volume.get('name')}"
+                yield what, (template.get("spec") or {}).get("storageClassName"), pod.owner
+    for r in stack.by_type[HELM_RELEASE]:
+        for path, node in _walk(helm_values(r)):
+            if path.endswith(".volumeClaimTemplate") and isinstance(node, Mapping):
+                yield f"{r.label} values {path.lstrip('.')}", (node.get("spec") or {}).get("storageClassName"), r
+            elif path.endswith(".persistence") and isinstance(node, Mapping) and node.get("enabled") is True:
+                yield (
+                    f"{r.label} values {path.lstrip('.')}",
+                    node.get("storageClassName") or node.get("storageClass"),
+                    r,
+                )
+
+
+def _walk(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    yield path, node
+    if isinstance(node, Mapping):
+        for k, v in node.items():
+            yield from _walk(v, f"{path}.{k}")
+
+
+def storage_provisioner(stack: Stack) -> Iterator[Finding]:
+    classes = _storage_classes(stack)
+    provisioners = _installed_provisioners(stack)
+    defaults = [n for n, (_, d, _) in classes.items() if d]
+    for what, class_name, owner in _claims(stack):
+        if class_name is not None and not known(class_name):
+            continue
+        if not class_name:
+            if not defaults:
+                yield (
+                    f"{what} names no StorageClass and the stack has no default one (tier {stack.tier} guarantees "
+                    f"none{' as default' if classes else ''}): the claim stays Pending. Fix: create a default "
+                    "StorageClass whose provisioner the stack installs (on EKS: the aws-ebs-csi-driver add-on and a "
+                    "gp3 class with provisioner ebs.csi.aws.com), or set storageClassName",
+                    owner,
+                )
+                continue
+            class_name = defaults[0]
+        if class_name not in classes:
+            yield (
+                f"{what} asks for StorageClass {class_name}, which neither the stack nor tier {stack.tier} provides: "
+                f"create it or use one of {', '.join(sorted(classes)) or 'none'}",
+                owner,
+            )
+            continue
+        provisioner, _, source = classes[class_name]
+        needed = IN_TREE_MIGRATION.get(provisioner, provisioner)
+        if needed not in provisioners:
+            yield (
+                f"{what} resolves to StorageClass {class_name} (from {source}), whose provisioner is {provisioner}"
+                f"{f' (it needs the CSI driver {needed})' if needed != provisioner else ''}, and nothing in the stack "
+                f"installs {needed}: install it (on EKS: the aws-ebs-csi-driver add-on with a Pod Identity role)",
+                owner,
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Load balancers and ingress
+
+
+@dataclass(frozen=True)
+class LbController:
+    id: str
+    title: str
+    charts: tuple[str, ...]
+    """Charts that install it (empty: only a tier guarantee does)."""
+    claims: str
+    """``aws-lbc`` / ``default``: which LoadBalancer Services it reconciles."""
+    annotation_prefixes: tuple[str, ...]
+    ignores: frozenset[str] = frozenset()
+    """Annotations under its prefixes that it does not read."""
+
+
+_LBC_ONLY = frozenset(
+    {
+        # Read by the AWS Load Balancer Controller, not by the in-tree controller
+        # (https://kubernetes-sigs.github.io/aws-load-balancer-controller/latest/guide/service/annotations/;
+        # kubernetes/cloud-provider-aws docs/service_controller.md lists the in-tree ones).
+        "service.beta.kubernetes.io/aws-load-balancer-scheme",
+        "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type",
+        "service.beta.kubernetes.io/aws-load-balancer-name",
+        "service.beta.kubernetes.io/aws-load-balancer-attributes",
+        "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes",
+        "service.beta.kubernetes.io/aws-load-balancer-ip-address-type",
+    }
+)
+
+LB_CONTROLLERS: tuple[LbController, ...] = (
+    LbController(
+        "aws-load-balancer-controller",
+        "the AWS Load Balancer Controller",
+        ("aws-load-balancer-controller",),
+        "aws-lbc",
+        ("service.beta.kubernetes.io/aws-load-balancer-",),
+    ),
+    LbController(
+        "aws-in-tree",
+        "the in-tree AWS cloud provider",
+        (),
+        "default",
+        ("service.beta.kubernetes.io/aws-load-balancer-",),
+        ignores=_LBC_ONLY,
+    ),
+    LbController("k3s-servicelb", "k3s ServiceLB (klipper-lb)", (), "default", ("svccontroller.k3s.cattle.io/",)),
+    LbController("metallb", "MetalLB", ("metallb",), "default", ("metallb.universe.tf/", "metallb.io/")),
+    # An on-prem cluster's own load balancer (config: loadBalancer.kind existing), a README prerequisite.
+    LbController("cluster-lb", "the cluster's own load balancer", (), "default", ()),
+)
+
+_LBC_TYPES = ("external", "nlb-ip")
+GENERIC_LB_ANNOTATIONS = frozenset({"service.beta.kubernetes.io/load-balancer-source-ranges"})
+"""Annotations every Service controller reads (the Kubernetes API documents them, not a vendor)."""
+
+
+def _lb_controllers(stack: Stack) -> list[tuple[LbController, str]]:
+    present = []
+    for c in LB_CONTROLLERS:
+        release = next((stack.releases[ch] for ch in c.charts if ch in stack.releases), None)
+        if release is not None:
+            present.append((c, release.label))
+        elif c.id in stack.tier_guarantees.load_balancers:
+            present.append((c, f"tier {stack.tier}"))
+    return present
+
+
+def _wants_lbc(svc: Res) -> bool:
+    annotations = svc.metadata.get("annotations") or {}
+    klass = (svc.inputs.get("spec") or {}).get("loadBalancerClass")
+    return (
+        klass == "service.k8s.aws/nlb"
+        or annotations.get("service.beta.kubernetes.io/aws-load-balancer-type") in _LBC_TYPES
+    )
+
+
+def _lb_services(stack: Stack) -> list[Res]:
+    return [s for s in stack.by_kind["Service"] if (s.inputs.get("spec") or {}).get("type") == "LoadBalancer"]
+
+
+def _serving(stack: Stack, svc: Res) -> tuple[LbController, str] | None:
+    wants_lbc = _wants_lbc(svc)
+    klass = (svc.inputs.get("spec") or {}).get("loadBalancerClass")
+    for c, where in _lb_controllers(stack):
+        if (c.claims == "aws-lbc") == wants_lbc and (c.claims == "aws-lbc" or not klass):
+            return c, where
+    return None
+
+
+def lb_controller_present(stack: Stack) -> Iterator[Finding]:
+    for svc in _lb_services(stack):
+        if _serving(stack, svc) is None:
+            wants = (
+                "the AWS Load Balancer Controller (it asks for it with aws-load-balancer-type: external)"
+                if _wants_lbc(svc)
+                else "a load balancer controller"
+            )
+            yield (
+                f"{svc.label} (type LoadBalancer) needs {wants}, which neither the stack installs nor tier "
+                f"{stack.tier} guarantees: it would stay <pending>. Fix: install the aws-load-balancer-controller "
+                "chart with its IAM role, or change the Service's type",
+                svc,
+            )
+    classes = {
+        r.object_name: str((r.inputs.get("spec") or {}).get("controller")) for r in stack.by_kind["IngressClass"]
+    }
+    classes.update(stack.tier_guarantees.ingress_classes)
+    chart_classes = {"aws-load-balancer-controller": "alb", "ingress-nginx": "nginx", "traefik": "traefik"}
+    classes.update({cls: chart for chart, cls in chart_classes.items() if chart in stack.releases})
+    for ing in stack.by_kind["Ingress"]:
+        cls = (ing.inputs.get("spec") or {}).get("ingressClassName") or (ing.metadata.get("annotations") or {}).get(
+            "kubernetes.io/ingress.class"
+        )
+        if cls not in classes:
+            yield (
+                f"{ing.label} uses ingress class {cls or '(none)'}, which no controller in the stack or tier "
+                f"{stack.tier} serves (known: {', '.join(sorted(classes)) or 'none'}): install its controller",
+                ing,
+            )
+
+
+def lb_annotations_read(stack: Stack) -> Iterator[Finding]:
+    for svc in _lb_services(stack):
+        served = _serving(stack, svc)
+        if served is None:
+            continue
+        controller, where = served
+        annotations = svc.metadata.get("annotations") or {}
+        lb_keys = [
+            k
+            for k in annotations
+            if (k.startswith("service.beta.kubernetes.io/") or "metallb" in k or "k3s" in k)
+            and k not in GENERIC_LB_ANNOTATIONS
+        ]
+        unread = (
+            [k for k in lb_keys if not k.startswith(controller.annotation_prefixes) or k in controller.ignores]
+            if lb_keys
+            else []
+        )
+        if unread:
+            yield (
+                f"{svc.label} is served by {controller.title} ({where}), which does not read "
+                f"{', '.join(sorted(unread))}: "
+                "the load balancer would ignore them (for example, come up internet-facing). Fix: use that "
+                "controller's annotations, or install the controller they belong to",
+                svc,
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Scheduling: node selectors, taints, device plugins
+
+
+def _placements(stack: Stack) -> Iterator[tuple[str, Mapping[str, Any], Res]]:
+    for pod in stack.pods:
+        yield pod.label, pod.spec, pod.owner
+    for release in stack.by_type[HELM_RELEASE]:
+        for block in helm_placements(release):
+            yield block.label, block.spec, release
+
+
+def node_selectors_match(stack: Stack) -> Iterator[Finding]:
+    if not stack.pools:
+        return  # a tier whose nodes the stack neither creates nor declares: nothing to match against
+    for label, spec, owner in _placements(stack):
+        if not stack.landing(spec):
+            yield (
+                f"{label} ({_placement(spec)}) matches no node pool of the stack: "
+                + "; ".join(p.describe() for p in stack.pools)
+                + ". Fix: select labels a pool gives (components/kube/labels.py), tolerate its taints, or "
+                "label the pool",
+                owner,
+            )
+
+
+@dataclass(frozen=True)
+class DevicePlugin:
+    resource: str
+    charts: tuple[str, ...]
+    everywhere_gpu: bool = False
+    """The chart labels GPU nodes itself (NFD/GFD) and runs its plugin on every one of them."""
+
+
+DEVICE_PLUGINS: tuple[DevicePlugin, ...] = (
+    DevicePlugin("nvidia.com/gpu", ("nvidia-device-plugin",)),
+    DevicePlugin("nvidia.com/gpu", ("gpu-operator",), everywhere_gpu=True),
+    DevicePlugin("vpc.amazonaws.com/efa", ("aws-efa-k8s-device-plugin",)),
+    DevicePlugin("rdma/", ("network-operator",), everywhere_gpu=True),
+)
+
+
+def _plugin_pools(stack: Stack, resource: str) -> tuple[set[str], list[str]]:
+    """Pools where a plugin advertising ``resource`` runs, and how messages name those plugins."""
+    names: set[str] = {p.name for p in stack.pools if resource in p.builtin_devices}
+    plugins: list[str] = []
+    for dp in DEVICE_PLUGINS:
+        if dp.resource != resource:
+            continue
+        for chart in dp.charts:
+            release = stack.releases.get(chart)
+            if release is None:
+                continue
+            values = helm_values(release)
+            plugins.append(f"{release.label}, {_placement(values)}")
+            names |= {
+                p.name
+                for p in stack.pools
+                if (p.gpus_per_node > 0 and dp.everywhere_gpu) or (not dp.everywhere_gpu and selects(values, p))
+            }
+    return names, plugins
+
+
+def _offers(pool: NodePool, resource: str) -> bool:
+    """Whether the pool's hardware can have ``resource`` at all (unknown hardware: assume it can)."""
+    if not pool.instance_types:
+        return True
+    if resource == "nvidia.com/gpu":
+        return pool.gpus_per_node > 0
+    if resource == "vpc.amazonaws.com/efa":
+        return pool.efa
+    return True
+
+
+def device_plugin_coverage(stack: Stack) -> Iterator[Finding]:
+    """Every pool a device-requesting pod may land on (and whose hardware has the device) runs the plugin.
+
+    "May land on" matters with a node autoscaler: Karpenter launches a node for the pending pod from
+    any pool it matches, and a node without the plugin never advertises the device.
+    """
+    if not stack.pools:
+        return
+    for pod in stack.pods:
+        for resource in ("nvidia.com/gpu", "vpc.amazonaws.com/efa", "rdma/"):
+            if not any(device_count(c, resource) for c in pod.containers()):
+                continue
+            landing = stack.landing(pod.spec)
+            if not landing:
+                continue  # stack-node-selectors-match-pools reports a pod that lands nowhere
+            covered, plugins = _plugin_pools(stack, resource)
+            candidates = [p for p in landing if _offers(p, resource)] or landing
+            bare = [p for p in candidates if p.name not in covered]
+            if bare:
+                plugin_text = "; ".join(plugins) if plugins else "none: no chart in the stack advertises it"
+                yield (
+                    f"{pod.label} requests {resource} and may land on "
+                    + "; ".join(p.describe() for p in bare)
+                    + f", where no device plugin runs (the stack's plugin: {plugin_text}), so {resource} is never "
+                    "advertised there and the pod stays Pending. Fix: label the pool's nodes from "
+                    "components/kube/labels.py gpu_node_labels, or widen the plugin's selector",
+                    pod.owner,
+                )
+
+
+# ---------------------------------------------------------------------------------------------
+# Workload identity: who may read and write the object store
+
+
+S3_URI = re.compile(r"s3://([A-Za-z0-9.\-_]+)(/[^\s\"']*)?")
+WRITE_FLAGS: Mapping[str, str] = {"--upload": "s3:PutObject"}
+"""Flags of the kit's loader (images/model-loader) that make it write to the object store."""
+MANAGED_POLICIES: Mapping[str, dict[str, Any]] = {
+    # AWS managed policies a role may carry, reduced to their S3 statements.
+    "AmazonS3ReadOnlyAccess": {"Statement": [{"Effect": "Allow", "Action": ["s3:Get*", "s3:List*"], "Resource": "*"}]},
+    "AmazonS3FullAccess": {"Statement": [{"Effect": "Allow", "Action": ["s3:*"], "Resource": "*"}]},
+}
+
+
+def _role_of(stack: Stack, namespace: str, sa: str) -> tuple[Res | None, str]:
+    """The IAM role a service account assumes (Pod Identity, then IRSA), and how it is bound."""
+    roles = stack.by_type["aws:iam/role:Role"]
+    for a in stack.by_type["aws:eks/podIdentityAssociation:PodIdentityAssociation"]:
+        if a.inputs.get("namespace") == namespace and a.inputs.get("serviceAccount") == sa:
+            return resolve(a, "roleArn", roles), f"Pod Identity association {a.name}"
+    for s in stack.by_kind["ServiceAccount"]:
+        arn = (s.metadata.get("annotations") or {}).get("eks.amazonaws.com/role-arn")
+        if s.namespace == namespace and s.object_name == sa and arn:
+            target = Res(s.urn, s.type, s.name, {"roleArn": arn})
+            return resolve(target, "roleArn", roles), f"IRSA annotation on {s.label}"
+    return None, ""
+
+
+def _role_documents(stack: Stack, role: Res) -> list[Any]:
+    docs: list[Any] = []
+    for p in stack.by_type["aws:iam/rolePolicy:RolePolicy"]:
+        if resolve(p, "role", [role]) is not None:
+            docs.append(p.inputs.get("policy"))
+    managed = stack.by_type["aws:iam/policy:Policy"]
+    for att in stack.by_type["aws:iam/rolePolicyAttachment:RolePolicyAttachment"]:
+        if resolve(att, "role", [role]) is None:
+            continue
+        arn = str(att.inputs.get("policyArn") or "")
+        policy = resolve(att, "policyArn", managed)
+        if policy is not None:
+            docs.append(policy.inputs.get("policy"))
+        elif arn.rsplit("/", 1)[-1] in MANAGED_POLICIES:
+            docs.append(MANAGED_POLICIES[arn.rsplit("/", 1)[-1]])
+    return docs
+
+
+def _granted(docs: list[Any]) -> str:
+    from policies.model import as_list, statements
+
+    actions = sorted(
+        {
+            str(a)
+            for d in docs
+            for s in statements(d)
+            if s.get("Effect") == "Allow"
+            for a in as_list(s.get("Action", []))
+        }
+    )
+    return ", ".join(actions) or "nothing"
+
+
+def object_store_access(stack: Stack) -> Iterator[Finding]:
+    if stack.tier_guarantees.workload_identity != "aws-iam":
+        return
+    for pod in stack.pods:
+        namespace = pod.owner.namespace
+        for c in pod.containers():
+            words = argv(c) + [v for v in env_of(c).values() if isinstance(v, str)]
+            uris = [(m.group(1), (m.group(2) or "/").strip("/")) for w in words for m in S3_URI.finditer(w)]
+            if not uris:
+                continue
+            needed = [("s3:GetObject", "read")] + [(a, f) for f, a in WRITE_FLAGS.items() if f in words]
+            role, binding = _role_of(stack, namespace, pod.service_account)
+            who = f"{pod.label} container {c.get('name')} (service account {namespace}/{pod.service_account})"
+            if role is None:
+                yield (
+                    f"{who} reads s3://{uris[0][0]}/{uris[0][1]} but its service account maps to no IAM role: add a "
+                    "Pod Identity association (or IRSA annotation) to a role that allows it",
+                    pod.owner,
+                )
+                continue
+            docs = _role_documents(stack, role)
+            for action, why in needed:
+                for bucket, key in uris:
+                    arn = f"arn:aws:s3:::{bucket}/{key + '/' if key else ''}object"
+                    if not allows(docs, action, arn):
+                        verb = f"runs {why} to" if why.startswith("--") else "reads"
+                        yield (
+                            f"{who} {verb} s3://{bucket}/{key} and needs {action}, but its role {role.name} "
+                            f"({binding}) allows only {_granted(docs)}. Fix: give it a role whose policy allows "
+                            f"{action} on arn:aws:s3:::{bucket}/{key + '/' if key else ''}*",
+                            pod.owner,
+                        )
+                        break
+
+
+def service_accounts_exist(stack: Stack) -> Iterator[Finding]:
+    declared = {(s.namespace, s.object_name) for s in stack.by_kind["ServiceAccount"]}
+    for pod in stack.pods:
+        sa = pod.service_account
+        if sa != "default" and (pod.owner.namespace, sa) not in declared:
+            yield (
+                f"{pod.label} runs as service account {pod.owner.namespace}/{sa}, which the stack does not create: "
+                "the pod would be refused. Create the ServiceAccount in the same namespace",
+                pod.owner,
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# NetworkPolicy enforcement
+
+POLICY_CNI_CHARTS = ("tigera-operator", "calico", "cilium", "antrea", "kube-router")
+
+
+def _vpc_cni_enforces(addon: Res) -> bool:
+    value = _json(addon.inputs.get("configurationValues")).get("enableNetworkPolicy")
+    return str(value).lower() == "true"
+
+
+def network_policy_enforced(stack: Stack) -> Iterator[Finding]:
+    policies = stack.by_kind["NetworkPolicy"]
+    if not policies or stack.tier_guarantees.network_policy_enforcer:
+        return
+    if any(c in stack.releases for c in POLICY_CNI_CHARTS):
+        return
+    vpc_cni = stack.addon("vpc-cni")
+    if vpc_cni is not None and _vpc_cni_enforces(vpc_cni):
+        return
+    cni = (
+        f'the EKS vpc-cni add-on {vpc_cni.name}, whose configurationValues lack enableNetworkPolicy: "true"'
+        if vpc_cni is not None
+        else f"no CNI that the stack installs or tier {stack.tier} guarantees"
+    )
+    for np in policies:
+        yield (
+            f"{np.label} would not be enforced: the cluster's network policy engine is {cni}. Fix: set "
+            'configurationValues {"enableNetworkPolicy": "true"} (with a pinned addonVersion) on the vpc-cni '
+            "add-on, or install a CNI that enforces NetworkPolicy",
+            np,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU capacity, parallelism and fabric
+
+
+def _gpus(pod: Pod) -> int:
+    return sum(device_count(c, "nvidia.com/gpu") for c in pod.containers(init=False))
+
+
+def _pool_max_gpus(pool: NodePool) -> int | None:
+    if pool.max_gpus is not None:
+        return pool.max_gpus
+    if pool.max_nodes is not None and pool.gpus_per_node:
+        return pool.max_nodes * pool.gpus_per_node
+    return None
+
+
+def _serving_pods(stack: Stack) -> list[Pod]:
+    return [p for p in stack.pods if p.owner.kind not in ("Job", "CronJob", "DaemonSet") and _gpus(p)]
+
+
+def gpu_capacity_fits(stack: Stack) -> Iterator[Finding]:
+    demand: dict[str, list[tuple[Pod, int]]] = defaultdict(list)
+    for pod in _serving_pods(stack):
+        landing = stack.landing(pod.spec)
+        if len(landing) == 1:
+            demand[landing[0].name].append((pod, pod.replicas * _gpus(pod)))
+    for pool in stack.pools:
+        cap = _pool_max_gpus(pool)
+        users = demand.get(pool.name) or []
+        total = sum(n for _, n in users)
+        if cap is not None and total > cap:
+            who = ", ".join(f"{p.label} ({p.replicas} replicas x {_gpus(p)} GPUs)" for p, _ in users)
+            yield (
+                f"{who} need {total} GPUs on {pool.source}, whose maximum is {cap} GPUs"
+                f"{f' ({pool.max_nodes} nodes x {pool.gpus_per_node})' if pool.max_nodes else ''}: raise the pool's "
+                "max size (or its NodePool limit), or lower the replicas",
+                users[0][0].owner,
+            )
+
+
+def _parallelism(stack: Stack, pod: Pod) -> tuple[int, int, str] | None:
+    """(TP, PP, where read) from the server's flags, or from the engine build of the same model."""
+    for c in pod.containers(init=False):
+        words = argv(c)
+        tp = flag_value(words, "--tensor-parallel-size", "-tp")
+        if tp:
+            pp = flag_value(words, "--pipeline-parallel-size", "-pp")
+            return as_int(tp, 1), as_int(pp, 1), f"container {c.get('name')}"
+    model = (pod.labels or {}).get("inferstack.io/model")
+    for other in stack.pods:
+        if other.owner is pod.owner or (other.labels or {}).get("inferstack.io/model") != model or not model:
+            continue
+        for c in other.containers():
+            words = argv(c)
+            tp = flag_value(words, "--tp_size")
+            if tp:
+                pp = flag_value(words, "--pp_size")
+                return as_int(tp, 1), as_int(pp, 1), f"{other.label} container {c.get('name')}"
+    return None
+
+
+def parallelism_matches(stack: Stack) -> Iterator[Finding]:
+    for pod in _serving_pods(stack):
+        read = _parallelism(stack, pod)
+        if read is None:
+            continue
+        tp, pp, where = read
+        gpus = _gpus(pod)
+        group = 1
+        if pod.owner.kind == "LeaderWorkerSet":
+            group = as_int(((pod.owner.inputs.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size"), 1)
+        if tp * pp != gpus * group:
+            yield (
+                f"{pod.label} runs TP{tp}xPP{pp} ({where}) = {tp * pp} GPUs, but its group has {group} pod(s) x {gpus} "
+                f"GPU(s) = {gpus * group}: make the GPU request times the group size equal TPxPP",
+                pod.owner,
+            )
+        for pool in stack.landing(pod.spec):
+            if pool.gpus_per_node and gpus > pool.gpus_per_node:
+                yield (
+                    f"{pod.label} asks {gpus} GPUs per pod, more than {pool.source} has per node "
+                    f"({pool.gpus_per_node}): split across nodes with a LeaderWorkerSet (TP within a node, PP across)",
+                    pod.owner,
+                )
+
+
+def fabric_device_requested(stack: Stack) -> Iterator[Finding]:
+    for pod in stack.pods:
+        landing = stack.landing(pod.spec) if stack.pools else []
+        for c in pod.containers():
+            env = env_of(c)
+            caps = ((c.get("securityContext") or {}).get("capabilities") or {}).get("add") or []
+            uses_efa = str(env.get("FI_PROVIDER")).lower() == "efa"
+            uses_rdma = "IPC_LOCK" in caps or bool(env.get("NCCL_IB_HCA")) or str(env.get("NCCL_NET")).upper() == "IB"
+            multi_node_on_efa = pod.owner.kind == "LeaderWorkerSet" and landing and all(p.efa for p in landing)
+            needs_efa = uses_efa or (multi_node_on_efa and device_count(c, "nvidia.com/gpu") > 0)
+            has_efa = device_count(c, "vpc.amazonaws.com/efa") > 0
+            if needs_efa and not has_efa:
+                yield (
+                    f"{pod.label} container {c.get('name')} "
+                    + ("sets FI_PROVIDER=efa" if uses_efa else "spans nodes of an EFA pool")
+                    + " but requests no vpc.amazonaws.com/efa: without the device NCCL falls back to TCP. Fix: "
+                    "request the node's EFA interfaces (resources.limits vpc.amazonaws.com/efa)",
+                    pod.owner,
+                )
+            if uses_rdma and not uses_efa and not has_efa and not device_count(c, "rdma/"):
+                yield (
+                    f"{pod.label} container {c.get('name')} uses RDMA (IPC_LOCK / NCCL_IB) but requests no rdma/ "
+                    "device: request rdma/rdma_shared_device_a (NVIDIA Network Operator)",
+                    pod.owner,
+                )
+
+
+# ---------------------------------------------------------------------------------------------
+# Engines and hosts
+
+
+def _repository(image: str) -> str:
+    name = image.split("@", 1)[0]
+    return name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+
+
+def _engine_problems(table: Any, image: str, args: list[str]) -> list[str]:
+    """The table's verdict on ``image``: by its exact pin first, then without its digest."""
+    missing = ""
+    for candidate in dict.fromkeys([image, image.split("@", 1)[0]]):
+        try:
+            return list(table.engine_arg_problems(candidate, args))
+        except KeyError as err:  # an engine image without a row in the table
+            missing = str(err).strip("'\"")
+    return [missing]
+
+
+def _engine_words(container: Mapping[str, Any]) -> list[str]:
+    """The container's words, without the ``ray start`` steps of a shell script: multi-node vLLM groups start
+    Ray (the image's own ``ray`` CLI, flags per docs.ray.io "ray start") before ``vllm serve``, and Ray's
+    flags are not the engine's."""
+    words = argv(container)
+    kept: list[str] = []
+    segment: list[str] = []
+    for w in [*words, "&&"]:
+        if w in ("&&", ";"):
+            if segment[:2] in (["/bin/sh", "-c"], ["sh", "-c"]):
+                segment = segment[2:]
+            if segment[:2] != ["ray", "start"]:
+                kept += segment
+            segment = []
+        else:
+            segment.append(w)
+    return kept
+
+
+def engine_args_supported(stack: Stack) -> Iterator[Finding]:
+    from components.catalog import engine_support
+
+    engine_repositories = {_repository(i) for i in engine_support.ENGINE_IMAGES}
+    for pod in stack.pods:
+        for c in pod.containers():
+            image = c.get("image")
+            if not isinstance(image, str) or _repository(image) not in engine_repositories:
+                continue
+            problems = _engine_problems(engine_support, image, _engine_words(c))
+            for problem in problems:
+                yield (
+                    f"{pod.label} container {c.get('name')}: {problem} (support table: "
+                    "components/catalog/engine_support.py)",
+                    pod.owner,
+                )
+
+
+STAGING_RATIO = 1.5
+"""Host memory ≥ 1.5 x the node's GPU memory, so weights can be staged through RAM (the seeds' rule)."""
+
+
+def host_memory_stages_weights(stack: Stack) -> Iterator[Finding]:
+    from components.catalog.instances import INSTANCES
+
+    for pool in stack.pools:
+        for it in pool.instance_types:
+            spec = INSTANCES.get(it)
+            if spec is None or not spec.gpu_count:
+                continue
+            need = STAGING_RATIO * spec.gpu_memory_gib
+            if spec.host_memory_gib < need:
+                yield (
+                    f"{pool.source} uses {it}: {spec.host_memory_gib} GiB of host memory for "
+                    f"{spec.gpu_memory_gib:.0f} GiB of GPU memory, below {STAGING_RATIO} x = {need:.0f} GiB: weights "
+                    "cannot be staged through RAM; loads stream from disk (slower cold starts). Pick a larger instance "
+                    "if cold-start time matters",
+                    None,
+                )
+
+
+def autoscaler_max_fits(stack: Stack) -> Iterator[Finding]:
+    targets = {}
+    for so in stack.by_kind["ScaledObject"]:
+        ref = (so.inputs.get("spec") or {}).get("scaleTargetRef") or {}
+        targets[(so.namespace, ref.get("name"))] = (
+            so,
+            as_int((so.inputs.get("spec") or {}).get("maxReplicaCount"), 100),
+        )
+    for hpa in stack.by_kind["HorizontalPodAutoscaler"]:
+        ref = (hpa.inputs.get("spec") or {}).get("scaleTargetRef") or {}
+        targets.setdefault(
+            (hpa.namespace, ref.get("name")), (hpa, as_int((hpa.inputs.get("spec") or {}).get("maxReplicas"), 1))
+        )
+    for pod in _serving_pods(stack):
+        scaler = targets.get((pod.owner.namespace, pod.owner.object_name))
+        landing = stack.landing(pod.spec)
+        if scaler is None or len(landing) != 1:
+            continue
+        cap = _pool_max_gpus(landing[0])
+        so, max_replicas = scaler
+        if cap is not None and max_replicas * _gpus(pod) > cap:
+            yield (
+                f"{so.label} may scale {pod.label} to {max_replicas} x {_gpus(pod)} GPUs = "
+                f"{max_replicas * _gpus(pod)}, "
+                f"beyond {landing[0].source}'s {cap}: the extra pods stay Pending. Cap maxReplicaCount at "
+                f"{cap // max(_gpus(pod), 1)} or grow the pool",
+                so,
+            )

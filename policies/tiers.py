@@ -1,0 +1,150 @@
+"""What each tier's cluster guarantees without the stack installing it.
+
+The stack rules ask "is this served?" of the plan first (a chart, an add-on, a StorageClass the
+stack creates) and of this table second. Keep it to facts about the platform itself, each with its
+source; a fact about one cluster belongs in that stack's config, not here.
+
+To extend a tier (say, an on-prem cluster that already runs MetalLB and a Ceph StorageClass), add
+the entries to its row: the rules read nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from policies.model import NodePool, Res
+
+
+@dataclass(frozen=True)
+class StorageClassFact:
+    provisioner: str
+    default: bool
+
+
+@dataclass(frozen=True)
+class TierGuarantees:
+    storage_classes: Mapping[str, StorageClassFact] = field(default_factory=dict)
+    """StorageClasses the cluster ships."""
+    provisioners: frozenset[str] = frozenset()
+    """Volume provisioners that run without the stack installing them."""
+    load_balancers: tuple[str, ...] = ()
+    """Ids of ``stack_rules.LB_CONTROLLERS`` that the cluster runs by itself."""
+    ingress_classes: Mapping[str, str] = field(default_factory=dict)
+    """Ingress class name → controller the cluster runs by itself."""
+    network_policy_enforcer: str | None = None
+    """What enforces NetworkPolicy without the stack configuring it; ``None``: nothing does."""
+    workload_identity: str | None = None
+    """``aws-iam``: pods reach the object store through IAM roles (Pod Identity or IRSA)."""
+    node_pools: tuple[NodePool, ...] = ()
+    """Nodes the cluster already has (for tiers whose fleet the stack does not create)."""
+
+
+CLUSTER_PREREQUISITE = "(a provisioner the cluster already runs: a README prerequisite)"
+CLUSTER_DEFAULT_CLASS = "(the cluster's default StorageClass)"
+
+
+TIERS: Mapping[str, TierGuarantees] = MappingProxyType(
+    {
+        # EKS: the `gp2` class exists (in-tree `kubernetes.io/aws-ebs`, which since 1.23 only works
+        # through the EBS CSI driver: https://docs.aws.amazon.com/eks/latest/userguide/ebs-csi-migration-faq.html)
+        # and is no longer the default from EKS 1.30. Services of type LoadBalancer without the
+        # `aws-load-balancer-type: external` annotation are served by the in-tree cloud provider
+        # (https://kubernetes-sigs.github.io/aws-load-balancer-controller/latest/guide/service/nlb/).
+        # The VPC CNI enforces NetworkPolicy only with `enableNetworkPolicy: "true"`
+        # (https://docs.aws.amazon.com/eks/latest/userguide/cni-network-policy-configure.html).
+        "cloud": TierGuarantees(
+            storage_classes={"gp2": StorageClassFact("kubernetes.io/aws-ebs", default=False)},
+            load_balancers=("aws-in-tree",),
+            workload_identity="aws-iam",
+        ),
+        # k3s ships the local-path provisioner as the default class, ServiceLB (klipper-lb), Traefik,
+        # and an embedded network policy controller (kube-router): https://docs.k3s.io/networking,
+        # https://docs.k3s.io/storage.
+        "edge": TierGuarantees(
+            storage_classes={"local-path": StorageClassFact("rancher.io/local-path", default=True)},
+            provisioners=frozenset({"rancher.io/local-path"}),
+            load_balancers=("k3s-servicelb",),
+            ingress_classes={"traefik": "traefik.io/ingress-controller"},
+            network_policy_enforcer="k3s embedded network policy controller (kube-router)",
+        ),
+        # An existing bare-metal cluster: what the README's on-prem quick start lists as prerequisites (a
+        # default StorageClass, a CNI that enforces NetworkPolicy). What one cluster has beyond that comes
+        # from its stack's config (``declared_by_config``).
+        "onprem": TierGuarantees(
+            storage_classes={CLUSTER_DEFAULT_CLASS: StorageClassFact(CLUSTER_PREREQUISITE, default=True)},
+            provisioners=frozenset({CLUSTER_PREREQUISITE}),
+            network_policy_enforcer="the cluster's CNI (an on-prem prerequisite: Calico, Cilium; README)",
+        ),
+    }
+)
+
+IN_TREE_MIGRATION: Mapping[str, str] = MappingProxyType(
+    {"kubernetes.io/aws-ebs": "ebs.csi.aws.com", "kubernetes.io/gce-pd": "pd.csi.storage.gke.io"}
+)
+"""In-tree provisioners that, with CSI migration, need the CSI driver installed to provision."""
+
+
+def tier_of(resources: Iterable[Res], declared: str | None = None) -> str:
+    """The plan's tier, or (under ``pulumi preview``, which has no plan) the one the resources imply."""
+    if declared:
+        return declared
+    resources = list(resources)
+    for r in resources:
+        # The root stack's outputs carry the tier (stacks/program.py exports it) when CrossGuard lists it.
+        if r.type == "pulumi:pulumi:Stack" and r.inputs.get("tier") in TIERS:
+            return str(r.inputs["tier"])
+    types = {r.type for r in resources}
+    if "aws:eks/cluster:Cluster" in types:
+        return "cloud"
+    for tier in ("edge", "onprem"):
+        if any(t.startswith(f"inferstack:{tier}") for t in types):
+            return tier
+    return "cloud"
+
+
+def guarantees(tier: str) -> TierGuarantees:
+    return TIERS.get(tier, TierGuarantees())
+
+
+def declared_by_config(tier: str, environment: object) -> TierGuarantees:
+    """The tier's guarantees plus what this stack's config declares its existing cluster runs.
+
+    ``inferstack plan`` passes the validated environment: an on-prem stack's ``persistentStorageClass``
+    (a class the cluster has), its GPU servers (found by ``gpuPools[].nodeSelector``) and system nodes
+    (``cluster.systemNodeSelector``), and an ``existing`` load balancer.
+    """
+    base = guarantees(tier)
+    if tier != "onprem":
+        return base
+    classes = dict(base.storage_classes)
+    named = getattr(environment, "persistent_storage_class", None)
+    if named:
+        classes[named] = StorageClassFact(CLUSTER_PREREQUISITE, default=False)
+    pools = [
+        NodePool(
+            name=p.name,
+            source=f"gpuPools[{i}] {p.name} (existing servers)",
+            # The GPU Operator this tier installs labels every GPU node nvidia.com/gpu.present=true.
+            labels={**{k: (v,) for k, v in p.node_selector.items()}, "nvidia.com/gpu.present": ("true",)},
+            gpus_per_node=p.gpus_per_node,
+            max_nodes=p.nodes,
+            max_gpus=p.nodes * p.gpus_per_node,
+            builtin_devices=(),
+        )
+        for i, p in enumerate(getattr(environment, "gpu_pools", ()))
+    ]
+    system = dict(getattr(getattr(environment, "cluster", None), "system_node_selector", {}) or {})
+    system_labels = {k: (v,) for k, v in system.items()}
+    pools.append(NodePool(name="system", source="cluster.systemNodeSelector", labels=system_labels))
+    lb = getattr(getattr(environment, "load_balancer", None), "kind", None)
+    return TierGuarantees(
+        storage_classes=classes,
+        provisioners=base.provisioners,
+        load_balancers=(*base.load_balancers, *(("cluster-lb",) if lb == "existing" else ())),
+        ingress_classes=base.ingress_classes,
+        network_policy_enforcer=base.network_policy_enforcer,
+        workload_identity=base.workload_identity,
+        node_pools=(*base.node_pools, *pools),
+    )

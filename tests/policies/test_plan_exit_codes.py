@@ -1,0 +1,29 @@
+"""`inferstack plan` runs the whole pack offline: a mandatory stack-rule violation exits 3, advisories print only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from inferstack_cli.main import EXIT_VIOLATION, main
+
+
+def test_plan_exits_3_on_a_mandatory_stack_violation(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN today's prod stack, clean, and a pack that no longer counts the EBS CSI add-on as a provisioner
+    import policies.stack_rules
+
+    monkeypatch.setattr(policies.stack_rules, "CSI_DRIVERS", {})
+    out = tmp_path / "plan.json"
+    # WHEN it is planned
+    code = main(["plan", "--stack", "prod", "--json", str(out)])
+    # THEN the mandatory stack rule fails the plan, printed and written with both ends named
+    assert code == EXIT_VIOLATION
+    violations = json.loads(out.read_text())["violations"]
+    found = [v for v in violations if v["policy"] == "stack-storage-provisioner"]
+    assert found and all(v["enforcement"] == "mandatory" for v in found)
+    assert any("kube-prometheus-stack" in v["message"] and "ebs.csi.aws.com" in v["message"] for v in found)
+    assert "[mandatory] stack-storage-provisioner:" in capsys.readouterr().out
