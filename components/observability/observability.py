@@ -141,6 +141,8 @@ class ObservabilityArgs(Args):
     """``redis://`` or ``rediss://`` address the Redis exporter scrapes."""
     cache_secret: tuple[str, str] | None = None
     """(Secret name, key) with the cache password; the cache writes that Secret into the monitoring namespace."""
+    cache_user: str | None = None
+    """The exporter's own cache user (ElastiCache RBAC); ``None``: the default user."""
 
 
 class Observability(pulumi.ComponentResource):
@@ -182,6 +184,7 @@ class Observability(pulumi.ComponentResource):
                 exporter["auth"] = {
                     "enabled": True,
                     "secret": {"name": args.cache_secret[0], "key": args.cache_secret[1]},
+                    **({"redisUser": args.cache_user} if args.cache_user else {}),
                 }
             release("prometheus-redis-exporter", exporter, parent=self, provider=provider)
             self._custom(redis_exporter_service_monitor(namespace), after)
