@@ -149,6 +149,8 @@ class Observability(pulumi.ComponentResource):
     prometheus_url: str
     otlp_endpoint: str
     stack_release: k8s.helm.v3.Release
+    grafana_admin_password: pulumi.Output[str]
+    """Grafana's generated admin password, as a Pulumi secret."""
 
     def __init__(self, name: str, args: ObservabilityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:observability:Observability", name, None, opts)
