@@ -136,6 +136,7 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
                 subnet_ids=[network.private_subnet_ids[z] for z in zones],
                 client_security_group_id=cluster.cluster_security_group_id,
                 provider=provider,
+                user_id_prefix=cluster_name,
                 protect=env.cache.protect,
                 tags=tags,
             ),
@@ -172,7 +173,8 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
             serving_namespace=base.serving_namespace,
             gateway_namespace=base.gateway_namespace,
             cache_url=cache.url(),
-            cache_secret=(cache.secret_name, cache.secret_key),
+            cache_secret=(cache.exporter_secret_name or cache.secret_name, cache.secret_key),
+            cache_user=cache.exporter_username,
         ),
         opts=pulumi.ResourceOptions(depends_on=[base]),
     )

@@ -226,7 +226,10 @@ class EksCluster(pulumi.ComponentResource):
         )
 
     def _addon(
-        self, addon: str, depends_on: list[pulumi.Resource], pod_identity: list[dict[str, Any]] | None = None
+        self,
+        addon: str,
+        depends_on: list[pulumi.Resource],
+        pod_identity: list[aws.eks.AddonPodIdentityAssociationArgs] | None = None,
     ) -> aws.eks.Addon:
         configuration = ADDON_CONFIGURATION.get(addon)
         return aws.eks.Addon(
@@ -263,7 +266,9 @@ class EksCluster(pulumi.ComponentResource):
         driver = self._addon(
             "aws-ebs-csi-driver",
             nodes,
-            pod_identity=[{"role_arn": role.role_arn, "service_account": EBS_CSI_SERVICE_ACCOUNT}],
+            pod_identity=[
+                aws.eks.AddonPodIdentityAssociationArgs(role_arn=role.role_arn, service_account=EBS_CSI_SERVICE_ACCOUNT)
+            ],
         )
         k8s.storage.v1.StorageClass(
             f"{self._name}-{DEFAULT_STORAGE_CLASS}",

@@ -1,8 +1,10 @@
 """ElastiCacheValkey: the cloud tier's cache, ElastiCache for Valkey ≥ 8.2 (vector search).
 
-A replication group with TLS in transit and an auth token (a Pulumi secret), encryption at
-rest with KMS, multi-AZ automatic failover, a security group that admits only the cluster,
-and LRU eviction. The token reaches the gateway as a Kubernetes Secret.
+A replication group with TLS in transit and role-based access control (one ElastiCache user per
+client, each with its own generated password, a Pulumi secret), encryption at rest with KMS, multi-AZ
+automatic failover, a security group that admits only the cluster, and LRU eviction. The gateway's and
+the Redis exporter's passwords reach them as separate Kubernetes Secrets: a leaked exporter credential
+reads metrics, never writes the cache.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ from components.specs import Args, CacheSpec, StrInput
 ENGINE_VERSION = "8.2"
 """Valkey 8.2 is the first ElastiCache version with vector search (FT.* commands)."""
 PARAMETER_FAMILY = "valkey8"
+GATEWAY_ACCESS = "on ~* &* +@all -@admin"
+"""The gateway reads and writes cache keys and vector indexes (FT.*), never administers the server."""
+EXPORTER_ACCESS = "on ~* -@all +@read +@connection +info +slowlog"
+"""The Redis exporter reads INFO, key statistics and the slow log; it cannot write (Valkey ACL categories)."""
 
 
 class ElastiCacheValkeyArgs(Args):
@@ -29,8 +35,12 @@ class ElastiCacheValkeyArgs(Args):
     client_security_group_id: StrInput
     """The EKS cluster security group: the only source admitted on the Redis port."""
     provider: k8s.Provider
-    secret_namespaces: tuple[str, ...] = ("inferstack-gateway", "monitoring")
-    """Where the password Secret is written: the gateway's and the Redis exporter's namespaces."""
+    gateway_namespace: str = "inferstack-gateway"
+    """Where the gateway's password Secret is written."""
+    exporter_namespace: str = "monitoring"
+    """Where the Redis exporter's password Secret is written."""
+    user_id_prefix: str
+    """Required: ElastiCache user and user-group ids are unique per account and region (e.g. ``inferstack-prod``)."""
     protect: bool = True
     tags: dict[str, str] = Field(default_factory=dict)
 
@@ -69,8 +79,45 @@ class ElastiCacheValkey(pulumi.ComponentResource):
             tags=args.tags,
             opts=child,
         )
-        # ElastiCache auth tokens: 16-128 printable characters without @, " or /.
-        token = random.RandomPassword(name, length=64, special=False, opts=child)
+        # RBAC (ElastiCache user guide, "Role-Based Access Control"; Valkey 7.2+): a user group of engine valkey
+        # may hold only users that authenticate, so the default user gets a password too and is switched off.
+        # Passwords: 16-128 printable characters without @, " or / (CreateUser).
+        users = []
+        credentials: dict[str, random.RandomPassword] = {}
+        for role, user_name, access in (
+            ("default", "default", "off ~* -@all"),
+            ("gateway", "gateway", GATEWAY_ACCESS),
+            ("exporter", "exporter", EXPORTER_ACCESS),
+        ):
+            # The gateway keeps the password the former shared auth token had: a rename, aliased, not a new secret.
+            aliases = [pulumi.Alias(name=name)] if role == "gateway" else []
+            password = random.RandomPassword(
+                f"{name}-{role}",
+                length=64,
+                special=False,
+                opts=pulumi.ResourceOptions(parent=self, aliases=aliases),
+            )
+            credentials[role] = password
+            users.append(
+                aws.elasticache.User(
+                    f"{name}-{role}",
+                    user_id=f"{args.user_id_prefix}-{role}",
+                    user_name=user_name,
+                    engine="valkey",
+                    access_string=access,
+                    authentication_mode={"type": "password", "passwords": [password.result]},
+                    tags=args.tags,
+                    opts=child,
+                )
+            )
+        user_group = aws.elasticache.UserGroup(
+            name,
+            user_group_id=f"{args.user_id_prefix}-cache",
+            engine="valkey",
+            user_ids=[u.user_id for u in users],
+            tags=args.tags,
+            opts=child,
+        )
         failover = spec.replicas > 1
         replication = aws.elasticache.ReplicationGroup(
             name,
@@ -84,7 +131,7 @@ class ElastiCacheValkey(pulumi.ComponentResource):
             port=REDIS_PORT,
             transit_encryption_enabled=True,
             transit_encryption_mode="required",
-            auth_token=token.result,
+            user_group_ids=[user_group.user_group_id],
             at_rest_encryption_enabled="true",
             kms_key_id=key.arn,
             subnet_group_name=subnets.name,
@@ -95,14 +142,24 @@ class ElastiCacheValkey(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, protect=args.protect),
         )
         secret_name = f"{name}-auth"
-        for namespace in args.secret_namespaces:
+        exporter_secret = f"{name}-exporter-auth"
+        for role, namespace, secret in (
+            ("gateway", args.gateway_namespace, secret_name),
+            ("exporter", args.exporter_namespace, exporter_secret),
+        ):
             k8s.core.v1.Secret(
                 f"{name}-auth-{namespace}",
-                metadata={"name": secret_name, "namespace": namespace},
-                string_data={SECRET_KEY: token.result},
+                metadata={"name": secret, "namespace": namespace},
+                string_data={SECRET_KEY: credentials[role].result},
                 opts=pulumi.ResourceOptions(parent=self, provider=args.provider),
             )
         self.endpoint = CacheEndpoint(
-            host=replication.primary_endpoint_address, port=REDIS_PORT, tls=True, secret_name=secret_name
+            host=replication.primary_endpoint_address,
+            port=REDIS_PORT,
+            tls=True,
+            secret_name=secret_name,
+            username="gateway",
+            exporter_secret_name=exporter_secret,
+            exporter_username="exporter",
         )
         self.register_outputs({"host": self.endpoint.host})

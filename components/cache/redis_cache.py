@@ -34,6 +34,11 @@ class CacheEndpoint:
     secret_name: str
     """A Kubernetes Secret, in the gateway's namespace, holding the password under ``secret_key``."""
     secret_key: str = SECRET_KEY
+    username: str | None = None
+    """The cache user the gateway authenticates as (ElastiCache RBAC); ``None``: the default user."""
+    exporter_secret_name: str | None = None
+    """The Redis exporter's own Secret (in the monitoring namespace); ``None``: it shares ``secret_name``."""
+    exporter_username: str | None = None
 
     def url(self) -> pulumi.Output[str]:
         scheme = "rediss" if self.tls else "redis"

@@ -145,7 +145,13 @@ class Gateway(pulumi.ComponentResource):
                 "name": "GATEWAY_REDIS_URL",
                 # Kubernetes expands $(REDIS_PASSWORD) from the variable above: the password never sits in a ConfigMap.
                 "value": pulumi.Output.concat(
-                    scheme, "://:$(REDIS_PASSWORD)@", args.cache.host, ":", str(args.cache.port)
+                    scheme,
+                    "://",
+                    args.cache.username or "",
+                    ":$(REDIS_PASSWORD)@",
+                    args.cache.host,
+                    ":",
+                    str(args.cache.port),
                 ),
             },
         ]

@@ -148,12 +148,16 @@ class ObservabilityArgs(Args):
     """Where Prometheus, Grafana, the operator and the collector run (the cloud's system pool by default)."""
     storage_class: str | None = None
     """Prometheus's claim; ``None``: the cluster's default StorageClass."""
+    cache_user: str | None = None
+    """The exporter's own cache user (ElastiCache RBAC); ``None``: the default user."""
 
 
 class Observability(pulumi.ComponentResource):
     prometheus_url: str
     otlp_endpoint: str
     stack_release: k8s.helm.v3.Release
+    grafana_admin_password: pulumi.Output[str]
+    """Grafana's generated admin password, as a Pulumi secret."""
 
     def __init__(self, name: str, args: ObservabilityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:observability:Observability", name, None, opts)
@@ -194,6 +198,7 @@ class Observability(pulumi.ComponentResource):
                 exporter["auth"] = {
                     "enabled": True,
                     "secret": {"name": args.cache_secret[0], "key": args.cache_secret[1]},
+                    **({"redisUser": args.cache_user} if args.cache_user else {}),
                 }
             release("prometheus-redis-exporter", exporter, parent=self, provider=provider)
             self._custom(redis_exporter_service_monitor(namespace), after)

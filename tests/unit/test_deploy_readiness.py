@@ -336,3 +336,31 @@ def test_grafana_uses_a_generated_admin_password_and_reads_only_its_namespace(pl
     assert plan.of_type("random:index/randomPassword:RandomPassword")
     assert grafana["sidecar"]["dashboards"]["searchNamespace"] == "monitoring"
     assert plan.outputs["grafana_admin_password"] == "[secret]"
+
+
+def test_gateway_and_exporter_authenticate_as_separate_cache_users(plan_of: PlanOf) -> None:
+    # issue 12, point 11: one shared auth token let a metrics scraper write the cache.
+    plan = plan_of("prod")
+    users = {r.inputs["userName"]: r for r in plan.of_type("aws:elasticache/user:User")}
+    assert set(users) == {"default", "gateway", "exporter"}
+    assert users["default"].inputs["accessString"].startswith("off")
+    assert (
+        "-@all" in users["exporter"].inputs["accessString"]
+        and "+@write" not in users["exporter"].inputs["accessString"]
+    )
+    (group,) = plan.of_type("aws:elasticache/userGroup:UserGroup")
+    assert group.inputs["engine"] == "valkey" and len(group.inputs["userIds"]) == 3
+    passwords = plan.of_type("random:index/randomPassword:RandomPassword")
+    assert len({r.name for r in passwords if r.name.startswith("cache-")}) == 3
+    secrets = {
+        r.inputs["metadata"]["namespace"]: r.inputs["metadata"]["name"]
+        for r in plan.of_type("kubernetes:core/v1:Secret")
+        if r.name.startswith("cache-auth-")
+    }
+    assert secrets == {"inferstack-gateway": "cache-auth", "monitoring": "cache-exporter-auth"}
+    exporter = helm_values(plan, "prometheus-redis-exporter")["auth"]
+    assert exporter["secret"]["name"] == "cache-exporter-auth" and exporter["redisUser"] == "exporter"
+    (gateway,) = [m for m in manifests(plan) if m["kind"] == "Deployment" and m["metadata"]["name"] == "gateway"]
+    env = {e["name"]: e for e in gateway["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GATEWAY_REDIS_URL"]["value"].startswith("rediss://gateway:$(REDIS_PASSWORD)@")
+    assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "cache-auth"

@@ -47,7 +47,7 @@ def test_redis_password_reaches_the_pod_only_from_the_cache_secret(plan_of: Plan
     deployment = gateway_objects(plan_of("prod"))["Deployment/gateway"]
     env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "cache-auth", "key": "password"}
-    assert env["GATEWAY_REDIS_URL"]["value"].startswith("rediss://:$(REDIS_PASSWORD)@master.cache.")
+    assert env["GATEWAY_REDIS_URL"]["value"].startswith("rediss://gateway:$(REDIS_PASSWORD)@master.cache.")
 
 
 def test_gateway_pod_meets_the_restricted_pod_security_level(plan_of: PlanOf) -> None:
