@@ -14,7 +14,6 @@ import itertools
 import secrets
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -27,6 +26,7 @@ from inferstack_gateway.auth import KeyTable, Principal
 from inferstack_gateway.config import GatewayConfig, ModelConfig
 from inferstack_gateway.embeddings import Embedder, EmbeddingError
 from inferstack_gateway.errors import GatewayError, error_body
+from inferstack_gateway.exchange import Exchange
 from inferstack_gateway.limits import SharedLimiter
 from inferstack_gateway.logs import access, logger
 from inferstack_gateway.metrics import Metrics
@@ -60,27 +60,6 @@ DONE_LINE = b"data: [DONE]"
 
 class ClientGone(Exception):
     """The client disconnected while the gateway was still reading its request."""
-
-
-@dataclass(slots=True)
-class Exchange:
-    """What one request did, for the response headers, metrics, the access log and the trace."""
-
-    request_id: str
-    route: str
-    started: float
-    headers: dict[bytes, bytes]
-    status: int = 500
-    cache: str = "bypass"
-    response_started: bool = False
-    finished: bool = False
-    model: str | None = None
-    tier: str | None = None
-    upstream: str | None = None
-    tenant: str | None = None
-    span: Any = None
-    """The request's OpenTelemetry span, when tracing is on."""
-    detail: dict[str, Any] = field(default_factory=dict)
 
 
 class Gateway:
@@ -301,10 +280,23 @@ class Gateway:
         await self._send(send, exchange, 200, b'{"status":"ok"}', JSON)
 
     async def _readyz(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
-        if self.ready:
-            await self._send(send, exchange, 200, b'{"status":"ready"}', JSON)
-        else:
+        """200 once started, with the state of each optional dependency; 503 while starting.
+
+        A dependency that is down does not make the replica unready: it serves without the cache (and with
+        per-replica limits), and a 503 would take every replica out of the Service at once when the shared Redis
+        fails. The body says what is degraded, so that a probe or an operator sees the truth."""
+        if not self.ready:
             await self._send(send, exchange, 503, b'{"status":"starting"}', JSON)
+            return
+        state: dict[str, str] = {"status": "ready"}
+        if self.store is not None:
+            up = await self.store.ping(self.config.redis.timeout_ms / 1000)
+            state["redis"] = "up" if up else "down"
+        if self.embedder is not None:
+            state["embeddings"] = "up" if self.embedder.available() else "down"
+        if "down" in state.values():
+            state["status"] = "degraded"
+        await self._send(send, exchange, 200, orjson.dumps(state), JSON)
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
         await self._send(send, exchange, 200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST.encode())
@@ -332,6 +324,14 @@ class Gateway:
         headers = exchange.headers
         principal = self.keys.authenticate(headers.get(b"authorization"))
         exchange.tenant = principal.tenant
+        content_type = headers.get(b"content-type")
+        if content_type is not None and content_type.partition(b";")[0].strip().lower() != JSON:
+            raise GatewayError(
+                415,
+                f"The request body must be JSON (Content-Type: application/json), got Content-Type "
+                f"{content_type.decode('latin-1')[:100]!r}.",
+                code="unsupported_media_type",
+            )
         raw = await self._read_body(headers, receive)
         body = parse_json_body(raw)
         request = parse_chat(body) if kind == "chat" else parse_completion(body)
@@ -339,6 +339,9 @@ class Gateway:
         if model is None:
             raise unknown_model(request.model, list(self.config.models))
         exchange.model = request.model
+        most = request.most_tokens
+        if most is not None and most > principal.tokens_per_minute:
+            raise _too_many_tokens(most, principal.tokens_per_minute, self.metrics)
         tier = self._choose_tier(request, model, headers)
         exchange.tier = tier
 
@@ -361,6 +364,9 @@ class Gateway:
         # An exact stage that overran means the gateway or Redis is saturated: do not add an embedding on top.
         overloaded = exact is not None and not looked_up
         semantic = keys is not None and model.cache.semantic.enabled and request.single_turn_text is not None
+        if semantic and self.embedder is not None and not self.embedder.available():
+            semantic = False  # the embeddings endpoint failed a moment ago: skipping it costs nothing
+            self.metrics.cache_skipped.labels("semantic", "embeddings").inc()
         if semantic and not overloaded and self._redis_ok():
             assert keys is not None and request.single_turn_text is not None
             looked_up = True
@@ -780,6 +786,19 @@ def _rate_limited(limit: str, value: int, metrics: Metrics) -> GatewayError:
         type="rate_limit_error" if limit == "requests" else "tokens",
         code="rate_limit_exceeded",
         headers=[(b"retry-after", str(wait).encode())],
+    )
+
+
+def _too_many_tokens(most: int, limit: int, metrics: Metrics) -> GatewayError:
+    # OpenAI answers a request that could never fit its key's limit with 429 "Request too large", without a
+    # Retry-After: waiting does not help, a smaller n or max_tokens does.
+    metrics.rate_limited.labels("tokens").inc()
+    return GatewayError(
+        429,
+        f"Request too large: with its n and max_tokens it may use {most} tokens, over this API key's limit of "
+        f"{limit} tokens per minute. Reduce n or max_tokens.",
+        type="tokens",
+        code="rate_limit_exceeded",
     )
 
 
