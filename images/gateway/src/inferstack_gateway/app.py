@@ -56,6 +56,9 @@ DEFER_S = 0.002
 """Work that follows a response (access log line, cache write-back, token accounting) waits this long and runs in
 one batch, so that it never sits in front of the next request a keep-alive client sends at once."""
 DONE_LINE = b"data: [DONE]"
+KEEPALIVE_S = 4
+"""Idle upstream connections are closed after this long: below the 5 s after which uvicorn (vLLM's server, and
+trtllm-serve's) closes them itself, so the gateway seldom sends a request on a connection the upstream is closing."""
 
 
 class ClientGone(Exception):
@@ -230,7 +233,7 @@ class Gateway:
     async def startup(self) -> None:
         config = self.config
         connector = aiohttp.TCPConnector(
-            limit=0, limit_per_host=config.server.upstream_connections, keepalive_timeout=75, ttl_dns_cache=30
+            limit=0, limit_per_host=config.server.upstream_connections, keepalive_timeout=KEEPALIVE_S, ttl_dns_cache=30
         )
         self.session = aiohttp.ClientSession(connector=connector)
         if config.redis.url is not None:

@@ -139,9 +139,18 @@ async def open_upstream(
         try:
             async with asyncio.timeout(limit):
                 headers = upstream.headers if extra_headers is None else {**upstream.headers, **extra_headers}
-                response = await session.post(
-                    upstream.urls[path], data=payload(upstream), headers=headers, timeout=timeout
-                )
+                try:
+                    response = await session.post(
+                        upstream.urls[path], data=payload(upstream), headers=headers, timeout=timeout
+                    )
+                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                    if isinstance(exc, aiohttp.ClientConnectorError):
+                        raise  # no connection at all: nothing stale to retry
+                    # A pooled keep-alive connection the upstream closed while it sat idle: the request never got
+                    # an answer, so it is sent once more, on a new connection (the pool drops the dead one).
+                    response = await session.post(
+                        upstream.urls[path], data=payload(upstream), headers=headers, timeout=timeout
+                    )
                 upstream.latency.observe(loop.time() - started)
                 if response.status >= 500:
                     body = await response.read()
