@@ -41,6 +41,7 @@ import os
 import platform
 import random
 import re
+import secrets
 import shutil
 import socket
 import statistics
@@ -56,6 +57,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 LITELLM_VENV = ROOT / "benchmarks" / ".venv-litellm"
 API_KEY = "sk-bench"
+LITELLM_KEY = "sk-" + secrets.token_hex(32)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CONCURRENCY = (1, 8, 32)
 RELAY_PATHS = ("relay", "litellm", "gateway")
@@ -353,7 +355,11 @@ WORDS = [
     "meadow", "turbine", "saffron", "canyon", "piano", "voltage", "origami", "falcon", "pretzel", "nebula", "compass",
     "walrus", "mosaic", "ember", "tundra", "gazette", "kiln",
 ]  # fmt: skip
-COUNTRIES = ["France", "Japan", "Brazil", "Kenya", "Canada", "Norway", "Peru", "Vietnam", "Egypt", "Chile"]
+COUNTRIES = [
+    "France", "Japan", "Brazil", "Kenya", "Canada", "Norway", "Peru", "Vietnam", "Egypt", "Chile", "Spain", "Italy",
+    "Germany", "Mexico", "India", "China", "Greece", "Poland", "Sweden", "Finland", "Ireland", "Portugal", "Austria",
+    "Turkey", "Morocco", "Nigeria", "Ghana", "Argentina", "Colombia", "Thailand",
+]  # fmt: skip
 
 
 def chat(content: str, temperature: float) -> dict[str, Any]:
@@ -444,7 +450,9 @@ def main() -> int:
                 "model_list:\n  - model_name: local\n    litellm_params:\n      model: openai/local\n"
                 f"      api_base: {upstream}\n      api_key: sk-none\n"
             )
-            env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False"}
+            # LiteLLM refuses to start without a master key; with one (and no database) it checks it per request.
+            env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False",
+                   "LITELLM_MASTER_KEY": LITELLM_KEY}  # fmt: skip
             pids["litellm"] = start(
                 [str(litellm), "--config", str(config), "--host", "127.0.0.1", "--port", str(ports["litellm"]),
                  "--num_workers", "1", "--telemetry", "False"], ports["litellm"], env=env,
@@ -476,12 +484,16 @@ def main() -> int:
                 bodies = [chat(" ".join(rng.choice(WORDS) for _ in range(8)) + f" {rng.randrange(10**9)}?", 0.0)
                           for _ in range(n)]  # fmt: skip
             elif path == "exact-hit":
-                bodies = [chat(f"What is the capital of {COUNTRIES[run % len(COUNTRIES)]}? ({tag})", 0.0)] * n
+                bodies = [chat(f"Which river flows through the capital? ({tag})", 0.0)] * n
                 await one(client, bodies[0])
+                await asyncio.sleep(0.3)
             else:
-                country = COUNTRIES[(run + 5) % len(COUNTRIES)]
-                await one(client, chat(f"What is the capital of {country}? ({tag})", 0.0))
-                bodies = [chat(f"What's {country}'s capital city? ({tag})", 0.0)] * n
+                # The pair facts.md measured at a cosine distance of 0.056, with a country of its own for each run and
+                # concurrency (a suffix such as a run tag moves the pair apart, past the 0.1 threshold).
+                country = COUNTRIES[(run * len(CONCURRENCY) + CONCURRENCY.index(concurrency)) % len(COUNTRIES)]
+                await one(client, chat(f"What is the capital of {country}?", 0.0))
+                await asyncio.sleep(0.3)  # the write-back lands after the response
+                bodies = [chat(f"What's {country}'s capital city?", 0.0)] * n
             await settle(servers)
             # Warm the client's connections at this concurrency before timing.
             await asyncio.gather(*(one(client, chat(f"warm {tag} {i}", 1.0)) for i in range(concurrency)))
@@ -493,7 +505,11 @@ def main() -> int:
 
             clients = {
                 name: openai.AsyncOpenAI(
-                    base_url=url, api_key=API_KEY, max_retries=0, timeout=60, http_client=openai.DefaultAioHttpClient()
+                    base_url=url,
+                    api_key=LITELLM_KEY if name == "litellm" else API_KEY,
+                    max_retries=0,
+                    timeout=60,
+                    http_client=openai.DefaultAioHttpClient(),
                 )
                 for name, url in urls.items()
                 if name == "direct" or name in pids

@@ -624,9 +624,8 @@ class Gateway:
         exchange.status = 200
         exchange.response_started = True
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        now = time.perf_counter()
-        ttft, itl = self._model_metrics[request.model]
-        ttft.observe(now - exchange.started)
+        # Arrival times only, on the relay path: the histograms are filled in the deferred batch after the response.
+        arrivals = [time.perf_counter()]
         chunks = [opened.first]
         response = opened.response
         content = response.content
@@ -645,8 +644,7 @@ class Gateway:
                     if not chunk:
                         break
                     chunks.append(chunk)
-                    previous, now = now, time.perf_counter()
-                    itl.observe(now - previous)
+                    arrivals.append(time.perf_counter())
         except TimeoutError:
             error = "The request budget ran out while the upstream was still streaming."
             opened.upstream.error("timeout_mid_stream")
@@ -655,6 +653,7 @@ class Gateway:
             opened.upstream.error("broken_stream")
         finally:
             response.close()
+            self._defer(lambda: _observe_stream(*self._model_metrics[request.model], exchange.started, arrivals))
         if error is None and not _ends_with_done(chunks):
             error = "The upstream ended the stream without [DONE]."
             opened.upstream.error("truncated_stream")
@@ -744,6 +743,12 @@ async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any], excha
         return False
     task.cancel()
     return True
+
+
+def _observe_stream(ttft: Any, itl: Any, started: float, arrivals: list[float]) -> None:
+    ttft.observe(arrivals[0] - started)
+    for previous, now in itertools.pairwise(arrivals):
+        itl.observe(now - previous)
 
 
 def _consume_exception(task: asyncio.Task[Any]) -> None:
