@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 import pytest
-from gateway_harness import API_KEY_A, wait_for
+from gateway_harness import API_KEY_A, API_KEY_B, sha256, wait_for
 
 AUTH = {"authorization": f"Bearer {API_KEY_A}", "content-type": "application/json"}
 GOOD = {"model": "local", "messages": [{"role": "user", "content": "hi"}]}
@@ -242,3 +242,17 @@ def test_a_slow_semantic_lookup_does_not_block_other_requests(
     assert raw.headers["x-inferstack-cache"] == "bypass"
     assert slow.is_alive()
     slow.join(10)
+
+
+def test_a_key_of_a_tenant_this_gateway_does_not_serve_gets_401(gateway: Any, upstreams: Any) -> None:
+    # GIVEN a gateway that serves tenant A only, and a valid key of tenant B (served elsewhere)
+    upstream = upstreams("up")
+    gw = gateway(upstream, auth={"keys": [{"tenant": "tenant-a", "name": "key-a", "key_sha256": sha256(API_KEY_A)}]})
+    # WHEN tenant B's key is used here
+    status, headers, raw = gw.http(
+        "POST", "/v1/chat/completions", with_(), {**AUTH, "authorization": f"Bearer {API_KEY_B}"}
+    )
+    # THEN it is refused like any unknown key, before anything reaches the upstream
+    assert status == 401 and headers["www-authenticate"] == "Bearer"
+    assert orjson.loads(raw)["error"]["code"] == "invalid_api_key"
+    assert upstream.requests == []
