@@ -53,8 +53,12 @@ JSON = b"application/json"
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 OPT_IN_HEADER = b"x-inferstack-cache-opt-in"
 DEFER_S = 0.002
-"""Work that follows a response (access log line, cache write-back, token accounting) waits this long and runs in
-one batch, so that it never sits in front of the next request a keep-alive client sends at once."""
+"""Work that follows a response (access log line, stream metrics, cache write-back, token accounting) waits this long
+and runs in one batch, so that it never sits in front of the next request a keep-alive client sends at once."""
+POSTPONE_MAX = 25
+"""While a request is between its arrival and its upstream call (the part of the path that decides its TTFT), the
+batch is put off by another DEFER_S, at most this many times (50 ms): it then runs while that request waits for its
+upstream. Under a load with always someone arriving, the cap keeps the batch from waiting for good."""
 DONE_LINE = b"data: [DONE]"
 KEEPALIVE_S = 4
 """Idle upstream connections are closed after this long: below the 5 s after which uvicorn (vLLM's server, and
@@ -90,6 +94,9 @@ class Gateway:
         self._background: set[asyncio.Task[Any]] = set()
         self._deferred: list[Callable[[], Any]] = []
         self._drain_handle: asyncio.TimerHandle | None = None
+        self._postponed = 0
+        self._arriving = 0
+        """Requests between arrival and their upstream call or cached answer."""
         # Label children resolved once: a labels() call takes a lock and validates on every request.
         self._model_metrics = {
             alias: (self.metrics.ttft.labels(alias), self.metrics.itl.labels(alias)) for alias in config.models
@@ -180,6 +187,11 @@ class Gateway:
             self._drain_handle = asyncio.get_running_loop().call_later(DEFER_S, self._drain)
 
     def _drain(self) -> None:
+        if self._arriving and self._postponed < POSTPONE_MAX:
+            self._postponed += 1
+            self._drain_handle = asyncio.get_running_loop().call_later(DEFER_S, self._drain)
+            return
+        self._postponed = 0
         self._drain_handle = None
         deferred, self._deferred = self._deferred, []
         for work in deferred:
@@ -318,10 +330,19 @@ class Gateway:
 
     async def _complete(self, kind: Kind, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
         self.metrics.in_flight.inc()
+        self._arriving += 1
+        exchange.arriving = True
         try:
             await self._complete_inner(kind, scope, receive, send, exchange)
         finally:
+            self._arrived(exchange)
             self.metrics.in_flight.dec()
+
+    def _arrived(self, exchange: Exchange) -> None:
+        """The request has gone upstream (or been answered): deferred work may run now."""
+        if exchange.arriving:
+            exchange.arriving = False
+            self._arriving -= 1
 
     async def _complete_inner(self, kind: Kind, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
         headers = exchange.headers
@@ -593,6 +614,7 @@ class Gateway:
             return payloads[name]
 
         trace = None if exchange.span is None or self.tracer is None else self.tracer.upstream_headers(exchange.span)
+        self._arrived(exchange)
         opened = await open_upstream(
             self.session, self.tiers[tier], path, payload,
             stream=request.stream, budgets=self.config.budgets, deadline=deadline, tier=tier, extra_headers=trace,

@@ -21,6 +21,8 @@ class Exchange:
     cache: str = "bypass"
     response_started: bool = False
     finished: bool = False
+    arriving: bool = False
+    """Between arrival and the upstream call (or a cached answer): the gateway defers its background work meanwhile."""
     model: str | None = None
     tier: str | None = None
     upstream: str | None = None
