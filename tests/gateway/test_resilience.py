@@ -67,7 +67,7 @@ def test_upstream_500s_then_recovery(gateway: Any, upstreams: Any) -> None:
     # GIVEN an upstream failing with 500s
     upstream = upstreams("up", mode="error500")
     gw = gateway(None, upstreams={"main": {"url": upstream.base, "circuit_breaker": {"failures_to_open": 2,
-                                                                                       "open_s": 0.3}}})  # fmt: skip
+                                                                                       "open_s": 1.5}}})  # fmt: skip
     statuses = []
     for _ in range(4):
         with pytest.raises(openai.APIStatusError) as caught:
@@ -78,7 +78,7 @@ def test_upstream_500s_then_recovery(gateway: Any, upstreams: Any) -> None:
     assert statuses == [503] * 4 and len(upstream.requests) == 2
     # WHEN it recovers, THEN the gateway uses it again once open_s has passed
     upstream.mode = "ok"
-    assert wait_for(lambda: _status(gw) == 200, timeout=3)
+    assert wait_for(lambda: _status(gw) == 200, timeout=6)
     assert streamed_text(gw, temperature=1).startswith("up#")
 
 
@@ -263,7 +263,8 @@ def test_with_the_embeddings_service_down_the_exact_cache_and_the_upstream_still
 
 def test_200_concurrent_requests_half_bad_no_500s_and_no_crossed_answers(gateway: Any, upstreams: Any) -> None:
     # GIVEN an upstream whose answers start with the question
-    gw = gateway(upstreams("up", echo=True, tokens=4, itl_s=0.002))
+    # (budgets generous enough for a loaded 2-core CI box: this test is about errors and crossed streams, not speed)
+    gw = gateway(upstreams("up", echo=True, tokens=4, itl_s=0.002), budgets={"upstream_ttft_ms": 30_000})
     bad = [b"{", b"[]", orjson.dumps({"model": "local", "messages": "x"}),
            orjson.dumps({"model": "local", "messages": [{"role": "user", "content": "x"}], "n": 1000}),
            orjson.dumps({"model": "nope", "messages": [{"role": "user", "content": "x"}]})]  # fmt: skip
@@ -285,14 +286,14 @@ def test_200_concurrent_requests_half_bad_no_500s_and_no_crossed_answers(gateway
 
     async def load() -> list[tuple[int, str]]:
         connector = aiohttp.TCPConnector(limit=200)
-        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as client:
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as client:
             return await asyncio.gather(*(good(client, i) if i % 2 else wrong(client, i) for i in range(200)))
 
     results = asyncio.run(load())
     # THEN no 500s; bad requests get 4xx; every stream carries its own question and nobody else's
-    assert all(status < 500 for status, _ in results)
+    assert all(status < 500 for status, _ in results), [r for r in results if r[0] >= 500]
     for i, (status, text) in enumerate(results):
         if i % 2:
             assert status == 200 and text == f"question-{i} w1 w2 w3", (i, text)
         else:
-            assert 400 <= status < 500
+            assert 400 <= status < 500, (i, status, text)
