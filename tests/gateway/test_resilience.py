@@ -198,8 +198,8 @@ def test_redis_frozen_then_killed_the_cache_is_skipped_within_budget_and_readyz_
     upstream = upstreams("up")
     gw = gateway(upstream, redis_url=own_redis.url, redis={"url": own_redis.url, "timeout_ms": 50,
                  "retry_after_ms": 200}, budgets={"exact_cache_ms": 20, "semantic_cache_ms": 200})  # fmt: skip
-    ask(gw, "cache me", temperature=0)
-    assert wait_for(lambda: gw.metric("inferstack_gateway_cache_writes_total", kind="exact", outcome="stored") == 1)
+    # (on a loaded box one lookup may overrun its 20 ms budget and be skipped: ask until the answer is stored)
+    assert wait_for(lambda: ask(gw, "cache me", temperature=0).headers["x-inferstack-cache"] == "hit", timeout=10)
     assert orjson.loads(gw.http("GET", "/readyz")[2])["redis"] == "up"
     process = own_redis.process
     # WHEN Redis freezes (SIGSTOP) for 3 s
@@ -214,8 +214,8 @@ def test_redis_frozen_then_killed_the_cache_is_skipped_within_budget_and_readyz_
             # THEN every request is answered by the upstream, the cache skipped
             assert raw.http_response.status_code == 200 and raw.headers["x-inferstack-cache"] == "bypass"
             time.sleep(0.05)
-        # within its budget (plus the upstream and the client's own time)
-        assert slowest < 0.5
+        # within its budget (plus the upstream and the client's own time; a wait on the frozen Redis would take 3 s)
+        assert slowest < 1.0
         status, _, body = gw.http("GET", "/readyz")
         assert status == 200 and orjson.loads(body) == {"status": "degraded", "redis": "down", "embeddings": "up"}
         # WHEN Redis is then killed outright
@@ -228,7 +228,7 @@ def test_redis_frozen_then_killed_the_cache_is_skipped_within_budget_and_readyz_
     for _ in range(5):
         started = time.perf_counter()
         assert ask(gw, "cache me", temperature=0).http_response.status_code == 200
-        assert time.perf_counter() - started < 0.5
+        assert time.perf_counter() - started < 1.0
         time.sleep(0.05)
     status, _, body = gw.http("GET", "/readyz")
     assert status == 200 and orjson.loads(body)["redis"] == "down"
