@@ -186,8 +186,8 @@ class Gateway:
         if self._drain_handle is None:
             self._drain_handle = asyncio.get_running_loop().call_later(DEFER_S, self._drain)
 
-    def _drain(self) -> None:
-        if self._arriving and self._postponed < POSTPONE_MAX:
+    def _drain(self, now: bool = False) -> None:
+        if not now and self._arriving and self._postponed < POSTPONE_MAX:
             self._postponed += 1
             self._drain_handle = asyncio.get_running_loop().call_later(DEFER_S, self._drain)
             return
@@ -277,7 +277,7 @@ class Gateway:
         self.ready = False
         if self._drain_handle is not None:
             self._drain_handle.cancel()
-            self._drain()
+            self._drain(now=True)
         if self._background:
             await asyncio.wait(self._background, timeout=5)
         if self.shared_limits is not None:
