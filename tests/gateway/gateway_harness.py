@@ -10,6 +10,7 @@ import http.client
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import tempfile
 import threading
@@ -172,7 +173,8 @@ async def start_app(app: Any) -> tuple[Any, str]:
 @dataclass
 class StandIn:
     """An OpenAI-compatible server. Modes: ok, error500, error400, hang (no headers), truncate (no [DONE]),
-    stall (headers, then nothing)."""
+    stall (headers, then nothing), reset (a TCP reset after two tokens). With `echo`, the answer's first word is the
+    last message's content (or the prompt), so that a test can tell whose answer a stream carries."""
 
     name: str
     url: str = ""
@@ -180,6 +182,7 @@ class StandIn:
     itl_s: float = 0.0
     tokens: int = 5
     mode: str = "ok"
+    echo: bool = False
     requests: list[dict[str, Any]] = field(default_factory=list)
     completed: int = 0
     aborted: int = 0
@@ -191,7 +194,10 @@ class StandIn:
 
     def words(self, body: dict[str, Any]) -> list[str]:
         self.answers += 1
-        return [f"{self.name}#{self.answers}"] + [f" w{i}" for i in range(1, self.tokens)]
+        first = f"{self.name}#{self.answers}"
+        if self.echo:
+            first = body["messages"][-1]["content"] if "messages" in body else body["prompt"]
+        return [first] + [f" w{i}" for i in range(1, self.tokens)]
 
 
 async def stand_in_handler(stand_in: StandIn, request: Any) -> Any:
@@ -248,6 +254,9 @@ async def stand_in_handler(stand_in: StandIn, request: Any) -> Any:
             if stand_in.mode == "truncate" and i == 1:
                 await response.write_eof()
                 return response
+            if stand_in.mode == "reset" and i == 1:
+                reset(request.transport)
+                return response
         await event([{"index": 0, "delta" if chat else "text": {} if chat else "", "finish_reason": "stop"}])
         if (body.get("stream_options") or {}).get("include_usage"):
             await event([], usage=usage)
@@ -260,6 +269,13 @@ async def stand_in_handler(stand_in: StandIn, request: Any) -> Any:
             stand_in.completed += 1
         else:
             stand_in.aborted += 1
+
+
+def reset(transport: Any) -> None:
+    """Drop the connection with a TCP RST (SO_LINGER 0), as a crashed or killed upstream does."""
+    sock = transport.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
 
 
 async def start_stand_in(stand_in: StandIn) -> Any:
@@ -306,7 +322,8 @@ class GatewayHandle:
     def client(self, api_key: str = API_KEY_A, **kwargs: Any) -> Any:
         import openai
 
-        client = openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0, timeout=20, **kwargs)
+        options = {"max_retries": 0, "timeout": 20, **kwargs}
+        client = openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, **options)
         self.clients.append(client)
         return client
 

@@ -80,7 +80,7 @@ def test_health_readiness_and_metrics_endpoints(gateway: Any, upstreams: Any) ->
     gw = gateway(upstreams("up"))
     assert gw.http("GET", "/healthz")[0] == 200
     status, _, body = gw.http("GET", "/readyz")
-    assert (status, orjson.loads(body)) == (200, {"status": "ready"})
+    assert (status, orjson.loads(body)) == (200, {"status": "ready", "redis": "up", "embeddings": "up"})
     chat(gw.client(), temperature=1)
     status, headers, body = gw.http("GET", "/metrics")
     assert status == 200 and headers["content-type"].startswith("text/plain")

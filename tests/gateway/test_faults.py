@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 import pytest
-from gateway_harness import API_KEY_A, wait_for
+from gateway_harness import API_KEY_A, API_KEY_B, sha256, wait_for
 
 AUTH = {"authorization": f"Bearer {API_KEY_A}", "content-type": "application/json"}
 GOOD = {"model": "local", "messages": [{"role": "user", "content": "hi"}]}
@@ -16,6 +16,12 @@ GOOD = {"model": "local", "messages": [{"role": "user", "content": "hi"}]}
 def with_(**changes: Any) -> bytes:
     body = {**GOOD, **changes}
     return orjson.dumps({k: v for k, v in body.items() if v is not ...})
+
+
+def nested(depth: int, temperature: float) -> bytes:
+    """A valid request with an extra field nested `depth` levels deep (counting the body itself)."""
+    inner = b"[" * (depth - 1) + b"]" * (depth - 1)
+    return with_(temperature=temperature)[:-1] + b',"deep":' + inner + b"}"
 
 
 BAD_INPUT = [
@@ -44,6 +50,18 @@ BAD_INPUT = [
     ("stop-wrong-type", with_(stop=[1, 2]), 400, "stop"),
     ("tools-wrong-type", with_(tools={"a": 1}), 400, "tools"),
     ("response-format-wrong-type", with_(response_format="json"), 400, "response_format"),
+    ("n-zero", with_(n=0), 400, "n"),
+    # OpenAI refuses n above 128; the gateway sent n=1000 upstream.
+    ("n-over-128", with_(n=1000), 400, "n"),
+    ("n-and-max-tokens-huge", with_(n=100_000_000, max_tokens=100_000_000), 400, "n"),
+    ("nul-byte", b'{"model": "local",\x00 "messages": [{"role": "user", "content": "hi"}]}', 400, None),
+    ("10000-messages", with_(messages=[{"role": "user", "content": "a"}] * 10_000), 400, "messages"),
+    # orjson parses 1024 levels but writes 254: deeper bodies failed with a 500 in the cache key (temperature 0)
+    # or in the upstream body (otherwise).
+    ("nested-300-keyed", nested(300, 0), 400, None),
+    ("nested-300-relayed", nested(300, 1), 400, None),
+    ("nested-1000-relayed", nested(1000, 1), 400, None),
+    ("nested-10000", nested(10_000, 1), 400, None),
 ]
 
 
@@ -60,6 +78,56 @@ def test_bad_chat_input_gets_a_4xx_in_openai_shape(
     assert error["param"] == param and error["message"]
     assert "Traceback" not in error["message"]
     assert upstream.requests == []
+
+
+def test_nesting_that_can_be_re_encoded_is_relayed(gateway: Any, upstreams: Any) -> None:
+    # GIVEN a request with an extra field as deep as the gateway accepts (128 levels, counting the body)
+    upstream = upstreams("up")
+    gw = gateway(upstream)
+    # WHEN it is sent, keyed for the cache (temperature 0)
+    status, _, _ = gw.http("POST", "/v1/chat/completions", nested(128, 0), AUTH)
+    # THEN it reaches the upstream intact
+    assert status == 200
+    assert _depth_of(upstream.requests[0]["body"]["deep"]) == 127
+
+
+def _depth_of(value: Any) -> int:
+    depth = 0
+    while isinstance(value, list):
+        depth, value = depth + 1, value[0] if value else None
+    return depth
+
+
+def test_a_request_that_may_use_more_tokens_than_its_key_allows_gets_429(gateway: Any, upstreams: Any) -> None:
+    # GIVEN a key allowed 10,000 tokens a minute
+    upstream = upstreams("up")
+    gw = gateway(upstream, limits={"tokens_per_minute": 10_000})
+    # WHEN a request asks for 100 choices of up to 1,000 tokens each (n is within OpenAI's 128)
+    status, headers, raw = gw.http("POST", "/v1/chat/completions", with_(n=100, max_tokens=1000), AUTH)
+    # THEN it is refused before it reaches the upstream: token admission counts every choice
+    assert status == 429 and "retry-after" not in headers
+    error = orjson.loads(raw)["error"]
+    assert error["code"] == "rate_limit_exceeded"
+    assert error["message"].startswith("Request too large: with its n and max_tokens it may use 100001 tokens")
+    assert upstream.requests == []
+    # AND the same request with n=1 fits
+    assert gw.http("POST", "/v1/chat/completions", with_(n=1, max_tokens=1000), AUTH)[0] == 200
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"])
+def test_a_body_that_is_not_declared_json_gets_415(gateway: Any, upstreams: Any, content_type: str) -> None:
+    upstream = upstreams("up")
+    gw = gateway(upstream)
+    status, _, raw = gw.http("POST", "/v1/chat/completions", with_(), {**AUTH, "content-type": content_type})
+    assert status == 415
+    assert orjson.loads(raw)["error"]["code"] == "unsupported_media_type"
+    assert upstream.requests == []
+
+
+def test_json_with_a_charset_parameter_is_accepted(gateway: Any, upstreams: Any) -> None:
+    gw = gateway(upstreams("up"))
+    headers = {**AUTH, "content-type": "Application/JSON; charset=utf-8"}
+    assert gw.http("POST", "/v1/chat/completions", with_(), headers)[0] == 200
 
 
 @pytest.mark.parametrize(
@@ -174,3 +242,17 @@ def test_a_slow_semantic_lookup_does_not_block_other_requests(
     assert raw.headers["x-inferstack-cache"] == "bypass"
     assert slow.is_alive()
     slow.join(10)
+
+
+def test_a_key_of_a_tenant_this_gateway_does_not_serve_gets_401(gateway: Any, upstreams: Any) -> None:
+    # GIVEN a gateway that serves tenant A only, and a valid key of tenant B (served elsewhere)
+    upstream = upstreams("up")
+    gw = gateway(upstream, auth={"keys": [{"tenant": "tenant-a", "name": "key-a", "key_sha256": sha256(API_KEY_A)}]})
+    # WHEN tenant B's key is used here
+    status, headers, raw = gw.http(
+        "POST", "/v1/chat/completions", with_(), {**AUTH, "authorization": f"Bearer {API_KEY_B}"}
+    )
+    # THEN it is refused like any unknown key, before anything reaches the upstream
+    assert status == 401 and headers["www-authenticate"] == "Bearer"
+    assert orjson.loads(raw)["error"]["code"] == "invalid_api_key"
+    assert upstream.requests == []

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -92,3 +94,38 @@ def test_replay_of_an_assembled_stream_assembles_to_the_same_response() -> None:
     replayed = sse.replay("chat", original, include_usage=True)
     assert replayed.endswith(b"data: [DONE]\n\n")
     assert sse.assemble("chat", replayed) == original
+
+
+@pytest.mark.asyncio
+async def test_deferred_work_waits_while_a_request_is_on_its_way_upstream() -> None:
+    from inferstack_gateway.app import DEFER_S, POSTPONE_MAX, Gateway
+    from inferstack_gateway.config import parse_config
+
+    # GIVEN a gateway with a request that has arrived and not yet gone upstream
+    config = parse_config(
+        {"upstreams": {"main": {"url": "http://127.0.0.1:9/v1"}}, "tiers": {"small": {"upstreams": ["main"]}},
+         "models": {"local": {"tier": "small", "cache": {"policy": "never"}}}, "auth": {"enabled": False}},
+        env={},
+    )  # fmt: skip
+    gateway = Gateway(config)
+    ran: list[str] = []
+    gateway._arriving = 1
+    # WHEN work is deferred
+    gateway._defer(lambda: ran.append("access log"))
+    await asyncio.sleep(DEFER_S * 4)
+    # THEN it waits while the request is arriving, and runs once the request has gone upstream
+    assert ran == []
+    gateway._arriving = 0
+    for _ in range(1000):
+        if ran:
+            break
+        await asyncio.sleep(DEFER_S)
+    assert ran == ["access log"]
+    # AND under a load where someone is always arriving, it still runs after at most POSTPONE_MAX delays
+    gateway._arriving = 1
+    gateway._defer(lambda: ran.append("write-back"))
+    for _ in range(POSTPONE_MAX * 100):  # timers fire late on a loaded box: poll instead of sleeping a fixed time
+        if len(ran) == 2:
+            break
+        await asyncio.sleep(DEFER_S)
+    assert ran == ["access log", "write-back"] and gateway._arriving == 1

@@ -14,7 +14,6 @@ import itertools
 import secrets
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -27,6 +26,7 @@ from inferstack_gateway.auth import KeyTable, Principal
 from inferstack_gateway.config import GatewayConfig, ModelConfig
 from inferstack_gateway.embeddings import Embedder, EmbeddingError
 from inferstack_gateway.errors import GatewayError, error_body
+from inferstack_gateway.exchange import Exchange
 from inferstack_gateway.limits import SharedLimiter
 from inferstack_gateway.logs import access, logger
 from inferstack_gateway.metrics import Metrics
@@ -53,34 +53,20 @@ JSON = b"application/json"
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 OPT_IN_HEADER = b"x-inferstack-cache-opt-in"
 DEFER_S = 0.002
-"""Work that follows a response (access log line, cache write-back, token accounting) waits this long and runs in
-one batch, so that it never sits in front of the next request a keep-alive client sends at once."""
+"""Work that follows a response (access log line, stream metrics, cache write-back, token accounting) waits this long
+and runs in one batch, so that it never sits in front of the next request a keep-alive client sends at once."""
+POSTPONE_MAX = 25
+"""While a request is between its arrival and its upstream call (the part of the path that decides its TTFT), the
+batch is put off by another DEFER_S, at most this many times (50 ms): it then runs while that request waits for its
+upstream. Under a load with always someone arriving, the cap keeps the batch from waiting for good."""
 DONE_LINE = b"data: [DONE]"
+KEEPALIVE_S = 4
+"""Idle upstream connections are closed after this long: below the 5 s after which uvicorn (vLLM's server, and
+trtllm-serve's) closes them itself, so the gateway seldom sends a request on a connection the upstream is closing."""
 
 
 class ClientGone(Exception):
     """The client disconnected while the gateway was still reading its request."""
-
-
-@dataclass(slots=True)
-class Exchange:
-    """What one request did, for the response headers, metrics, the access log and the trace."""
-
-    request_id: str
-    route: str
-    started: float
-    headers: dict[bytes, bytes]
-    status: int = 500
-    cache: str = "bypass"
-    response_started: bool = False
-    finished: bool = False
-    model: str | None = None
-    tier: str | None = None
-    upstream: str | None = None
-    tenant: str | None = None
-    span: Any = None
-    """The request's OpenTelemetry span, when tracing is on."""
-    detail: dict[str, Any] = field(default_factory=dict)
 
 
 class Gateway:
@@ -108,6 +94,9 @@ class Gateway:
         self._background: set[asyncio.Task[Any]] = set()
         self._deferred: list[Callable[[], Any]] = []
         self._drain_handle: asyncio.TimerHandle | None = None
+        self._postponed = 0
+        self._arriving = 0
+        """Requests between arrival and their upstream call or cached answer."""
         # Label children resolved once: a labels() call takes a lock and validates on every request.
         self._model_metrics = {
             alias: (self.metrics.ttft.labels(alias), self.metrics.itl.labels(alias)) for alias in config.models
@@ -197,7 +186,12 @@ class Gateway:
         if self._drain_handle is None:
             self._drain_handle = asyncio.get_running_loop().call_later(DEFER_S, self._drain)
 
-    def _drain(self) -> None:
+    def _drain(self, now: bool = False) -> None:
+        if not now and self._arriving and self._postponed < POSTPONE_MAX:
+            self._postponed += 1
+            self._drain_handle = asyncio.get_running_loop().call_later(DEFER_S, self._drain)
+            return
+        self._postponed = 0
         self._drain_handle = None
         deferred, self._deferred = self._deferred, []
         for work in deferred:
@@ -251,7 +245,7 @@ class Gateway:
     async def startup(self) -> None:
         config = self.config
         connector = aiohttp.TCPConnector(
-            limit=0, limit_per_host=config.server.upstream_connections, keepalive_timeout=75, ttl_dns_cache=30
+            limit=0, limit_per_host=config.server.upstream_connections, keepalive_timeout=KEEPALIVE_S, ttl_dns_cache=30
         )
         self.session = aiohttp.ClientSession(connector=connector)
         if config.redis.url is not None:
@@ -283,7 +277,7 @@ class Gateway:
         self.ready = False
         if self._drain_handle is not None:
             self._drain_handle.cancel()
-            self._drain()
+            self._drain(now=True)
         if self._background:
             await asyncio.wait(self._background, timeout=5)
         if self.shared_limits is not None:
@@ -301,10 +295,23 @@ class Gateway:
         await self._send(send, exchange, 200, b'{"status":"ok"}', JSON)
 
     async def _readyz(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
-        if self.ready:
-            await self._send(send, exchange, 200, b'{"status":"ready"}', JSON)
-        else:
+        """200 once started, with the state of each optional dependency; 503 while starting.
+
+        A dependency that is down does not make the replica unready: it serves without the cache (and with
+        per-replica limits), and a 503 would take every replica out of the Service at once when the shared Redis
+        fails. The body says what is degraded, so that a probe or an operator sees the truth."""
+        if not self.ready:
             await self._send(send, exchange, 503, b'{"status":"starting"}', JSON)
+            return
+        state: dict[str, str] = {"status": "ready"}
+        if self.store is not None:
+            up = await self.store.ping(self.config.redis.timeout_ms / 1000)
+            state["redis"] = "up" if up else "down"
+        if self.embedder is not None:
+            state["embeddings"] = "up" if self.embedder.available() else "down"
+        if "down" in state.values():
+            state["status"] = "degraded"
+        await self._send(send, exchange, 200, orjson.dumps(state), JSON)
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
         await self._send(send, exchange, 200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST.encode())
@@ -323,15 +330,32 @@ class Gateway:
 
     async def _complete(self, kind: Kind, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
         self.metrics.in_flight.inc()
+        self._arriving += 1
+        exchange.arriving = True
         try:
             await self._complete_inner(kind, scope, receive, send, exchange)
         finally:
+            self._arrived(exchange)
             self.metrics.in_flight.dec()
+
+    def _arrived(self, exchange: Exchange) -> None:
+        """The request has gone upstream (or been answered): deferred work may run now."""
+        if exchange.arriving:
+            exchange.arriving = False
+            self._arriving -= 1
 
     async def _complete_inner(self, kind: Kind, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
         headers = exchange.headers
         principal = self.keys.authenticate(headers.get(b"authorization"))
         exchange.tenant = principal.tenant
+        content_type = headers.get(b"content-type")
+        if content_type is not None and content_type.partition(b";")[0].strip().lower() != JSON:
+            raise GatewayError(
+                415,
+                f"The request body must be JSON (Content-Type: application/json), got Content-Type "
+                f"{content_type.decode('latin-1')[:100]!r}.",
+                code="unsupported_media_type",
+            )
         raw = await self._read_body(headers, receive)
         body = parse_json_body(raw)
         request = parse_chat(body) if kind == "chat" else parse_completion(body)
@@ -339,6 +363,9 @@ class Gateway:
         if model is None:
             raise unknown_model(request.model, list(self.config.models))
         exchange.model = request.model
+        most = request.most_tokens
+        if most is not None and most > principal.tokens_per_minute:
+            raise _too_many_tokens(most, principal.tokens_per_minute, self.metrics)
         tier = self._choose_tier(request, model, headers)
         exchange.tier = tier
 
@@ -361,6 +388,9 @@ class Gateway:
         # An exact stage that overran means the gateway or Redis is saturated: do not add an embedding on top.
         overloaded = exact is not None and not looked_up
         semantic = keys is not None and model.cache.semantic.enabled and request.single_turn_text is not None
+        if semantic and self.embedder is not None and not self.embedder.available():
+            semantic = False  # the embeddings endpoint failed a moment ago: skipping it costs nothing
+            self.metrics.cache_skipped.labels("semantic", "embeddings").inc()
         if semantic and not overloaded and self._redis_ok():
             assert keys is not None and request.single_turn_text is not None
             looked_up = True
@@ -584,6 +614,7 @@ class Gateway:
             return payloads[name]
 
         trace = None if exchange.span is None or self.tracer is None else self.tracer.upstream_headers(exchange.span)
+        self._arrived(exchange)
         opened = await open_upstream(
             self.session, self.tiers[tier], path, payload,
             stream=request.stream, budgets=self.config.budgets, deadline=deadline, tier=tier, extra_headers=trace,
@@ -615,9 +646,8 @@ class Gateway:
         exchange.status = 200
         exchange.response_started = True
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        now = time.perf_counter()
-        ttft, itl = self._model_metrics[request.model]
-        ttft.observe(now - exchange.started)
+        # Arrival times only, on the relay path: the histograms are filled in the deferred batch after the response.
+        arrivals = [time.perf_counter()]
         chunks = [opened.first]
         response = opened.response
         content = response.content
@@ -636,8 +666,7 @@ class Gateway:
                     if not chunk:
                         break
                     chunks.append(chunk)
-                    previous, now = now, time.perf_counter()
-                    itl.observe(now - previous)
+                    arrivals.append(time.perf_counter())
         except TimeoutError:
             error = "The request budget ran out while the upstream was still streaming."
             opened.upstream.error("timeout_mid_stream")
@@ -646,6 +675,7 @@ class Gateway:
             opened.upstream.error("broken_stream")
         finally:
             response.close()
+            self._defer(lambda: _observe_stream(*self._model_metrics[request.model], exchange.started, arrivals))
         if error is None and not _ends_with_done(chunks):
             error = "The upstream ended the stream without [DONE]."
             opened.upstream.error("truncated_stream")
@@ -737,6 +767,12 @@ async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any], excha
     return True
 
 
+def _observe_stream(ttft: Any, itl: Any, started: float, arrivals: list[float]) -> None:
+    ttft.observe(arrivals[0] - started)
+    for previous, now in itertools.pairwise(arrivals):
+        itl.observe(now - previous)
+
+
 def _consume_exception(task: asyncio.Task[Any]) -> None:
     if not task.cancelled():
         task.exception()
@@ -780,6 +816,19 @@ def _rate_limited(limit: str, value: int, metrics: Metrics) -> GatewayError:
         type="rate_limit_error" if limit == "requests" else "tokens",
         code="rate_limit_exceeded",
         headers=[(b"retry-after", str(wait).encode())],
+    )
+
+
+def _too_many_tokens(most: int, limit: int, metrics: Metrics) -> GatewayError:
+    # OpenAI answers a request that could never fit its key's limit with 429 "Request too large", without a
+    # Retry-After: waiting does not help, a smaller n or max_tokens does.
+    metrics.rate_limited.labels("tokens").inc()
+    return GatewayError(
+        429,
+        f"Request too large: with its n and max_tokens it may use {most} tokens, over this API key's limit of "
+        f"{limit} tokens per minute. Reduce n or max_tokens.",
+        type="tokens",
+        code="rate_limit_exceeded",
     )
 
 

@@ -4,12 +4,17 @@ lookup is network I/O and cannot block the event loop)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from array import array
 
 import aiohttp
 import orjson
 
 from inferstack_gateway.config import EmbeddingsConfig
+
+RETRY_AFTER_S = 1.0
+"""After a failed call the embeddings endpoint is skipped this long: a service that is down then costs a request
+nothing at all, not even a refused connection, and is tried again by the first request after the window."""
 
 
 class EmbeddingError(Exception):
@@ -24,9 +29,13 @@ class Embedder:
         self._dimensions = config.dimensions
         self._timeout_s = config.timeout_ms / 1000
         self._session = session
+        self._down_until = 0.0
         self._headers = {"content-type": "application/json"}
         if config.api_key is not None:
             self._headers["authorization"] = f"Bearer {config.api_key.get_secret_value()}"
+
+    def available(self) -> bool:
+        return time.monotonic() >= self._down_until
 
     async def embed(self, text: str) -> bytes:
         """The FLOAT32 vector of `text`, as the bytes a Redis VECTOR field stores."""
@@ -36,10 +45,13 @@ class Embedder:
                 async with self._session.post(self._url, data=payload, headers=self._headers) as response:
                     raw = await response.read()
                     if response.status != 200:
+                        self._down_until = time.monotonic() + RETRY_AFTER_S
                         raise EmbeddingError(f"embeddings endpoint answered HTTP {response.status}")
         except TimeoutError:
+            self._down_until = time.monotonic() + RETRY_AFTER_S
             raise EmbeddingError(f"embeddings endpoint timed out ({self._timeout_s * 1000:.0f} ms)") from None
         except (aiohttp.ClientError, OSError) as exc:
+            self._down_until = time.monotonic() + RETRY_AFTER_S
             raise EmbeddingError(f"embeddings endpoint unreachable: {type(exc).__name__}") from None
         try:
             vector = orjson.loads(raw)["data"][0]["embedding"]

@@ -30,7 +30,20 @@ _FLOAT_RANGES: dict[str, tuple[float, float]] = {
     "presence_penalty": (-2.0, 2.0),
     "frequency_penalty": (-2.0, 2.0),
 }
-_INT_MINIMUMS = {"max_tokens": 1, "max_completion_tokens": 1, "n": 1, "seed": None, "top_logprobs": 0, "best_of": 1}
+_INT_RANGES: dict[str, tuple[int | None, int | None]] = {
+    "max_tokens": (1, None),
+    "max_completion_tokens": (1, None),
+    # OpenAI refuses n above 128 ("n: Must be less than or equal to 128"); vLLM has no bound of its own.
+    "n": (1, 128),
+    "seed": (None, None),
+    "top_logprobs": (0, None),
+    "best_of": (1, 20),  # OpenAI's bound for the legacy completions' best_of
+}
+MAX_MESSAGES = 2048
+"""Most messages in one chat request. A longer list is refused before it is normalized and keyed."""
+MAX_DEPTH = 128
+"""Deepest JSON nesting accepted. orjson parses 1024 levels but serializes only 254 (the cache key's digest and the
+upstream body re-encode the request), and no OpenAI field needs more than a few dozen (tool schemas)."""
 
 
 @dataclass(slots=True)
@@ -57,6 +70,18 @@ class ParsedRequest:
         # ~4 characters per token for English BPE vocabularies; close enough for routing and admission.
         return max(1, self.prompt_chars // 4)
 
+    @property
+    def most_tokens(self) -> int | None:
+        """The most tokens the request may use: its prompt plus every choice at its output limit (None: no limit).
+
+        Every choice generates up to the limit: `n` (and `best_of`) multiply it, as OpenAI counts it for its rate
+        limits."""
+        limit: int | None = self.body.get("max_completion_tokens") or self.body.get("max_tokens")
+        if limit is None:
+            return None
+        choices: int = max(self.body.get("n") or 1, self.body.get("best_of") or 1)
+        return self.prompt_tokens_estimate + choices * limit
+
 
 def parse_json_body(raw: bytes) -> dict[str, Any]:
     try:
@@ -65,7 +90,27 @@ def parse_json_body(raw: bytes) -> dict[str, Any]:
         raise bad_request(f"The request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise bad_request(f"The request body must be a JSON object, got {type(body).__name__}.")
+    # Counting brackets is a C-speed scan; only a body with that many of them is walked for its real depth.
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(body) > MAX_DEPTH:
+        raise bad_request(f"The request body nests JSON more than {MAX_DEPTH} levels deep.")
     return body
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of parsed JSON, iteratively (the value may be up to 1024 levels deep)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            item = item.values()
+        elif not isinstance(item, list):
+            continue
+        deepest = max(deepest, level)
+        if level > MAX_DEPTH:
+            return level
+        stack.extend((child, level + 1) for child in item if isinstance(child, dict | list))
+    return deepest
 
 
 def _number(body: dict[str, Any], name: str) -> None:
@@ -78,12 +123,20 @@ def _number(body: dict[str, Any], name: str) -> None:
     body[name] = float(value)  # 0 and 0.0 must produce the same key
 
 
-def _integer(body: dict[str, Any], name: str, minimum: int | None) -> None:
+def _integer(body: dict[str, Any], name: str, minimum: int | None, maximum: int | None) -> None:
     value = body.get(name)
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
-        bound = "an integer" if minimum is None else f"an integer >= {minimum}"
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or (minimum is not None and value < minimum)
+        or (maximum is not None and value > maximum)
+    ):
+        if minimum is not None and maximum is not None:
+            bound = f"an integer between {minimum} and {maximum}"
+        else:
+            bound = "an integer" if minimum is None else f"an integer >= {minimum}"
         raise bad_request(f"'{name}' must be {bound}, got {value!r}.", name)
 
 
@@ -104,8 +157,8 @@ def _common(body: dict[str, Any]) -> tuple[str, bool, bool, float | None]:
         include_usage = options.get("include_usage", False) is True
     for name in _FLOAT_RANGES:
         _number(body, name)
-    for name, minimum in _INT_MINIMUMS.items():
-        _integer(body, name, minimum)
+    for name, (minimum, maximum) in _INT_RANGES.items():
+        _integer(body, name, minimum, maximum)
     stop = body.get("stop")
     if stop is not None:
         if isinstance(stop, str):
@@ -149,6 +202,8 @@ def parse_chat(body: dict[str, Any]) -> ParsedRequest:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' is required and must be a non-empty list.", "messages")
+    if len(messages) > MAX_MESSAGES:
+        raise bad_request(f"'messages' has {len(messages)} messages; at most {MAX_MESSAGES} are accepted.", "messages")
     normalized: list[Any] = []
     chars = turns = 0
     last_user = ""

@@ -84,6 +84,17 @@ class RedisStore:
     async def close(self) -> None:
         await self.client.aclose()
 
+    async def ping(self, timeout_s: float) -> bool:
+        """Whether Redis answers a PING within `timeout_s`; a failure starts an outage window as any other does."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.client.ping()
+        except (RedisError, OSError, TimeoutError) as exc:
+            self.failed("ping", exc)
+            return False
+        self.succeeded()
+        return True
+
     # -- rate-limit counters (see limits.py) and the exact lookup -------------------------------------------------
 
     async def reserve(

@@ -8,12 +8,10 @@ tracing.otlp_endpoint is set, so the default path pays nothing for it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from inferstack_gateway.config import TracingConfig
-
-if TYPE_CHECKING:
-    from inferstack_gateway.app import Exchange
+from inferstack_gateway.exchange import Exchange
 
 
 class Tracer:

@@ -46,6 +46,12 @@ class CircuitBreaker:
             self._open_until = None
             self._on_change(False)
 
+    def abandon(self) -> None:
+        """The probe ended with neither a success nor a failure (its request was cancelled): let the next one probe.
+
+        Without this the half-open flag stays set and the breaker refuses every request for good."""
+        self._probing = False
+
     def failure(self) -> None:
         self._failures += 1
         self._probing = False
@@ -120,6 +126,7 @@ async def open_upstream(
         if not upstream.breaker.allow():
             failures.append(f"{upstream.name}: circuit open")
             continue
+        probe = upstream.breaker.is_open  # allowed while open: this request is the half-open probe
         remaining = deadline - loop.time()
         if remaining <= 0:
             timed_out = True
@@ -132,9 +139,18 @@ async def open_upstream(
         try:
             async with asyncio.timeout(limit):
                 headers = upstream.headers if extra_headers is None else {**upstream.headers, **extra_headers}
-                response = await session.post(
-                    upstream.urls[path], data=payload(upstream), headers=headers, timeout=timeout
-                )
+                try:
+                    response = await session.post(
+                        upstream.urls[path], data=payload(upstream), headers=headers, timeout=timeout
+                    )
+                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                    if isinstance(exc, aiohttp.ClientConnectorError):
+                        raise  # no connection at all: nothing stale to retry
+                    # A pooled keep-alive connection the upstream closed while it sat idle: the request never got
+                    # an answer, so it is sent once more, on a new connection (the pool drops the dead one).
+                    response = await session.post(
+                        upstream.urls[path], data=payload(upstream), headers=headers, timeout=timeout
+                    )
                 upstream.latency.observe(loop.time() - started)
                 if response.status >= 500:
                     body = await response.read()
@@ -173,6 +189,8 @@ async def open_upstream(
         except BaseException:
             if response is not None:
                 response.close()  # cancelled (client went away): drop the upstream request with it
+            if probe:
+                upstream.breaker.abandon()
             raise
         upstream.breaker.success()
         return Opened(upstream, response, response.status, first)

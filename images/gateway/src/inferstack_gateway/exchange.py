@@ -1,0 +1,32 @@
+"""What one request did: the record the app fills in and the access log, metrics and tracing read.
+
+It sits below both app.py and tracing.py, so that tracing depends on nothing above it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Exchange:
+    """What one request did, for the response headers, metrics, the access log and the trace."""
+
+    request_id: str
+    route: str
+    started: float
+    headers: dict[bytes, bytes]
+    status: int = 500
+    cache: str = "bypass"
+    response_started: bool = False
+    finished: bool = False
+    arriving: bool = False
+    """Between arrival and the upstream call (or a cached answer): the gateway defers its background work meanwhile."""
+    model: str | None = None
+    tier: str | None = None
+    upstream: str | None = None
+    tenant: str | None = None
+    span: Any = None
+    """The request's OpenTelemetry span, when tracing is on."""
+    detail: dict[str, Any] = field(default_factory=dict)
