@@ -84,6 +84,9 @@ def place(spec: ModelDeploySpec, pool: ServingPool) -> Placement:
             "quantization",
             repr(spec.quantization),
             f"llamacpp models only: {spec.engine} reads its quantization from the checkpoint"
+            # vLLM model_executor/layers/quantization/awq_marlin.py, override_quantization_method: with no
+            # --quantization it converts an AWQ checkpoint to awq_marlin; with "awq" it logs "you specified
+            # quantization=awq explicitly, so forcing awq" and keeps the slow kernel (same for gptq/gptq_marlin).
             + (
                 " (vLLM detects AWQ/GPTQ in config.json and picks the Marlin kernels; an explicit "
                 "--quantization awq would force the slower non-Marlin kernel)"

@@ -92,3 +92,12 @@ def test_the_cli_exits_2_with_one_line_and_no_traceback(tmp_path: Path) -> None:
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
     assert len([x for x in out.stderr.splitlines() if "inferstack:environment" in x]) == 1
+
+
+def test_two_gpu_models_on_a_one_gpu_node_are_one_gpu_short() -> None:
+    def edit(env: dict[str, Any]) -> None:
+        second = dict(env["models"][0], name="llama-1b", model="meta-llama/Llama-3.2-1B-Instruct")
+        env["models"].append(second)
+
+    (line,) = errors(edit)
+    assert "inferstack:environment.nodes: got pods requesting" in line and "(1 GPU short)" in line
