@@ -30,6 +30,6 @@ class HubReference(pulumi.ComponentResource):
     def __init__(self, name: str, args: HubReferenceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:hub_reference:HubReference", name, None, opts)
         ref = pulumi.StackReference(name, stack_name=args.stack, opts=pulumi.ResourceOptions(parent=self))
-        self.gateway_url = ref.require_output(GATEWAY_URL_OUTPUT)  # type: ignore[assignment]
-        self.api_key = pulumi.Output.secret(ref.require_output(BURST_KEY_OUTPUT))  # type: ignore[assignment]
+        self.gateway_url = ref.require_output(GATEWAY_URL_OUTPUT)
+        self.api_key = pulumi.Output.secret(ref.require_output(BURST_KEY_OUTPUT))
         self.register_outputs({"gateway_url": self.gateway_url})
