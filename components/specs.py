@@ -241,6 +241,22 @@ class ModelStoreSpec(Spec):
     image_repositories: tuple[DnsLabel, ...] = ("gateway", "model-loader")
 
 
+class S3CompatibleStoreSpec(Spec):
+    """Where weights and engines live: an S3-compatible endpoint (MinIO, Ceph RGW) the model loader reads.
+
+    Credentials are secret config values, ``inferstack:modelStoreAccessKeyId`` and
+    ``inferstack:modelStoreSecretAccessKey``, written to a Kubernetes Secret the loader reads.
+    """
+
+    endpoint: str = Field(pattern=r"^https?://[^\s/]+(:\d+)?/?$")
+    """Required: the endpoint URL, e.g. ``https://minio.storage.example:9000``."""
+    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    """Required: checkpoints live under ``<model id>/hf``, engines under ``<model id>/trtllm/``, GGUF files
+    under ``<model id>/gguf/``."""
+    region: str = "us-east-1"
+    """Signing region the endpoint expects (MinIO's default is us-east-1)."""
+
+
 class SloSpec(Spec):
     """Latency targets for one model. They size tensor parallelism and drive the SLO alerts."""
 
@@ -263,10 +279,21 @@ class AutoscalingSpec(Spec):
     """Let an idle model go to zero replicas. Its next request waits for a cold start (minutes)."""
 
 
+class RemoteWriteSpec(Spec):
+    """Forward metrics to another Prometheus (kube-prometheus-stack ``prometheus.prometheusSpec.remoteWrite``)."""
+
+    url: str = Field(pattern=r"^https?://[^\s]+$")
+    """Required: the receiver, e.g. the hub Prometheus's ``/api/v1/write`` (its remote-write receiver enabled)."""
+
+
 class ObservabilitySpec(Spec):
     """Prometheus, Grafana, alerting and tracing."""
 
     retention_days: int = Field(default=15, ge=1)
+    retention_size_gib: int | None = Field(default=None, ge=1)
+    """Also delete the oldest blocks beyond this size (``retentionSize``); empty: age only."""
+    remote_write: RemoteWriteSpec | None = None
+    """Forward every sample to another Prometheus (an edge site to its hub)."""
     scrape_interval_s: int = Field(default=15, ge=1, le=15)
     """At most 15 s, so a latency regression shows within one alert window."""
     storage_gib: int = Field(default=100, ge=10)
@@ -283,11 +310,17 @@ class ModelDeploySpec(Spec):
     """Required: the architecture, a catalog id such as ``meta-llama/Llama-3.1-8B-Instruct``."""
     source: str | None = Field(default=None, pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")
     """Where the weights are: ``s3://bucket/prefix``. Defaults to the stack's model store, prefix = ``model``."""
-    engine: Literal["vllm", "triton"]
-    """Required: ``vllm`` (OpenAI server) or ``triton`` (Triton + TensorRT-LLM)."""
+    engine: Literal["vllm", "triton", "llamacpp"]
+    """Required: ``vllm`` (OpenAI server), ``triton`` (Triton + TensorRT-LLM) or ``llamacpp`` (llama.cpp's
+    ``llama-server`` on a GGUF file: CPU, or offloaded to one small GPU)."""
     pool: DnsLabel
     """Required: the GPU pool (``gpuPools[].name``) the model runs on."""
     precision: Literal["fp8", "bf16", "fp16", "int4"] = "fp8"
+    """vLLM and Triton: the weights' precision. ``int4`` on vLLM needs an AWQ or GPTQ checkpoint as ``source``.
+    Not for ``llamacpp``: a GGUF file's ``quantization`` is its precision."""
+    quantization: str | None = Field(default=None, pattern=r"^[A-Z0-9_]{2,10}$")
+    """``llamacpp`` only: the GGUF quantization type served (llama.cpp's names, e.g. ``Q4_K_M``, ``Q8_0``,
+    ``F16``); defaults to ``Q4_K_M`` for chat models and ``Q8_0`` for embedding models."""
     tensor_parallel: int | None = Field(default=None, ge=1, le=8)
     """Defaults to the smallest degree that fits and meets ``slo.itlP99Ms`` by the decode roofline."""
     pipeline_parallel: int = Field(default=1, ge=1, le=8)

@@ -71,8 +71,8 @@ def _model_rows(plan: Plan) -> list[list[str]]:
                 spec.name,
                 spec.model.rsplit("/", 1)[-1],
                 spec.engine,
-                f"{spec.pool} ({pool.spec.gpu.model})",
-                spec.precision,
+                f"{spec.pool} ({placed.fit.gpu if spec.engine == 'llamacpp' else pool.spec.gpu.model})",
+                placed.fit.precision if spec.engine == "llamacpp" else spec.precision,
                 f"TP{placed.tp}{' (derived)' if placed.tp_derived else ''} PP{placed.pp}",
                 f"{placed.fit.required_gb_per_gpu:.0f}/{placed.fit.usable_gb_per_gpu:.0f} GB",
                 f"{placed.itl.total_ms:.1f} ms (target {spec.slo.itl_p99_ms:g})",
@@ -100,7 +100,25 @@ def _onprem_pool_rows(plan: Plan) -> list[list[str]]:
     ]
 
 
+def _edge_node_rows(plan: Plan) -> list[list[str]]:
+    from components.edge.budget import node_capacity, site_demand
+    from components.kube.requests import Requests
+
+    env = plan.environment
+    demand = site_demand(env.nodes, env.models, env.cache, env.gateway, env.observability)  # type: ignore[union-attr]
+    asked = sum((d.total for d in demand), Requests())
+    rows = [
+        [n.name, str(n.cpu), f"{n.memory_gib} GiB", f"{n.gpu_count}x {n.gpu}" if n.gpu else "none",
+         node_capacity(n).show()]
+        for n in env.nodes  # type: ignore[union-attr]
+    ]  # fmt: skip
+    rows.append(["(pods)", "", "", "", f"requested: {asked.show()}"])
+    return rows
+
+
 def _pool_section(plan: Plan) -> list[str]:
+    if plan.tier == "edge":
+        return ["Site nodes:", _table(_edge_node_rows(plan), ["node", "CPU", "memory", "GPU", "for pods"])]
     if plan.tier == "cloud":
         header = ["pool", "provisioner", "instance", "GPUs/node", "EFA", "NVMe", "zone", "capacity", "nodes min..max"]
         return ["GPU pools:", _table(_gpu_rows(plan), header)]

@@ -23,6 +23,27 @@ ACCOUNT_ID = "123456789012"
 """AWS's documentation account id: obviously not real, so a plan can never be mistaken for one."""
 MOCK_AMI_RELEASE = "1.33.0-20251101"
 
+STACK_REFERENCE = "pulumi:pulumi:StackReference"
+PLACEHOLDER_HOST = "inferstack-plan-placeholder.invalid"
+"""Host of every URL a stack reference resolves to offline: ``.invalid`` can never resolve (RFC 6761)."""
+
+
+def stack_reference_outputs(stack: str) -> tuple[dict[str, Any], list[str]]:
+    """Clearly marked offline stand-ins for a hub stack's outputs, and which of them are secret.
+
+    Under ``inferstack plan`` there is no backend to read another stack from, so the reference resolves to these
+    (the mock engine sees type ``pulumi:pulumi:StackReference`` with state ``{"outputs": {...}}``, as in
+    pulumi/pulumi's stackReference tests).
+    """
+    return (
+        {
+            "gateway_url": f"http://{PLACEHOLDER_HOST}/{stack}/v1",
+            "burst_api_key": f"<inferstack plan: placeholder for {stack} burst_api_key>",
+        },
+        ["burst_api_key"],
+    )
+
+
 _SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 _RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
 _SIG_KEY = "4dabf18193072939515e22adb298388d"
@@ -94,8 +115,23 @@ class RecordingMonitor(MockMonitor):
         return super().Invoke(request)
 
     def ReadResource(self, request: Any) -> Any:
+        """Reads (stack references, ``get`` functions) are recorded like registrations, with their inputs."""
         self._own_thread_loop()
-        return super().ReadResource(request)
+        response = super().ReadResource(request)
+        inputs = wire(json_format.MessageToDict(request.properties)) if request.properties else {}
+        with self._lock:
+            self.registrations.append(
+                Registration(
+                    urn=response.urn,
+                    type=request.type,
+                    name=request.name,
+                    parent=request.parent or None,
+                    custom=True,
+                    protect=False,
+                    inputs=inputs,
+                )
+            )
+        return response
 
     def RegisterResource(self, request: Any) -> Any:
         self._own_thread_loop()
@@ -123,9 +159,14 @@ class PlanMocks(pulumi.runtime.Mocks):
     invokes: list[str] = field(default_factory=list)
 
     def new_resource(self, args: MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
+        token = args.typ
+        if token == STACK_REFERENCE:
+            # A read (the SDK reads a stack reference by id), so it arrives without ``custom``.
+            stack = args.inputs.get("name") or args.resource_id or args.name
+            outputs, secret = stack_reference_outputs(stack)
+            return stack, {"name": stack, "outputs": outputs, "secretOutputNames": secret}
         if not args.custom:
             return None, {}
-        token = args.typ
         name = args.name
         digest = _digest(f"{token}::{name}")
         state: dict[str, Any] = dict(args.inputs)

@@ -11,9 +11,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from components.catalog.instances import INSTANCES
+from components.edge.specs import EdgeClusterSpec, EdgeNodeSpec, EdgeObservabilitySpec, HubSpec
 from components.onprem.specs import (
     FabricSpec,
     GpuOperatorSpec,
@@ -33,12 +34,15 @@ from components.specs import (
     ModelStoreSpec,
     NetworkSpec,
     ObservabilitySpec,
+    S3CompatibleStoreSpec,
     Spec,
     SystemPoolSpec,
     did_you_mean,
 )
 
 CONFIG_KEY = "inferstack:environment"
+HUB_TARGET = "hub"
+"""What a route names as its ``large`` target to send complex prompts to the stack's hub."""
 
 
 class BaseEnvironment(Spec):
@@ -105,10 +109,58 @@ class OnpremEnvironment(BaseEnvironment):
 MODEL_STORE_KEY_ID = "modelStoreAccessKeyId"
 MODEL_STORE_SECRET_KEY = "modelStoreSecretAccessKey"
 
-Environment = CloudEnvironment | OnpremEnvironment
+
+class EdgeEnvironment(BaseEnvironment):
+    """The edge tier: one k3s site with one small GPU or none, small quantized models, a cache, and a hub."""
+
+    tier: Literal["edge"]
+    cluster: EdgeClusterSpec = EdgeClusterSpec()
+    nodes: tuple[EdgeNodeSpec, ...] = Field(min_length=1)
+    """Required: the site's node(s); models name one as their ``pool``. The plan refuses pods that don't fit."""
+    model_store: S3CompatibleStoreSpec
+    """Required: where the GGUF files come from (the hub's MinIO, a site NAS): ``<model id>/gguf/<file>``."""
+    image_registry: str = Field(pattern=r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)*$")
+    """Required: where the kit's images (``gateway``, ``model-loader``) are pushed."""
+    hub: HubSpec | None = None
+    """The on-prem or cloud stack's gateway: complex prompts go there, and local models fall back to it."""
+    observability: EdgeObservabilitySpec = EdgeObservabilitySpec()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fixed_replicas(cls, raw: Any) -> Any:
+        """A site's replicas are fixed (no KEDA): say so in each model, so nothing reads autoscaling as on."""
+        if isinstance(raw, dict) and isinstance(raw.get("models"), list | tuple):
+            raw = {
+                **raw,
+                "models": [
+                    {**m, "autoscaling": {"enabled": False}} if isinstance(m, dict) and "autoscaling" not in m else m
+                    for m in raw["models"]
+                ],
+            }
+        return raw
+
+    @property
+    def gpu_pools(self) -> tuple[EdgeNodeSpec, ...]:
+        """The serving layer's pools are the site's nodes."""
+        return self.nodes
+
+    def secret_keys(self) -> tuple[str, ...]:
+        """Pulumi secret config values this stack reads (``inferstack plan`` stands in for missing ones)."""
+        hub_key = (self.hub.api_key_secret,) if self.hub and self.hub.api_key_secret else ()
+        return (self.cluster.kubeconfig_secret, MODEL_STORE_KEY_ID, MODEL_STORE_SECRET_KEY, *hub_key)
+
+    def pool(self, name: str) -> EdgeNodeSpec:
+        return next(n for n in self.nodes if n.name == name)
+
+
+Environment = CloudEnvironment | OnpremEnvironment | EdgeEnvironment
 """Every tier's validated config; ``tier`` tells which."""
 
-ENVIRONMENTS: dict[str, type[BaseEnvironment]] = {"cloud": CloudEnvironment, "onprem": OnpremEnvironment}
+ENVIRONMENTS: dict[str, type[BaseEnvironment]] = {
+    "cloud": CloudEnvironment,
+    "onprem": OnpremEnvironment,
+    "edge": EdgeEnvironment,
+}
 TIERS = tuple(ENVIRONMENTS)
 
 
@@ -212,22 +264,40 @@ def cross_checks(env: Environment) -> list[ConfigIssue]:
         from stacks.onprem_checks import onprem_checks
 
         return issues + onprem_checks(env)
+    if isinstance(env, EdgeEnvironment):
+        from stacks.edge_checks import edge_checks
+
+        return issues + edge_checks(env)
     return issues + cloud_checks(env)
 
 
 def common_checks(env: Environment) -> list[ConfigIssue]:
     """Models and gateway: the same rules on every tier."""
+    from components.catalog.models import MODELS
+
     issues = model_checks(env)
-    models = [m.name for m in env.models]
+    models = [m.name for m in env.models if not MODELS[m.model].is_embedding]
+    hub = getattr(env, "hub", None) is not None
     for i, route in enumerate(env.gateway.routes):
         for key in ("small", "large"):
             target = getattr(route, key)
+            if key == "large" and target == HUB_TARGET:
+                if not hub:
+                    issues.append(
+                        ConfigIssue(
+                            f"{CONFIG_KEY}.gateway.routes[{i}].large",
+                            "'hub' without a hub",
+                            "'hub' only where the stack names one (edge tier: `hub:`)",
+                            "add a `hub:` section, or route to a served model",
+                        )
+                    )
+                continue
             if target not in models:
                 issues.append(
                     ConfigIssue(
                         f"{CONFIG_KEY}.gateway.routes[{i}].{key}",
                         repr(target),
-                        "one of models[].name: " + ", ".join(models),
+                        "one of models[].name: " + ", ".join(models) + (", or hub (large only)" if hub else ""),
                         "name a served model" + did_you_mean(target, models),
                     )
                 )
@@ -517,9 +587,28 @@ def gateway_checks(env: Environment) -> list[ConfigIssue]:
             )
         ]
 
+    from components.catalog.models import MODELS
+    from components.gateway.gateway import HUB, Embedder, HubUpstream
+
     urls = {m.name: f"http://{m.name}.validation:8000/v1" for m in env.models}
+    embedder = next(
+        (
+            Embedder(url="http://embeddings.validation:8080/v1", model=m.model, dimensions=dims)
+            for m in env.models
+            if (dims := MODELS[m.model].embedding_dimensions)
+        ),
+        None,
+    )
+    urls["$embeddings"] = "http://embeddings.validation:8080/v1"
+    hub_spec = getattr(env, "hub", None)
+    hub = None
+    if hub_spec is not None:
+        urls[HUB] = "http://hub.validation/v1"
+        hub = HubUpstream(url=urls[HUB], api_key="validation", model=hub_spec.model, fallback=hub_spec.fallback)
     try:
-        validate_config(gateway_config(env.gateway, list(env.models), urls, otlp_endpoint=None))
+        validate_config(
+            gateway_config(env.gateway, list(env.models), urls, otlp_endpoint=None, embedder=embedder, hub=hub)
+        )
     except GatewayConfigError as err:
         return [
             ConfigIssue(

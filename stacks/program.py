@@ -20,6 +20,26 @@ def stack_file(stack: str) -> str:
     return f"stacks/Pulumi.{stack}.yaml"
 
 
+def require_secret(name: str, what: str, guide: str) -> pulumi.Output[str]:
+    """A secret config value the tier needs, or a ConfigError naming the command that sets it."""
+    from stacks.environment import ConfigIssue
+
+    value = pulumi.Config("inferstack").get_secret(name)
+    if value is None:
+        raise ConfigError(
+            stack_file(pulumi.get_stack()),
+            [
+                ConfigIssue(
+                    f"inferstack:{name}",
+                    "nothing",
+                    f"{what}, as a Pulumi secret",
+                    f"pulumi config set --secret inferstack:{name} ... (see the README's {guide})",
+                )
+            ],
+        )
+    return value
+
+
 def environment() -> Environment:
     """Read and validate ``inferstack:environment`` from the running stack's config."""
     raw = pulumi.Config("inferstack").get_object(CONFIG_KEY.split(":", 1)[1])

@@ -134,4 +134,63 @@ ONPREM = TierPlugin(
     ),
 )
 
-TIER_PLUGINS: Mapping[str, TierPlugin] = MappingProxyType({t.name: t for t in (CLOUD, ONPREM)})
+_K3S = "the site runs k3s"
+_FIXED_SITE = "an edge site is a fixed set of nodes (nodes[])"
+
+EDGE = TierPlugin(
+    name="edge",
+    compose_module="stacks.edge",
+    provides=(
+        "an existing k3s cluster at one site through one explicit provider (kubeconfig as a Pulumi secret)",
+        "the site's nodes as a budget: CPU, memory and an optional small GPU (L4, RTX 4000/6000 Ada); every pod's "
+        "requests must fit",
+        "GPUs on k3s: the NVIDIA device plugin and DCGM exporter with runtimeClassName nvidia; GPU pods likewise",
+        "llama.cpp (GGUF, CPU or GPU offload) next to vLLM; a CPU embedding model for the semantic cache",
+        "k3s built-ins, not duplicates: local-path storage, servicelb for the gateway's LoadBalancer, "
+        "k3s's metrics-server",
+        "gateway with exact + semantic cache on a small in-cluster Redis; a hub (StackReference or URL + key) "
+        "for complex prompts and fallback",
+        "Prometheus kept two days and forwarded to the hub (remoteWrite); the same dashboards",
+    ),
+    unsupported=(
+        Unsupported("region", "no AWS resources at the edge", "remove `region`"),
+        Unsupported("network", "the site's network exists already", "remove `network`"),
+        Unsupported("tags", "no AWS resources at the edge", "remove `tags`"),
+        Unsupported("systemPool", _K3S, "remove `systemPool`; describe the site in nodes[]"),
+        Unsupported(
+            "gpuPools",
+            "cloud and on-prem GPU pools; " + _FIXED_SITE,
+            "describe the site in nodes[] ({name, cpu, memoryGib, gpu: L4})",
+        ),
+        Unsupported(
+            "nodes[].instanceType",
+            "EC2 instance types are the cloud tier's",
+            "name the node's GPU with nodes[].gpu (L4, RTX4000Ada, RTX6000Ada) or leave it out for CPU",
+        ),
+        Unsupported("cluster.kubernetesVersion", "the k3s cluster exists already", "remove it"),
+        Unsupported("cluster.endpointPublicAccessCidrs", "an EKS setting", "remove it"),
+        Unsupported("cluster.adminRoleArns", "IAM roles are AWS; access comes from your kubeconfig", "remove it"),
+        Unsupported("cluster.logTypes", "EKS control-plane logs are AWS", "remove it"),
+        Unsupported("cluster.systemNodeSelector", "a site's pods share its nodes", "remove it"),
+        Unsupported("fabric", "no InfiniBand at the edge; models fit one node", "remove `fabric`"),
+        Unsupported("gpuOperator", "k3s finds the NVIDIA runtime itself; the device plugin serves GPUs", "remove it"),
+        Unsupported("networkOperator", "no InfiniBand at the edge", "remove `networkOperator`"),
+        Unsupported("localStorage", "k3s's local-path provisioner holds the model cache", "remove `localStorage`"),
+        Unsupported(
+            "loadBalancer",
+            "k3s's built-in service load balancer (servicelb) serves LoadBalancer Services",
+            "remove it; set gateway.loadBalancer: internal for a site address",
+        ),
+        Unsupported("persistentStorageClass", "claims use k3s's local-path class", "remove it"),
+        Unsupported("cache.kind", "ElastiCache is AWS-only", "use `kind: in-cluster`", value="elasticache"),
+        Unsupported("cache.nodeType", "ElastiCache is AWS-only", "remove it; size with cache.memoryGib"),
+        Unsupported("modelStore.imageRepositories", "ECR is AWS-only", "push images to your own registry"),
+        Unsupported("modelStore.forceDestroy", "the kit creates no bucket at the edge", "remove it"),
+        Unsupported("modelStore.protect", "the kit creates no bucket at the edge", "remove it"),
+        Unsupported("models[].tensorParallel", "an edge model runs on one GPU or on CPU", "remove it"),
+        Unsupported("models[].pipelineParallel", "an edge model runs on one node", "remove it"),
+        Unsupported("models[].autoscaling", "replicas are fixed at the edge (no KEDA)", "set models[].replicas"),
+    ),
+)
+
+TIER_PLUGINS: Mapping[str, TierPlugin] = MappingProxyType({t.name: t for t in (CLOUD, ONPREM, EDGE)})

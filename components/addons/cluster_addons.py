@@ -24,8 +24,19 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 
 class ClusterAddonsArgs(Args):
     provider: k8s.Provider
-    gpu_stack: Literal["device-plugin", "gpu-operator"] = "device-plugin"
-    """``device-plugin`` where the node image ships the driver (EKS); ``gpu-operator`` on bare metal."""
+    gpu_stack: Literal["device-plugin", "gpu-operator", "none"] = "device-plugin"
+    """``device-plugin`` where the node image ships the driver (EKS, k3s); ``gpu-operator`` on bare metal;
+    ``none`` for a cluster without GPUs (a CPU-only edge site): no device plugin, no DCGM exporter."""
+    gpu_runtime_class: str | None = None
+    """``runtimeClassName`` of the device plugin and DCGM exporter, which both open NVML: ``nvidia`` on k3s, where
+    NVML fails under the default runc runtime (NVIDIA/k8s-device-plugin#406, k3s-io/k3s#4070). Both charts take
+    a top-level ``runtimeClassName`` value (k8s-device-plugin v0.19.2 and dcgm-exporter deployment/values.yaml)."""
+    metrics_server: bool = True
+    """Install metrics-server; ``False`` where the cluster ships one (k3s's packaged metrics-server)."""
+    keda: bool = True
+    """Install KEDA; ``False`` where replicas are fixed (an edge site)."""
+    lws: bool = True
+    """Install the LeaderWorkerSet controller; ``False`` where no model spans nodes (an edge site)."""
     efa: bool = False
     """Install the EFA device plugin (cloud pools with EFA)."""
     gpu_operator_values: dict[str, Any] = Field(default_factory=dict)
@@ -36,6 +47,10 @@ class ClusterAddonsArgs(Args):
     system_node_selector: dict[str, str] = Field(default_factory=lambda: dict(SYSTEM_NODES))
 
 
+def keda_values(on_system: dict[str, Any]) -> dict[str, Any]:
+    return {**on_system, "resources": {"operator": {"requests": {"cpu": "100m", "memory": "128Mi"}}}}
+
+
 class ClusterAddons(pulumi.ComponentResource):
     releases: dict[str, k8s.helm.v3.Release]
 
@@ -43,21 +58,25 @@ class ClusterAddons(pulumi.ComponentResource):
         super().__init__("inferstack:cluster_addons:ClusterAddons", name, None, opts)
         on_system = {"nodeSelector": args.system_node_selector}
         on_gpus = {"affinity": gpu_node_affinity(args.gpu_node_label), "tolerations": [GPU_TOLERATION]}
+        runtime = {"runtimeClassName": args.gpu_runtime_class} if args.gpu_runtime_class else {}
 
         def r(chart: str, values: dict[str, Any]) -> k8s.helm.v3.Release:
             return release(chart, values, parent=self, provider=args.provider)
 
-        self.releases = {
-            "keda": r(
-                "keda", {**on_system, "resources": {"operator": {"requests": {"cpu": "100m", "memory": "128Mi"}}}}
-            ),
-            "lws": r("lws", {}),
-            "metrics-server": r(
+        self.releases = {}
+        if args.keda:
+            self.releases["keda"] = r("keda", keda_values(on_system))
+        if args.lws:
+            self.releases["lws"] = r("lws", {})
+        if args.metrics_server:
+            self.releases["metrics-server"] = r(
                 "metrics-server", {**on_system, "args": ["--kubelet-preferred-address-types=InternalIP"]}
-            ),
-        }
+            )
+        if args.gpu_stack == "none":
+            self.register_outputs({})
+            return
         if args.gpu_stack == "device-plugin":
-            self.releases["nvidia-device-plugin"] = r("nvidia-device-plugin", on_gpus)
+            self.releases["nvidia-device-plugin"] = r("nvidia-device-plugin", {**on_gpus, **runtime})
         else:
             # Bare metal: the tier renders the operator's values (driver, toolkit, MIG, RDMA); its own DCGM
             # exporter stays off so the dcgm-exporter release below serves every tier the same way.
@@ -66,6 +85,7 @@ class ClusterAddons(pulumi.ComponentResource):
             "dcgm-exporter",
             {
                 **on_gpus,
+                **runtime,
                 "serviceMonitor": {
                     "enabled": True,
                     "interval": "15s",

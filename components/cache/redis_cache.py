@@ -63,6 +63,12 @@ class RedisCacheArgs(Args):
     """The data claim's StorageClass; ``None``: the cluster's default."""
 
 
+def redis_resources(memory_gib: int) -> dict[str, Any]:
+    """The Redis container's requests and limits (what the edge node budget counts, too)."""
+    memory = f"{memory_gib}Gi"
+    return {"requests": {"cpu": "1", "memory": memory}, "limits": {"memory": memory}}
+
+
 def redis_args(memory_gib: int) -> list[str]:
     """Server flags: a memory ceiling below the container limit, LRU eviction, AOF persistence."""
     maxmemory_mb = int(memory_gib * 1024 * 0.8)  # headroom for fork-on-rewrite and buffers
@@ -96,7 +102,6 @@ class RedisCache(pulumi.ComponentResource):
         probe = {
             "exec": {"command": ["sh", "-c", 'redis-cli -a "$REDIS_PASSWORD" --no-auth-warning ping | grep -q PONG']}
         }
-        memory = f"{args.spec.memory_gib}Gi"
         k8s.apps.v1.StatefulSet(
             name,
             metadata=meta,
@@ -123,10 +128,7 @@ class RedisCache(pulumi.ComponentResource):
                                     }
                                 ],
                                 "ports": [{"name": "redis", "containerPort": REDIS_PORT}],
-                                "resources": {
-                                    "requests": {"cpu": "1", "memory": memory},
-                                    "limits": {"memory": memory},
-                                },
+                                "resources": redis_resources(args.spec.memory_gib),
                                 "readinessProbe": {**probe, "periodSeconds": 5},
                                 "livenessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 6},
                                 "volumeMounts": [{"name": "data", "mountPath": "/data"}],

@@ -75,6 +75,31 @@ ENGINE_IMAGES: Mapping[str, EngineImage] = MappingProxyType(
                 },
                 (),
             ),
+            *(
+                _row(
+                    image,
+                    # llama-server's "Usage" tables in ggml-org/llama.cpp tools/server/README.md (components/serving/
+                    # _llamacpp.py cites each flag); the same binary in the CPU and the CUDA image of one build tag.
+                    "github.com/ggml-org/llama.cpp tools/server/README.md (server flags), build " + images.LLAMACPP_TAG,
+                    {
+                        "-m",
+                        "--alias",
+                        "--host",
+                        "--port",
+                        "--threads",
+                        "--metrics",
+                        "--no-webui",
+                        "--embeddings",
+                        "--pooling",
+                        "--parallel",
+                        "--ctx-size",
+                        "--n-gpu-layers",
+                    },
+                    {},
+                    (),
+                )
+                for image in (images.LLAMACPP_CPU, images.LLAMACPP_CUDA)
+            ),
             _row(
                 images.TRITON_TRTLLM,
                 # The tensorrtllm_backend layout under /app (all_models/inflight_batcher_llm/<model>, tools/,

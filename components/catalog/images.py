@@ -29,6 +29,12 @@ Compatibility Matrix", trtllm-python-py3 25.09: TensorRT-LLM 1.0.0), so the engi
 REDIS: Final = "redis:8.2.2-bookworm@sha256:4521b581dbddea6e7d81f8fe95ede93f5648aaa66a9dacd581611bf6fe7527bd"
 """Redis 8 Open Source: the official image includes the Query Engine (FT.* vector search). ``8.2.2-bookworm`` is
 the same image as ``8.2.2`` (Debian is the default variant); digest as pinned in public acceptance scripts."""
+LLAMACPP_TAG: Final = "b10257"
+"""llama.cpp release (github.com/ggml-org/llama.cpp/releases/tag/b10257); its images are published as
+``ghcr.io/ggml-org/llama.cpp:server-<tag>`` (CPU) and ``:server-cuda-<tag>`` (CUDA)."""
+LLAMACPP_CPU: Final = f"ghcr.io/ggml-org/llama.cpp:server-{LLAMACPP_TAG}"
+LLAMACPP_CUDA: Final = f"ghcr.io/ggml-org/llama.cpp:server-cuda-{LLAMACPP_TAG}"
+"""llama-server with the CUDA backend: used when the model is offloaded to a GPU."""
 KIT_IMAGE_TAG: Final = "0.1.0"
 """Tag of the kit's own images; build and push them first (README, "Images")."""
 
@@ -53,6 +59,11 @@ def network_operator_image(name: str) -> str:
 
 
 DIGEST_ALLOWLIST: Final = {
+    **{
+        image: "llama.cpp publishes a server image per build tag; no offline record of this tag's digest could be "
+        "verified (pin it with docker buildx imagetools inspect before production)"
+        for image in (LLAMACPP_CPU, LLAMACPP_CUDA)
+    },
     TRITON_TRTLLM: "no public record of the digest of nvcr.io/nvidia/tritonserver:25.09-trtllm-python-py3 could be "
     "found offline; pin it (docker buildx imagetools inspect) before production",
     **{
@@ -67,5 +78,7 @@ THIRD_PARTY: Final = (
     TRITON_TRTLLM,
     TRTLLM_BUILD,
     REDIS,
+    LLAMACPP_CPU,
+    LLAMACPP_CUDA,
     *(network_operator_image(name) for name in NETWORK_OPERATOR_COMPONENTS),
 )

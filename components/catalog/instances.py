@@ -86,7 +86,23 @@ B200 = GpuSpec("B200", memory_mib=183359, hbm_tb_s=8.0, bf16_tflops=2250, fp8_tf
 L40S = GpuSpec("L40S", memory_mib=45776, hbm_tb_s=0.864, bf16_tflops=362, fp8_tflops=733, nvlink_gb_s=None)
 A10G = GpuSpec("A10G", memory_mib=22888, hbm_tb_s=0.6, bf16_tflops=125, fp8_tflops=None, nvlink_gb_s=None)
 
-GPUS: Mapping[str, GpuSpec] = MappingProxyType({g.model: g for g in (H100, H200, A100_40, B200, L40S, A10G)})
+# Small inference GPUs people put at the edge (no EC2 row: on the edge tier a node names its GPU directly).
+# All three are Ada Lovelace (SM 8.9) with 4th-generation tensor cores, so FP8 runs (NVIDIA "Ada Lovelace
+# architecture" whitepaper). Tensor figures are the data sheets' peaks with sparsity, halved to dense.
+# - L4: 24 GB GDDR6, 300 GB/s, BF16 242 / FP8 485 TFLOPS sparse (NVIDIA L4 Tensor Core GPU data sheet);
+#   memory as EC2 reports it for g6 (L4) instances.
+L4 = GpuSpec("L4", memory_mib=22888, hbm_tb_s=0.3, bf16_tflops=121, fp8_tflops=242, nvlink_gb_s=None)
+# - RTX 4000 Ada Generation: 20 GB GDDR6 ECC, 360 GB/s, 327.6 TFLOPS FP8 sparse (NVIDIA RTX 4000 Ada data sheet).
+RTX4000_ADA = GpuSpec("RTX4000Ada", memory_mib=20480, hbm_tb_s=0.36, bf16_tflops=82, fp8_tflops=164, nvlink_gb_s=None)
+# - RTX 6000 Ada Generation: 48 GB GDDR6 ECC, 960 GB/s, 1,457 TFLOPS FP8 sparse (NVIDIA RTX 6000 Ada data sheet).
+RTX6000_ADA = GpuSpec("RTX6000Ada", memory_mib=49152, hbm_tb_s=0.96, bf16_tflops=364, fp8_tflops=728, nvlink_gb_s=None)
+
+GPUS: Mapping[str, GpuSpec] = MappingProxyType(
+    {g.model: g for g in (H100, H200, A100_40, B200, L40S, A10G, L4, RTX4000_ADA, RTX6000_ADA)}
+)
+EDGE_GPUS: tuple[str, ...] = (L4.model, RTX4000_ADA.model, RTX6000_ADA.model)
+"""The GPUs an edge node may name: small, single-slot or workstation parts. Data-centre parts (H100, ...) are
+the cloud and on-prem tiers' (a site with one would be an on-prem stack)."""
 
 
 def _row(

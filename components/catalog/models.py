@@ -45,6 +45,12 @@ class ModelSpec:
     """``tie_word_embeddings``: the LM head reuses the embedding matrix (small models)."""
     qkv_bias: bool = False
     """Qwen2 carries biases on the q/k/v projections; Llama does not."""
+    embedding_dimensions: int | None = None
+    """Set for an embedding model (served on ``/v1/embeddings``, never for chat): the vector size."""
+
+    @property
+    def is_embedding(self) -> bool:
+        return self.embedding_dimensions is not None
 
     @property
     def name(self) -> str:
@@ -122,9 +128,136 @@ MODELS: Mapping[str, ModelSpec] = MappingProxyType(
                 tied_embeddings=True,
                 qkv_bias=True,
             ),
+            # Edge size: Llama 3.2 1B (config.json: 16 layers, 2048 hidden, 8192 MLP, 32 heads, 8 KV, head_dim 64).
+            ModelSpec(
+                model_id="meta-llama/Llama-3.2-1B-Instruct",
+                layers=16,
+                hidden_size=2048,
+                intermediate_size=8192,
+                attention_heads=32,
+                kv_heads=8,
+                head_dim=64,
+                vocab_size=128_256,
+                max_context_tokens=131_072,
+                tied_embeddings=True,
+            ),
+            # Edge size: Phi-3-mini (config.json: 32 layers, 3072 hidden, 8192 MLP, 32 heads = 32 KV heads, 4K context).
+            ModelSpec(
+                model_id="microsoft/Phi-3-mini-4k-instruct",
+                layers=32,
+                hidden_size=3072,
+                intermediate_size=8192,
+                attention_heads=32,
+                kv_heads=32,
+                head_dim=96,
+                vocab_size=32_064,
+                max_context_tokens=4096,
+                tied_embeddings=False,
+            ),
+            # Edge size: Gemma 2 2B (config.json: 26 layers, 2304 hidden, 9216 MLP, 8 heads, 4 KV, head_dim 256,
+            # 256K vocabulary). Gemma 2 has four norms per layer, not two: the derived count is ~0.1 % low.
+            ModelSpec(
+                model_id="google/gemma-2-2b-it",
+                layers=26,
+                hidden_size=2304,
+                intermediate_size=9216,
+                attention_heads=8,
+                kv_heads=4,
+                head_dim=256,
+                vocab_size=256_000,
+                max_context_tokens=8192,
+                tied_embeddings=True,
+            ),
+            # The edge's semantic-cache embedder: all-MiniLM-L6-v2, a 6-layer BERT (config.json: 384 hidden,
+            # 1536 MLP, 12 heads of 32, 512 positions), 384-dimension vectors: the gateway's default embedding
+            # model (images/gateway EmbeddingsConfig), so its strict semantic threshold was measured on it.
+            # A BERT MLP has two matrices, not three: ``params`` overstates it; it is served from its GGUF file.
+            ModelSpec(
+                model_id="sentence-transformers/all-MiniLM-L6-v2",
+                layers=6,
+                hidden_size=384,
+                intermediate_size=1536,
+                attention_heads=12,
+                kv_heads=12,
+                head_dim=32,
+                vocab_size=30_522,
+                max_context_tokens=512,
+                tied_embeddings=True,
+                embedding_dimensions=384,
+            ),
         )
     }
 )
+
+
+# --- Quantized GGUF files (llama.cpp) --------------------------------------------------------
+#
+# What llama.cpp serves is one GGUF file per model and quantization; its size is the weight bytes
+# the fit check and the node budget count. Sizes are the Hugging Face file lists' (rounded as the
+# hub shows them); each row names the repository it comes from.
+
+
+@dataclass(frozen=True)
+class GgufFile:
+    """One quantized GGUF file of a catalog model."""
+
+    repo: str
+    """Hugging Face repository holding the file (the store mirrors it under ``<model id>/gguf/``)."""
+    file: str
+    size_gb: float
+    """Decimal GB, as the hub's file list shows it."""
+
+
+GGUF_FILES: Mapping[str, Mapping[str, GgufFile]] = MappingProxyType(
+    {
+        "meta-llama/Llama-3.2-3B-Instruct": MappingProxyType(
+            {
+                # huggingface.co/bartowski/Llama-3.2-3B-Instruct-GGUF (file list).
+                "Q4_K_M": GgufFile("bartowski/Llama-3.2-3B-Instruct-GGUF", "Llama-3.2-3B-Instruct-Q4_K_M.gguf", 2.02),
+                "Q8_0": GgufFile("bartowski/Llama-3.2-3B-Instruct-GGUF", "Llama-3.2-3B-Instruct-Q8_0.gguf", 3.42),
+            }
+        ),
+        "meta-llama/Llama-3.2-1B-Instruct": MappingProxyType(
+            {
+                # huggingface.co/bartowski/Llama-3.2-1B-Instruct-GGUF: Q4_K_M 0.81 GB, Q8_0 1.32 GB, f16 2.48 GB.
+                "Q4_K_M": GgufFile("bartowski/Llama-3.2-1B-Instruct-GGUF", "Llama-3.2-1B-Instruct-Q4_K_M.gguf", 0.81),
+                "Q8_0": GgufFile("bartowski/Llama-3.2-1B-Instruct-GGUF", "Llama-3.2-1B-Instruct-Q8_0.gguf", 1.32),
+                "F16": GgufFile("bartowski/Llama-3.2-1B-Instruct-GGUF", "Llama-3.2-1B-Instruct-f16.gguf", 2.48),
+            }
+        ),
+        "Qwen/Qwen2.5-1.5B-Instruct": MappingProxyType(
+            {
+                # huggingface.co/Qwen/Qwen2.5-1.5B-Instruct-GGUF (Qwen's own quantizations).
+                "Q4_K_M": GgufFile("Qwen/Qwen2.5-1.5B-Instruct-GGUF", "qwen2.5-1.5b-instruct-q4_k_m.gguf", 1.12),
+                "Q8_0": GgufFile("Qwen/Qwen2.5-1.5B-Instruct-GGUF", "qwen2.5-1.5b-instruct-q8_0.gguf", 1.89),
+            }
+        ),
+        "microsoft/Phi-3-mini-4k-instruct": MappingProxyType(
+            {
+                # huggingface.co/microsoft/Phi-3-mini-4k-instruct-gguf: "q4" is Q4_K_M (model card), 2.39 GB.
+                "Q4_K_M": GgufFile("microsoft/Phi-3-mini-4k-instruct-gguf", "Phi-3-mini-4k-instruct-q4.gguf", 2.39),
+                "F16": GgufFile("microsoft/Phi-3-mini-4k-instruct-gguf", "Phi-3-mini-4k-instruct-fp16.gguf", 7.64),
+            }
+        ),
+        "google/gemma-2-2b-it": MappingProxyType(
+            {
+                # huggingface.co/bartowski/gemma-2-2b-it-GGUF (file list).
+                "Q4_K_M": GgufFile("bartowski/gemma-2-2b-it-GGUF", "gemma-2-2b-it-Q4_K_M.gguf", 1.71),
+                "Q8_0": GgufFile("bartowski/gemma-2-2b-it-GGUF", "gemma-2-2b-it-Q8_0.gguf", 2.78),
+            }
+        ),
+        "sentence-transformers/all-MiniLM-L6-v2": MappingProxyType(
+            {
+                # huggingface.co/second-state/All-MiniLM-L6-v2-Embedding-GGUF (file list).
+                "Q8_0": GgufFile("second-state/All-MiniLM-L6-v2-Embedding-GGUF", "all-MiniLM-L6-v2-Q8_0.gguf", 0.025),
+                "F16": GgufFile(
+                    "second-state/All-MiniLM-L6-v2-Embedding-GGUF", "all-MiniLM-L6-v2-ggml-model-f16.gguf", 0.046
+                ),
+            }
+        ),
+    }
+)
+"""Model id -> GGUF quantization type (llama.cpp's names: Q4_K_M, Q8_0, F16) -> file."""
 
 
 def model(model_id: str) -> ModelSpec:
@@ -153,6 +286,11 @@ def hf_checkpoint_dir(model_id: str, cache_root: str = MODEL_CACHE_ROOT) -> str:
     """The Hugging Face checkpoint (config, tokenizer, safetensors): what vLLM serves from,
     and where Triton's pre/post-processing read the tokenizer."""
     return f"{model_cache_dir(model_id, cache_root)}/hf"
+
+
+def gguf_dir(model_id: str, cache_root: str = MODEL_CACHE_ROOT) -> str:
+    """Quantized GGUF files of one model (llama.cpp serves one of them)."""
+    return f"{model_cache_dir(model_id, cache_root)}/gguf"
 
 
 def trtllm_engine_dir(model_id: str, engine_key: str, cache_root: str = MODEL_CACHE_ROOT) -> str:

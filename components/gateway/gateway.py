@@ -26,8 +26,38 @@ CONFIG_PATH = "/etc/inferstack/gateway.yaml"
 KEYS_PATH = "/etc/inferstack/keys/keys.yaml"
 TRITON_ENTRY_MODEL = "ensemble"
 """The Triton entry model: components/serving/_triton.py renders ensemble → pre → tensorrt_llm → post."""
+GATEWAY_RESOURCES: dict[str, Any] = {"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
+"""One gateway replica (the edge node budget counts the same numbers)."""
 GATEWAY_UID = 10001
 """The gateway image's user (images/gateway/Dockerfile)."""
+
+
+HUB = "hub"
+"""The upstream and tier name of the stack's hub (a route's ``large: hub``)."""
+HUB_KEY_ENV = "HUB_API_KEY"
+
+
+class Embedder(Args):
+    """An embedding server on the cluster that the semantic cache uses (an edge site's llama.cpp embedder)."""
+
+    url: StrInput
+    """OpenAI base URL including ``/v1``."""
+    model: str
+    """The name it serves the model under."""
+    dimensions: int
+
+
+class HubUpstream(Args):
+    """The hub gateway as a remote upstream: complex prompts go there, and local models fall back to it."""
+
+    url: StrInput
+    """The hub gateway's OpenAI base URL including ``/v1``."""
+    api_key: StrInput
+    """A Pulumi secret: the key the hub issued for this stack (sent as the upstream's bearer token)."""
+    model: str | None = None
+    """The alias requested at the hub; ``None``: the alias the client asked for."""
+    fallback: bool = True
+    """Each local model's tier fails over to the hub (connect errors, 5xx, timeouts before the first byte)."""
 
 
 def gateway_config(
@@ -36,18 +66,34 @@ def gateway_config(
     upstream_urls: dict[str, str],
     *,
     otlp_endpoint: str | None,
+    embedder: Embedder | None = None,
+    hub: HubUpstream | None = None,
 ) -> dict[str, Any]:
-    """The gateway's config document. Secrets appear only as ``${VAR}`` references."""
-    semantic = spec.embeddings_url is not None
+    """The gateway's config document. Secrets appear only as ``${VAR}`` references.
+
+    ``upstream_urls`` maps each chat model (and ``hub`` with a hub) to its base URL; embedding models are not
+    upstreams: the first one becomes ``embeddings`` unless ``gateway.embeddingsUrl`` names another.
+    """
+    from components.catalog.models import MODELS
+
+    models = [m for m in models if not MODELS[m.model].is_embedding]
+    embeddings: dict[str, Any] | None = None
+    if spec.embeddings_url is not None:
+        embeddings = {"url": spec.embeddings_url}
+    elif embedder is not None:
+        embeddings = {"url": upstream_urls["$embeddings"], "model": embedder.model, "dimensions": embedder.dimensions}
+    semantic = embeddings is not None
+    fallback = [HUB] if hub is not None and hub.fallback else []
     config: dict[str, Any] = {
         "server": {"port": PORT},
         "redis": {"url": "${GATEWAY_REDIS_URL}"},
-        # vLLM serves the model under its Hugging Face id; Triton's OpenAI frontend under the entry model's name.
+        # vLLM and llama.cpp serve the model under its catalog id; Triton's OpenAI frontend under the entry model.
         "upstreams": {
             m.name: {"url": upstream_urls[m.name], "model": TRITON_ENTRY_MODEL if m.engine == "triton" else m.model}
             for m in models
         },
-        "tiers": {m.name: {"upstreams": [m.name]} for m in models},
+        # A tier is an ordered failover list: with a hub, each local model falls back to it.
+        "tiers": {m.name: {"upstreams": [m.name, *fallback]} for m in models},
         "models": {},
         "auth": {"keys_file": KEYS_PATH},
         "limits": {"requests_per_minute": spec.requests_per_minute, "tokens_per_minute": spec.tokens_per_minute},
@@ -57,6 +103,12 @@ def gateway_config(
         "exact": True,
         "semantic": {"enabled": semantic, "max_distance": spec.semantic_max_distance},
     }
+    if hub is not None:
+        upstream: dict[str, Any] = {"url": upstream_urls[HUB], "api_key": "${" + HUB_KEY_ENV + "}"}
+        if hub.model:
+            upstream["model"] = hub.model
+        config["upstreams"][HUB] = upstream
+        config["tiers"][HUB] = {"upstreams": [HUB]}
     for m in models:
         config["models"][m.name] = {"tier": m.name, "cache": copy.deepcopy(cache)}
     for route in spec.routes:
@@ -68,8 +120,8 @@ def gateway_config(
         if route.large_if_keywords:
             rule["keywords"] = list(route.large_if_keywords)
         config["models"][route.alias] = {"tier": route.small, "complexity": [rule], "cache": copy.deepcopy(cache)}
-    if semantic:
-        config["embeddings"] = {"url": spec.embeddings_url}
+    if embeddings is not None:
+        config["embeddings"] = embeddings
     if otlp_endpoint:
         config["tracing"] = {"otlp_endpoint": otlp_endpoint}
     return config
@@ -79,13 +131,21 @@ def validate_config(config: dict[str, Any]) -> str:
     """Validate with the gateway's own schema (with stand-in values for the ``${VAR}`` secrets) and render."""
     from inferstack_gateway.config import parse_config
 
-    parse_config(config, env={"GATEWAY_REDIS_URL": "redis://validation:6379"}, source="gateway config (rendered)")
+    parse_config(
+        config,
+        env={"GATEWAY_REDIS_URL": "redis://validation:6379", HUB_KEY_ENV: "validation"},
+        source="gateway config (rendered)",
+    )
     return yaml.safe_dump(config, sort_keys=False)
 
 
 def keys_file(spec: GatewaySpec) -> str:
     keys = [k.model_dump(exclude_none=True) for k in spec.api_keys]
     return yaml.safe_dump(keys, sort_keys=False)
+
+
+PRIVATE_NETWORKS: tuple[str, ...] = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+"""RFC 1918 private networks."""
 
 
 class GatewayArgs(Args):
@@ -103,10 +163,15 @@ class GatewayArgs(Args):
     service_annotations: dict[str, str] | None = None
     """With ``loadBalancer: internal``: what the tier's load balancer reads (MetalLB's pool, ...). ``None``: the
     AWS Load Balancer Controller's internal NLB annotations (cloud)."""
-    load_balancer_source_ranges: tuple[str, ...] = ()
-    """Off AWS: the only networks the load balancer admits (kube-proxy enforces it); the tier's private ranges."""
+    load_balancer_source_ranges: tuple[str, ...] = PRIVATE_NETWORKS
+    """Off AWS: the only networks the load balancer admits (``loadBalancerSourceRanges``, which kube-proxy
+    enforces for every load balancer implementation). Private ranges by default: nothing public."""
     load_balancer_class: str | None = None
     """``spec.loadBalancerClass`` for a cluster's own load balancer implementation; ``None``: the default."""
+    embedder: Embedder | None = None
+    """An in-cluster embedding server for the semantic cache; ``spec.embeddings_url`` wins when both are set."""
+    hub: HubUpstream | None = None
+    """The stack's hub (edge tier); its key goes to a Secret, never to the ConfigMap."""
 
 
 class Gateway(pulumi.ComponentResource):
@@ -120,9 +185,18 @@ class Gateway(pulumi.ComponentResource):
         meta = {"name": name, "namespace": args.namespace, "labels": APP}
 
         def render(urls: dict[str, str]) -> str:
-            return validate_config(gateway_config(spec, args.models, urls, otlp_endpoint=args.otlp_endpoint))
+            return validate_config(
+                gateway_config(
+                    spec, args.models, urls, otlp_endpoint=args.otlp_endpoint, embedder=args.embedder, hub=args.hub
+                )
+            )
 
-        config_text = pulumi.Output.all(**args.upstream_urls).apply(render)
+        urls = dict(args.upstream_urls)
+        if args.embedder is not None:
+            urls["$embeddings"] = args.embedder.url
+        if args.hub is not None:
+            urls[HUB] = args.hub.url
+        config_text = pulumi.Output.all(**urls).apply(render)
         config_map = k8s.core.v1.ConfigMap(
             f"{name}-config",
             metadata={**meta, "name": f"{name}-config"},
@@ -135,6 +209,15 @@ class Gateway(pulumi.ComponentResource):
             string_data={"keys.yaml": pulumi.Output.secret(keys_file(spec))},
             opts=k8s_opts,
         )
+        hub_env: list[dict[str, Any]] = []
+        if args.hub is not None:
+            hub_secret = k8s.core.v1.Secret(
+                f"{name}-hub",
+                metadata={**meta, "name": f"{name}-hub"},
+                string_data={"api-key": pulumi.Output.secret(args.hub.api_key)},
+                opts=k8s_opts,
+            )
+            hub_env = [{"name": HUB_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": f"{name}-hub", "key": "api-key"}}}]
         scheme = "rediss" if args.cache.tls else "redis"
         env = [
             {
@@ -154,6 +237,7 @@ class Gateway(pulumi.ComponentResource):
                     str(args.cache.port),
                 ),
             },
+            *hub_env,
         ]
         probe = {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5}
         k8s.apps.v1.Deployment(
@@ -189,10 +273,7 @@ class Gateway(pulumi.ComponentResource):
                                 "args": ["--config", CONFIG_PATH],
                                 "env": env,
                                 "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
-                                "resources": {
-                                    "requests": {"cpu": "1", "memory": "256Mi"},
-                                    "limits": {"memory": "512Mi"},
-                                },
+                                "resources": GATEWAY_RESOURCES,
                                 "readinessProbe": probe,
                                 "livenessProbe": {**probe, "httpGet": {"path": "/healthz", "port": "http"}},
                                 "volumeMounts": [
@@ -217,7 +298,10 @@ class Gateway(pulumi.ComponentResource):
             },
             # The HPA owns the replica count after creation.
             opts=pulumi.ResourceOptions(
-                parent=self, provider=args.provider, depends_on=[config_map, keys], ignore_changes=["spec.replicas"]
+                parent=self,
+                provider=args.provider,
+                depends_on=[config_map, keys, *([hub_secret] if args.hub is not None else [])],
+                ignore_changes=["spec.replicas"],
             ),
         )
         k8s.core.v1.Service(

@@ -102,7 +102,9 @@ def recording_rules() -> list[dict[str, Any]]:
     """Engine-neutral per-model series: TTFT/ITL p99 in seconds and waiting requests per replica."""
     rules: list[dict[str, Any]] = []
     for engine in ENGINES:
-        rules.append({"record": TTFT_P99, "expr": ttft_quantile(engine, 0.99), "labels": {"engine": engine}})
+        ttft = ttft_quantile(engine, 0.99)
+        if ttft is not None:
+            rules.append({"record": TTFT_P99, "expr": ttft, "labels": {"engine": engine}})
         itl = itl_quantile(engine, 0.99)
         if itl is not None:
             rules.append({"record": ITL_P99, "expr": itl, "labels": {"engine": engine}})

@@ -22,8 +22,8 @@ from typing import Any, Final, Literal
 
 from components.catalog.charts import CHARTS
 
-Engine = Literal["vllm", "triton"]
-ENGINES: Final[tuple[Engine, ...]] = ("vllm", "triton")
+Engine = Literal["vllm", "triton", "llamacpp"]
+ENGINES: Final[tuple[Engine, ...]] = ("vllm", "triton", "llamacpp")
 
 # --- labels that tie series to the kit's objects ---------------------------------------------------------
 
@@ -67,8 +67,8 @@ composing model."""
 class EngineMetrics:
     """How one engine reports the numbers the dashboards, alerts and autoscaler need."""
 
-    ttft_bucket: str
-    """Histogram bucket series of time to first token."""
+    ttft_bucket: str | None
+    """Histogram bucket series of time to first token; ``None`` where the engine exports none."""
     ttft_scale: float
     """Multiply a quantile of ``ttft_bucket`` by this to get seconds."""
     itl_bucket: str | None
@@ -77,9 +77,9 @@ class EngineMetrics:
     """Gauge selector: requests waiting for a batch slot (the autoscaling signal)."""
     running: str
     """Gauge selector: requests being decoded."""
-    requests_total: str
-    """Counter selector: finished requests."""
-    kv_used: str
+    requests_total: str | None
+    """Counter selector: finished requests; ``None`` where the engine counts none."""
+    kv_used: str | None
     """Gauge selector: KV cache in use; a 0-1 fraction when ``kv_capacity`` is ``None``, else blocks."""
     kv_capacity: str | None
     """Gauge selector: KV-cache blocks in total, the denominator of ``kv_used``."""
@@ -115,6 +115,21 @@ ENGINE_METRICS: Mapping[Engine, EngineMetrics] = MappingProxyType(
             kv_used='nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used"}',
             kv_capacity='nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max"}',
             client_matchers=f'model=~"{TRITON_ENTRY_MODELS}"',
+        ),
+        # llama.cpp llama-server with --metrics (tools/server/README.md, "GET /metrics"): gauges and counters only,
+        # no latency histograms and no request counter. requests_deferred is the queue (requests waiting for a
+        # free slot), requests_processing the slots decoding. TTFT/ITL of a llama.cpp model come from the
+        # gateway's own histograms (inferstack_gateway_ttft_seconds).
+        "llamacpp": EngineMetrics(
+            ttft_bucket=None,
+            ttft_scale=1.0,
+            itl_bucket=None,
+            queue="llamacpp:requests_deferred",
+            running="llamacpp:requests_processing",
+            requests_total=None,
+            kv_used=None,
+            kv_capacity=None,
+            client_matchers="",
         ),
     }
 )
@@ -155,9 +170,11 @@ def selector(metric: str, *matchers: str) -> str:
     return f"{name}{{{','.join(parts)}}}" if parts else name
 
 
-def ttft_quantile(engine: Engine, quantile: float, *matchers: str, window: str = "5m") -> str:
-    """TTFT quantile in seconds per model, for ``engine``."""
+def ttft_quantile(engine: Engine, quantile: float, *matchers: str, window: str = "5m") -> str | None:
+    """TTFT quantile in seconds per model, for ``engine``; ``None`` where the engine exports no histogram."""
     m = ENGINE_METRICS[engine]
+    if m.ttft_bucket is None:
+        return None
     expr = (
         f"histogram_quantile({quantile:g}, sum by (le, {BY_MODEL}) "
         f"(rate({selector(m.ttft_bucket, m.client_matchers, *matchers)}[{window}])))"
@@ -181,9 +198,11 @@ def queue_depth(engine: Engine, *matchers: str) -> str:
     return f"sum by ({BY_MODEL}) ({selector(ENGINE_METRICS[engine].queue, *matchers)})"
 
 
-def kv_cache_usage(engine: Engine, *matchers: str) -> str:
+def kv_cache_usage(engine: Engine, *matchers: str) -> str | None:
     """Fraction (0-1) of the KV cache in use per model: the hottest replica for vLLM, blocks for Triton."""
     m = ENGINE_METRICS[engine]
+    if m.kv_used is None:
+        return None
     used = selector(m.kv_used, *matchers)
     if m.kv_capacity is None:
         return f"max by ({BY_MODEL}) ({used})"
@@ -344,8 +363,9 @@ def serving_dashboard() -> dict[str, Any]:
             _per_engine(
                 "",
                 lambda e: (
-                    f"sum by ({BY_MODEL}) (rate("
-                    f"{selector(ENGINE_METRICS[e].requests_total, ENGINE_METRICS[e].client_matchers, *f)}[1m]))"
+                    f"sum by ({BY_MODEL}) (rate({selector(total, ENGINE_METRICS[e].client_matchers, *f)}[1m]))"
+                    if (total := ENGINE_METRICS[e].requests_total)
+                    else None
                 ),
             ),
         ),
@@ -386,12 +406,13 @@ def serving_dashboard() -> dict[str, Any]:
         ),
     )
     model_query = (
-        f'label_values({{__name__=~"{ENGINE_METRICS["vllm"].running}|nv_trt_llm_request_metrics"}}, {MODEL_LABEL})'
+        f'label_values({{__name__=~"{ENGINE_METRICS["vllm"].running}|nv_trt_llm_request_metrics|'
+        f'{ENGINE_METRICS["llamacpp"].running}"}}, {MODEL_LABEL})'
     )
     return _dashboard(
         "inferstack-serving",
         "inferstack / Model serving",
-        "Latency SLOs, load and capacity per model, for vLLM and Triton + TensorRT-LLM.",
+        "Latency SLOs, load and capacity per model, for vLLM, Triton + TensorRT-LLM and llama.cpp.",
         panels,
         (
             _query_variable("namespace", "Namespace", f'label_values({{{MODEL_LABEL}!=""}}, namespace)'),

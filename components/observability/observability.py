@@ -33,6 +33,13 @@ OTLP_HTTP_PORT = 4318
 GRAFANA_ADMIN_SECRET = "grafana-admin"
 GRAFANA_ADMIN_USER_KEY = "admin-user"
 GRAFANA_ADMIN_PASSWORD_KEY = "admin-password"
+PROMETHEUS_RESOURCES: dict[str, Any] = {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"memory": "8Gi"}}
+"""A cluster's Prometheus: tens of GPU nodes, 15 days."""
+SMALL_SITE_PROMETHEUS_RESOURCES: dict[str, Any] = {
+    "requests": {"cpu": "250m", "memory": "512Mi"},
+    "limits": {"memory": "1536Mi"},
+}
+"""A site's Prometheus: one or two nodes, two days, everything forwarded to the hub."""
 
 
 def prometheus_values(
@@ -40,24 +47,39 @@ def prometheus_values(
     node_selector: dict[str, str] = SYSTEM_NODES,
     storage_class: str | None = None,
     namespace: str = "monitoring",
+    *,
+    resources: dict[str, Any] | None = None,
+    external_labels: dict[str, str] | None = None,
+    control_plane_targets: bool = True,
 ) -> dict[str, Any]:
+    """kube-prometheus-stack values (keys as in the chart's values.yaml at the pinned 88.0.0).
+
+    ``external_labels`` mark every forwarded sample with where it came from (``prometheusSpec.externalLabels``);
+    ``control_plane_targets=False`` drops the etcd/scheduler/controller-manager/kube-proxy scrapes, which find no
+    pods on k3s (they run inside the k3s server process).
+    """
     claim: dict[str, Any] = {
         "accessModes": ["ReadWriteOnce"],
         "resources": {"requests": {"storage": f"{spec.storage_gib}Gi"}},
         **({"storageClassName": storage_class} if storage_class else {}),
     }
     interval = f"{spec.scrape_interval_s}s"
-    return {
-        "prometheus": {
-            "prometheusSpec": {
-                "retention": f"{spec.retention_days}d",
-                "scrapeInterval": interval,
-                "evaluationInterval": interval,
-                "resources": {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
-                "nodeSelector": node_selector,
-                "storageSpec": {"volumeClaimTemplate": {"spec": claim}},
-            }
-        },
+    prometheus: dict[str, Any] = {
+        "retention": f"{spec.retention_days}d",
+        "scrapeInterval": interval,
+        "evaluationInterval": interval,
+        "resources": resources or PROMETHEUS_RESOURCES,
+        "nodeSelector": node_selector,
+        "storageSpec": {"volumeClaimTemplate": {"spec": claim}},
+    }
+    if spec.retention_size_gib is not None:
+        prometheus["retentionSize"] = f"{spec.retention_size_gib}GiB"
+    if spec.remote_write is not None:
+        prometheus["remoteWrite"] = [{"url": spec.remote_write.url}]
+    if external_labels:
+        prometheus["externalLabels"] = dict(external_labels)
+    values: dict[str, Any] = {
+        "prometheus": {"prometheusSpec": prometheus},
         "grafana": {
             "nodeSelector": node_selector,
             "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
@@ -83,6 +105,10 @@ def prometheus_values(
         "prometheusOperator": {"nodeSelector": node_selector},
         "kube-state-metrics": {"nodeSelector": node_selector},
     }
+    if not control_plane_targets:
+        for target in ("kubeEtcd", "kubeScheduler", "kubeControllerManager", "kubeProxy"):
+            values[target] = {"enabled": False}
+    return values
 
 
 def collector_values(spec: ObservabilitySpec, node_selector: dict[str, str] = SYSTEM_NODES) -> dict[str, Any]:
@@ -150,6 +176,11 @@ class ObservabilityArgs(Args):
     """Prometheus's claim; ``None``: the cluster's default StorageClass."""
     cache_user: str | None = None
     """The exporter's own cache user (ElastiCache RBAC); ``None``: the default user."""
+    prometheus_resources: dict[str, Any] | None = None
+    """``None``: ``PROMETHEUS_RESOURCES`` (a cluster); a small site passes ``SMALL_SITE_PROMETHEUS_RESOURCES``."""
+    external_labels: dict[str, str] = Field(default_factory=dict)
+    control_plane_targets: bool = True
+    """``False`` on k3s, whose control plane runs inside one process (nothing to scrape as pods)."""
 
 
 class Observability(pulumi.ComponentResource):
@@ -175,7 +206,15 @@ class Observability(pulumi.ComponentResource):
         self.grafana_admin_password = pulumi.Output.secret(password.result)
         self.stack_release = release(
             "kube-prometheus-stack",
-            prometheus_values(args.spec, args.system_node_selector, args.storage_class, namespace),
+            prometheus_values(
+                args.spec,
+                args.system_node_selector,
+                args.storage_class,
+                namespace,
+                resources=args.prometheus_resources,
+                external_labels=args.external_labels,
+                control_plane_targets=args.control_plane_targets,
+            ),
             parent=self,
             provider=provider,
             depends_on=[admin],
@@ -203,8 +242,10 @@ class Observability(pulumi.ComponentResource):
             release("prometheus-redis-exporter", exporter, parent=self, provider=provider)
             self._custom(redis_exporter_service_monitor(namespace), after)
 
-        for engine in ("vllm", "triton"):
-            self._custom(engine_pod_monitor(engine, args.serving_namespace), after)
+        # vLLM and Triton always (their monitors predate the llama.cpp engine); llama.cpp where a model runs on it.
+        engines = ["vllm", "triton", *(["llamacpp"] if any(m.engine == "llamacpp" for m in args.models) else [])]
+        for engine in engines:
+            self._custom(engine_pod_monitor(engine, args.serving_namespace), after)  # type: ignore[arg-type]
         # The gateway serves /metrics on its API port.
         self._custom(gateway_service_monitor(args.gateway_namespace, port="http"), after)
         self._custom(prometheus_rule(args.models, namespace=namespace), after)

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from components.catalog.instances import GPUS, GpuSpec, InstanceSpec
-from components.specs import DnsLabel, Spec, catalog_member
+from components.specs import DnsLabel, S3CompatibleStoreSpec, Spec, catalog_member
 
 LabelKey = str
 
@@ -150,19 +150,9 @@ class LocalStorageSpec(Spec):
     """The smallest local volume a serving pod accepts for its model cache."""
 
 
-class OnpremModelStoreSpec(Spec):
-    """Where weights and engines live: an S3-compatible endpoint (MinIO, Ceph RGW) the model loader reads.
-
-    Credentials are secret config values, ``inferstack:modelStoreAccessKeyId`` and
-    ``inferstack:modelStoreSecretAccessKey``, written to a Kubernetes Secret the loader reads.
-    """
-
-    endpoint: str = Field(pattern=r"^https?://[^\s/]+(:\d+)?/?$")
-    """Required: the endpoint URL, e.g. ``https://minio.storage.example:9000``."""
-    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-    """Required: checkpoints live under ``<model id>/hf``, engines under ``<model id>/trtllm/``."""
-    region: str = "us-east-1"
-    """Signing region the endpoint expects (MinIO's default is us-east-1)."""
+OnpremModelStoreSpec = S3CompatibleStoreSpec
+"""On-prem reads weights from an S3-compatible endpoint (MinIO, Ceph RGW); the section lives in the tier-neutral
+``components.specs`` because the edge tier reads the same kind of store."""
 
 
 class MetalLbSpec(Spec):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from components.catalog.models import MODELS, ModelSpec
+from components.catalog.models import GGUF_FILES, MODELS, GgufFile, ModelSpec
 from components.catalog.profiles import PROFILES, LatencyProfile
 from components.catalog.sizing import (
     FitResult,
@@ -24,7 +24,12 @@ from components.catalog.sizing import (
 )
 from components.specs import ModelDeploySpec, ServingPool
 
-ENGINE_OF_SERVER = {"vllm": "vllm", "triton": "tensorrt-llm"}
+ENGINE_OF_SERVER = {"vllm": "vllm", "triton": "tensorrt-llm", "llamacpp": "llama.cpp"}
+GGUF_DEFAULT = {False: "Q4_K_M", True: "Q8_0"}
+"""Default GGUF quantization for a chat model (4-bit: the edge's working point) and an embedding model (8-bit:
+a few MB either way, and embeddings lose recall below 8 bits)."""
+CPU_MEMORY_UTILIZATION = 0.9
+"""Share of a CPU node's RAM one llama.cpp server may plan for (the rest is the OS, k3s and page cache)."""
 
 
 @dataclass
@@ -46,9 +51,15 @@ class Placement:
     tp_derived: bool
     fit: FitResult
     itl: ItlEstimate
+    gguf: GgufFile | None = None
+    """llama.cpp: the GGUF file served."""
+    gpu_offload: bool = False
+    """llama.cpp: every layer on the pool's GPU (else the server runs on CPU)."""
 
     @property
     def world_size(self) -> int:
+        if self.gguf is not None and not self.gpu_offload:
+            return 0  # a CPU-only llama.cpp server takes no GPU
         return self.tp * self.pp
 
     def multi_node(self, gpus_per_node: int) -> bool:
@@ -66,7 +77,34 @@ def place(spec: ModelDeploySpec, pool: ServingPool) -> Placement:
     """Resolve parallelism for ``spec`` on ``pool``; raise ``PlacementProblem`` when it cannot run."""
     model = MODELS[spec.model]
     profile = PROFILES[spec.profile]
+    if spec.engine == "llamacpp":
+        return _place_llamacpp(spec, pool, model, profile)
+    if spec.quantization is not None:
+        raise PlacementProblem(
+            "quantization",
+            repr(spec.quantization),
+            f"llamacpp models only: {spec.engine} reads its quantization from the checkpoint"
+            # vLLM model_executor/layers/quantization/awq_marlin.py, override_quantization_method: with no
+            # --quantization it converts an AWQ checkpoint to awq_marlin; with "awq" it logs "you specified
+            # quantization=awq explicitly, so forcing awq" and keeps the slow kernel (same for gptq/gptq_marlin).
+            + (
+                " (vLLM detects AWQ/GPTQ in config.json and picks the Marlin kernels; an explicit "
+                "--quantization awq would force the slower non-Marlin kernel)"
+                if spec.engine == "vllm"
+                else ""
+            ),
+            "remove `quantization`; for 4-bit weights on vllm set precision: int4 and an AWQ/GPTQ source",
+        )
+    if model.is_embedding:
+        raise PlacementProblem("engine", repr(spec.engine), "llamacpp for an embedding model", "set engine: llamacpp")
     gpu = pool.spec.gpu
+    if gpu is None:
+        raise PlacementProblem(
+            "engine",
+            f"{spec.engine!r} on {pool.instance_type}, which has no GPU",
+            "llamacpp on a CPU-only node (vllm and triton need a GPU)",
+            "set engine: llamacpp, or put the model on a node with a GPU",
+        )
     gpus_per_node = pool.spec.gpu_count
     # The config names the server (triton); the precision table names the engine it runs.
     problem = engine_precision_problem(ENGINE_OF_SERVER[spec.engine], spec.precision, gpu)
@@ -131,3 +169,73 @@ def place(spec: ModelDeploySpec, pool: ServingPool) -> Placement:
         )
     itl = itl_floor(model, gpu, spec.precision, tp, batch=profile.max_batch_size, context_tokens=context)
     return Placement(model, profile, tp, spec.pipeline_parallel, False, fit, itl)
+
+
+def _place_llamacpp(spec: ModelDeploySpec, pool: ServingPool, model: ModelSpec, profile: LatencyProfile) -> Placement:
+    """A GGUF file on one GPU (chat models, when the pool has one) or on CPU: fit and decode floor."""
+    from components.serving._llamacpp import kv_cache_bytes, llamacpp_context_tokens
+
+    if "precision" in spec.model_fields_set:
+        raise PlacementProblem(
+            "precision",
+            repr(spec.precision),
+            "no precision on llamacpp: the GGUF file's quantization is its precision",
+            "remove `precision`; set quantization (e.g. Q4_K_M) instead",
+        )
+    files = GGUF_FILES.get(model.model_id)
+    if not files:
+        known = ", ".join(GGUF_FILES)
+        raise PlacementProblem(
+            "model", repr(model.model_id), f"a model with GGUF files in the catalog: {known}", "pick one of them"
+        )
+    quant = spec.quantization or GGUF_DEFAULT[model.is_embedding]
+    gguf = files.get(quant)
+    if gguf is None:
+        raise PlacementProblem(
+            "quantization",
+            repr(quant),
+            f"a GGUF file of {model.model_id}: {', '.join(files)}",
+            "pick one of them (components/catalog/models.py lists each file)",
+        )
+    gpu = pool.spec.gpu
+    offload = gpu is not None and not model.is_embedding
+    tokens = model.max_context_tokens if model.is_embedding else llamacpp_context_tokens(model, profile)
+    kv_gb = kv_cache_bytes(model, tokens) / 1e9
+    if offload:
+        where, memory_gb, utilization = gpu.model, gpu.memory_gb, profile.gpu_memory_utilization
+        bandwidth_tb_s = gpu.hbm_tb_s
+    else:
+        where = f"CPU of {pool.name}"
+        memory_gb = pool.spec.host_memory_gib * 2**30 / 1e9
+        utilization = CPU_MEMORY_UTILIZATION
+        bandwidth_tb_s = getattr(pool.spec, "memory_bandwidth_gb_s", 50.0) / 1000
+    fit = FitResult(
+        model_id=model.model_id,
+        gpu=where,
+        precision=quant,
+        tp=1,
+        pp=1,
+        weights_gb_per_gpu=gguf.size_gb,
+        kv_reserve_tokens=tokens,
+        kv_reserve_gb_per_gpu=kv_gb,
+        gpu_memory_gb=memory_gb,
+        memory_utilization=utilization,
+    )
+    if not fit.fits:
+        raise PlacementProblem(
+            "model",
+            f"{model.model_id} {quant} on {where}",
+            fit.explain(),
+            "a smaller quantization or model, a lower-context profile, or a node with more memory",
+        )
+    # Decode reads every weight once per token: the GGUF bytes over the GPU's or the CPU's memory bandwidth.
+    itl = ItlEstimate(model.model_id, where, quant, 1, gguf.size_gb / (bandwidth_tb_s * 1e3) * 1e3, 0.0)
+    if not model.is_embedding and itl.total_ms > spec.slo.itl_p99_ms:
+        raise PlacementProblem(
+            "slo.itlP99Ms",
+            f"{spec.slo.itl_p99_ms:g} ms for {model.model_id} {quant} on {where}",
+            f"at least the decode floor, {itl.total_ms:.1f} ms ({gguf.size_gb:.2f} GB read per token at "
+            f"{bandwidth_tb_s * 1e3:g} GB/s)",
+            "loosen slo.itlP99Ms, use a smaller quantization or model, or a GPU",
+        )
+    return Placement(model, profile, 1, 1, False, fit, itl, gguf=gguf, gpu_offload=offload)

@@ -10,6 +10,7 @@ the node's NVMe cache once per node → the engine, which reads it from ``hostPa
 
 from __future__ import annotations
 
+import math
 import shlex
 from typing import Any, Literal
 
@@ -20,10 +21,11 @@ from pydantic import Field
 from components.autoscaling.keda import scaled_object
 from components.catalog import images as _images
 from components.catalog.engine_support import check_engine_args, missing_paths
-from components.catalog.models import MODEL_CACHE_ROOT, hf_checkpoint_dir, trtllm_engine_dir
+from components.catalog.models import MODEL_CACHE_ROOT, gguf_dir, hf_checkpoint_dir, trtllm_engine_dir
 from components.catalog.sizing import weight_bytes
 from components.kube.labels import POOL_LABEL
 from components.kube.objects import custom_resource
+from components.serving._llamacpp import LLAMACPP_HTTP_PORT, llamacpp_args
 from components.serving._placement import Placement, place
 from components.serving._triton import (
     MODEL_NAMES,
@@ -113,6 +115,9 @@ class InferenceServerArgs(Args):
     model_cache: ModelCacheVolume = ModelCacheVolume()
     loader_env: list[dict[str, Any]] = Field(default_factory=list)
     """Extra loader env: an S3-compatible endpoint and its credentials (``secretKeyRef``) off AWS."""
+    gpu_runtime_class: str | None = None
+    """``runtimeClassName`` of GPU pods, e.g. k3s's ``nvidia`` (its containerd's default runtime is runc, so
+    NVML finds no GPU without it: NVIDIA/k8s-device-plugin#406, k3s-io/k3s#4070). ``None``: the default runtime."""
 
 
 def labels(spec: ModelDeploySpec) -> dict[str, str]:
@@ -134,6 +139,8 @@ def ports(spec: ModelDeploySpec) -> list[dict[str, Any]]:
     Prometheus use for either engine. Triton adds its KServe v2 HTTP and gRPC frontends."""
     if spec.engine == "vllm":
         return [{"name": "http", "containerPort": VLLM_HTTP_PORT, "protocol": "TCP"}]
+    if spec.engine == "llamacpp":
+        return [{"name": "http", "containerPort": LLAMACPP_HTTP_PORT, "protocol": "TCP"}]
     return [
         {"name": "http", "containerPort": TRITON_OPENAI_PORT, "protocol": "TCP"},
         {"name": "kserve-http", "containerPort": TRITON_HTTP_PORT, "protocol": "TCP"},
@@ -145,14 +152,15 @@ def probes(spec: ModelDeploySpec) -> dict[str, Any]:
     """Each engine's real health endpoints. Startup allows 30 minutes: a 70B load from NVMe plus
     CUDA-graph capture takes minutes; liveness only starts counting after it."""
 
-    # vLLM: /health. Triton's OpenAI frontend: /health/ready on the same port (its observability router);
+    # vLLM and llama.cpp: /health (llama.cpp answers 503 while loading, 200 once ready). Triton's OpenAI
+    # frontend: /health/ready on the same port (its observability router);
     # liveness on the KServe frontend's /v2/health/live, which stays up while models (re)load: a server that
     # is alive but not ready must be taken out of the Service, not restarted.
     def http(path: str, port: str = "http") -> dict[str, Any]:
         return {"httpGet": {"path": path, "port": port}}
 
-    ready = http("/health") if spec.engine == "vllm" else http("/health/ready")
-    live = http("/health") if spec.engine == "vllm" else http("/v2/health/live", "kserve-http")
+    ready = http("/health") if spec.engine != "triton" else http("/health/ready")
+    live = http("/health") if spec.engine != "triton" else http("/v2/health/live", "kserve-http")
     return {
         "startupProbe": {**ready, "periodSeconds": 10, "failureThreshold": 180},
         "readinessProbe": {**ready, "periodSeconds": 5, "failureThreshold": 3},
@@ -264,6 +272,25 @@ def _resources(
     return {"requests": requests, "limits": limits}
 
 
+def llamacpp_threads(placement: Placement, pool: ServingPool) -> int:
+    """CPU threads of a llama.cpp server. Offloaded or embedding servers need few; a CPU decoder takes half the
+    node's cores (decode is bandwidth-bound: more threads than memory channels can feed buy nothing)."""
+    if placement.gpu_offload or placement.model.is_embedding:
+        return 2
+    return max(2, getattr(pool.spec, "cpu_cores", 8) // 2)
+
+
+def llamacpp_resources(placement: Placement, pool: ServingPool) -> dict[str, Any]:
+    """Requests = what the server holds: the GGUF file (mmap) plus, on CPU, the KV cache, plus 1 GiB of runtime."""
+    fit = placement.fit
+    resident_gb = fit.weights_gb_per_gpu + (0 if placement.gpu_offload else fit.kv_reserve_gb_per_gpu)
+    memory = f"{math.ceil(resident_gb * 1e9 / 2**30 + 1)}Gi"
+    limits: dict[str, Any] = {"memory": memory}
+    if placement.gpu_offload:
+        limits["nvidia.com/gpu"] = 1
+    return {"requests": {**limits, "cpu": str(llamacpp_threads(placement, pool))}, "limits": limits}
+
+
 def _env(
     spec: ModelDeploySpec,
     fabric: Fabric,
@@ -290,6 +317,8 @@ def _env(
 def server_container(args: InferenceServerArgs, placement: Placement, *, role: str = "leader") -> dict[str, Any]:
     spec = args.spec
     multi_node = placement.multi_node(args.pool.spec.gpu_count)
+    if spec.engine == "llamacpp":
+        return _llamacpp_container(args, placement)
     if spec.engine == "vllm":
         engine_args = vllm_args(
             placement.model, spec.precision, placement.tp, placement.pp, placement.profile, spec.speculative,
@@ -355,6 +384,34 @@ def server_container(args: InferenceServerArgs, placement: Placement, *, role: s
         container["ports"] = ports(spec)
         container.update(probes(spec))
     return container
+
+
+def _llamacpp_container(args: InferenceServerArgs, placement: Placement) -> dict[str, Any]:
+    assert placement.gguf is not None
+    return {
+        "name": "server",
+        "image": _images.LLAMACPP_CUDA if placement.gpu_offload else _images.LLAMACPP_CPU,
+        # The image's entrypoint is llama-server; these are its arguments.
+        "args": llamacpp_args(
+            placement.model,
+            placement.gguf,
+            placement.profile,
+            gpu_offload=placement.gpu_offload,
+            threads=llamacpp_threads(placement, args.pool),
+        ),
+        "env": [{"name": "HOME", "value": "/tmp"}],
+        "resources": llamacpp_resources(placement, args.pool),
+        "volumeMounts": [*_cache_volume_mounts(), {"name": "dshm", "mountPath": "/dev/shm"}],
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": SERVER_UID,
+            "runAsGroup": SERVER_UID,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "ports": ports(args.spec),
+        **probes(args.spec),
+    }
 
 
 def _require_paths(image: str, paths: list[str]) -> None:
@@ -432,18 +489,23 @@ def server_pod(args: InferenceServerArgs, placement: Placement, *, role: str = "
     """The serving pod's spec: loaders fill the NVMe cache, then the engine starts from it."""
     spec = args.spec
     model_id = placement.model.model_id
-    inits = [
-        *_cache_inits(args),
+    if placement.gguf is not None:
+        # llama.cpp reads one GGUF file: only that file leaves the store's <model id>/gguf/ folder.
+        fetch = _loader(
+            "fetch-model", args.model_source, gguf_dir(model_id), args.loader_image,
+            include=(placement.gguf.file,), env=args.loader_env,
+        )  # fmt: skip
+    else:
         # Triton reads only the tokenizer from the checkpoint (the engine has the weights).
-        _loader(
+        fetch = _loader(
             "fetch-model",
             args.model_source,
             hf_checkpoint_dir(model_id),
             args.loader_image,
             include=("tokenizer*", "*.json") if spec.engine == "triton" else (),
             env=args.loader_env,
-        ),
-    ]
+        )
+    inits = [*_cache_inits(args), fetch]
     extra_volumes: list[dict[str, Any]] = []
     if spec.engine == "triton":
         source, local = engine_prefix(args, placement)
@@ -455,6 +517,7 @@ def server_pod(args: InferenceServerArgs, placement: Placement, *, role: str = "
         ]
     pod: dict[str, Any] = {
         **_pod_common(args),
+        **({"runtimeClassName": args.gpu_runtime_class} if args.gpu_runtime_class and placement.world_size else {}),
         "initContainers": inits,
         "containers": [server_container(args, placement, role=role)],
         "volumes": _volumes(args.shm_gib, args.model_cache, extra_volumes),

@@ -13,6 +13,7 @@ from crdcheck import validate
 QUEUE_METRIC: dict[Engine, str] = {
     "vllm": "vllm:num_requests_waiting{",
     "triton": 'nv_trt_llm_request_metrics{request_type="waiting",',
+    "llamacpp": "llamacpp:requests_deferred{",
 }
 
 

@@ -68,6 +68,10 @@ def test_every_rendered_engine_command_is_supported_by_its_image(plan_of: PlanOf
             assert engine_arg_problems(images.VLLM, command[2:]) == [], container["name"]
             assert "--otlp-traces-endpoint" not in command
             checked += 1
+        if container["image"] in (images.LLAMACPP_CPU, images.LLAMACPP_CUDA):
+            # llama-server takes its flags as the image entrypoint's arguments
+            assert engine_arg_problems(container["image"], container["args"]) == [], container["name"]
+            checked += 1
     assert checked
 
 

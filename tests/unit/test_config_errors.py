@@ -70,7 +70,7 @@ def test_capacity_block_without_a_reservation_id() -> None:
 def test_unknown_tier() -> None:
     (line,) = config_errors(lambda e: e.update(tier="clod"))
     assert line == (
-        f"{SOURCE}: inferstack:environment.tier: got 'clod'; allowed: cloud, onprem; "
+        f"{SOURCE}: inferstack:environment.tier: got 'clod'; allowed: cloud, onprem, edge; "
         "fix: set `tier:` to the tier this stack deploys (did you mean 'cloud'?)"
     )
 

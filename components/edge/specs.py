@@ -1,0 +1,162 @@
+"""Config sections of the edge tier: one k3s site, its node(s), its hub.
+
+Pure pydantic models (no Pulumi, no AWS): ``stacks.environment`` validates a stack file into them and the edge
+components read them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import Field, field_validator, model_validator
+
+from components.catalog.instances import EDGE_GPUS, GPUS, GpuSpec
+from components.specs import DnsLabel, ObservabilitySpec, Spec, config_error, did_you_mean
+
+K3S_STORAGE_CLASS = "local-path"
+"""k3s's packaged local-path provisioner (``rancher.io/local-path``, WaitForFirstConsumer, the default class;
+k3s ``manifests/local-storage.yaml``)."""
+K3S_NVIDIA_RUNTIME_CLASS = "nvidia"
+"""The RuntimeClass k3s ships for the NVIDIA container runtime it finds on a node (k3s ``manifests/runtimes.yaml``;
+``pkg/agent/containerd/nvidia.go``)."""
+GPU_NODE_LABEL = "nvidia.com/gpu.present"
+"""The label the NVIDIA device plugin chart's default affinity accepts to "force" a GPU node (values.yaml of
+k8s-device-plugin v0.19.2); k3s runs no Node Feature Discovery, so the kit asks for it on GPU nodes."""
+
+
+@dataclass(frozen=True)
+class EdgeNodeShape:
+    """An edge node as the serving layer reads a pool's ``spec`` (the fields InstanceSpec also has)."""
+
+    instance_type: str
+    gpu: GpuSpec | None
+    gpu_count: int
+    host_memory_gib: int
+    cpu_cores: int
+    memory_bandwidth_gb_s: float
+    efa_interfaces: int = 0
+
+
+class EdgeClusterSpec(Spec):
+    """How the kit reaches the site's k3s. The kubeconfig is a Pulumi secret, never a file path."""
+
+    kubeconfig_secret: str = Field(default="kubeconfig", pattern=r"^[a-zA-Z][a-zA-Z0-9_.-]*$")
+    """Name of the secret config value holding the kubeconfig (``pulumi config set --secret inferstack:<name>``)."""
+    context: str | None = None
+    """Context inside that kubeconfig; defaults to its ``current-context``."""
+
+
+class EdgeNodeSpec(Spec):
+    """One node of the site: what it has, so the plan can refuse a stack that does not fit it."""
+
+    name: DnsLabel
+    """Required: the models' ``pool`` reference."""
+    cpu: int = Field(ge=2)
+    """Required: CPU cores (``kubectl get node -o jsonpath='{.status.capacity.cpu}'``)."""
+    memory_gib: int = Field(ge=4)
+    """Required: RAM in GiB."""
+    gpu: str | None = None
+    """One of the edge GPUs (``L4``, ``RTX4000Ada``, ``RTX6000Ada``); empty: a CPU-only node."""
+    gpu_count: int = Field(default=1, ge=1, le=4)
+    memory_bandwidth_gb_s: float = Field(default=50, gt=0)
+    """CPU memory bandwidth, the decode floor of a CPU-served model. 50 GB/s is a dual-channel DDR5 box under load;
+    measure yours (e.g. ``mbw``) and set it."""
+    reserved_cpu: float = Field(default=1.0, ge=0)
+    """Cores k3s itself takes (server, kubelet, containerd, CoreDNS, metrics-server, local-path, servicelb)."""
+    reserved_memory_gib: float = Field(default=2.0, ge=0)
+    """Memory k3s and the OS take."""
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    """Labels that pick this node when the site has several, e.g. ``kubernetes.io/hostname: edge-1``."""
+
+    @field_validator("gpu")
+    @classmethod
+    def _edge_gpu(cls, value: str | None) -> str | None:
+        if value is None or value in EDGE_GPUS:
+            return value
+        known = value in GPUS
+        raise config_error(
+            "a data-centre GPU, not an edge one" if known else "not in the GPU catalog",
+            allowed=", ".join(EDGE_GPUS),
+            fix=(
+                "a site with H100-class servers is an on-prem stack (tier: onprem)"
+                if known
+                else "use an edge GPU" + did_you_mean(value, list(EDGE_GPUS))
+            ),
+        )
+
+    @property
+    def instance_type(self) -> str:
+        """What messages call the node."""
+        gpus = f", {self.gpu_count}x {self.gpu}" if self.gpu else ", no GPU"
+        return f"edge node {self.name!r} ({self.cpu} CPU, {self.memory_gib} GiB{gpus})"
+
+    @property
+    def spec(self) -> EdgeNodeShape:
+        return EdgeNodeShape(
+            self.instance_type,
+            GPUS[self.gpu] if self.gpu else None,
+            self.gpu_count if self.gpu else 0,
+            self.memory_gib,
+            self.cpu,
+            self.memory_bandwidth_gb_s,
+        )
+
+    @property
+    def node_labels(self) -> dict[str, str]:
+        return dict(self.node_selector)
+
+    @property
+    def efa_enabled(self) -> bool:
+        return False
+
+    @property
+    def min_size(self) -> int:
+        return 1
+
+    @property
+    def max_size(self) -> int:
+        return 1
+
+
+class HubSpec(Spec):
+    """The stack this site sends complex prompts to (and falls back to): the on-prem or cloud gateway.
+
+    Either ``stack`` (a Pulumi StackReference to another stack of this project, which exports ``gateway_url`` and
+    the secret ``burst_api_key``) or ``url`` with ``apiKeySecret`` (the name of a secret config value).
+    """
+
+    stack: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+    """``<organization>/<project>/<stack>`` of the hub."""
+    url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(/[^\s]*)?$")
+    """The hub gateway's OpenAI base URL, including ``/v1``."""
+    api_key_secret: str | None = Field(default=None, pattern=r"^[a-zA-Z][a-zA-Z0-9_.-]*$")
+    """With ``url``: the secret config value holding the hub's key
+    (``pulumi config set --secret inferstack:<name>``)."""
+    model: str | None = None
+    """The alias requested at the hub; empty: the alias the client asked for."""
+    fallback: bool = True
+    """Local models fail over to the hub (connect errors, 5xx, timeouts before the first byte)."""
+
+    @model_validator(mode="after")
+    def _one_way(self) -> HubSpec:
+        if (self.stack is None) == (self.url is None):
+            raise config_error(
+                "names its hub both ways or neither",
+                allowed="either stack: <org>/<project>/<stack>, or url + apiKeySecret",
+                fix="keep exactly one of `stack` and `url`",
+            )
+        if self.stack is not None and self.api_key_secret is not None:
+            raise config_error(
+                "apiKeySecret with a stack reference",
+                allowed="the key comes from the hub stack's secret output burst_api_key",
+                fix="remove apiKeySecret, or name the hub by url",
+            )
+        return self
+
+
+class EdgeObservabilitySpec(ObservabilitySpec):
+    """What a small site keeps: two days locally, the rest forwarded to the hub's Prometheus (``remoteWrite``)."""
+
+    retention_days: int = Field(default=2, ge=1)
+    retention_size_gib: int | None = Field(default=4, ge=1)
+    storage_gib: int = Field(default=8, ge=2)

@@ -1,0 +1,204 @@
+"""The edge tier: one k3s site. Composition only: no provisioning logic here.
+
+The same serving, cache, gateway and observability components as the other tiers, sized for a site: k3s's
+built-ins are used, not duplicated (local-path storage, servicelb, metrics-server); GPUs run under k3s's
+``nvidia`` RuntimeClass; complex prompts and fallbacks go to the hub.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+
+from components.addons.cluster_addons import ClusterAddons, ClusterAddonsArgs
+from components.cache.redis_cache import RedisCache, RedisCacheArgs
+from components.catalog import images as _images
+from components.catalog.models import MODELS
+from components.edge.budget import MODEL_CACHE_GIB
+from components.edge.hub import HubReference, HubReferenceArgs
+from components.edge.specs import GPU_NODE_LABEL, K3S_NVIDIA_RUNTIME_CLASS, K3S_STORAGE_CLASS
+from components.gateway.gateway import Embedder, Gateway, GatewayArgs, HubUpstream
+from components.kube.existing_cluster import ExistingCluster, ExistingClusterArgs
+from components.observability.alerts import ModelSlo
+from components.observability.observability import (
+    SMALL_SITE_PROMETHEUS_RESOURCES,
+    Observability,
+    ObservabilityArgs,
+)
+from components.serving.inference_server import InferenceServer, InferenceServerArgs, ModelCacheVolume
+from components.serving.serving_base import ServingBase, ServingBaseArgs
+from components.store.s3_compatible_store import S3CompatibleStore, S3CompatibleStoreArgs
+from stacks.environment import MODEL_STORE_KEY_ID, MODEL_STORE_SECRET_KEY, EdgeEnvironment
+from stacks.program import require_secret
+
+QUICK_START = "edge quick start"
+SITE_LABEL = "inferstack_site"
+"""External label on every sample the site forwards: the hub's Prometheus tells sites apart by it."""
+
+
+def hub_upstream(env: EdgeEnvironment) -> HubUpstream | None:
+    hub = env.hub
+    if hub is None:
+        return None
+    if hub.stack is not None:
+        # Another stack of this project: Output values; the key stays secret end to end.
+        ref = HubReference("hub", HubReferenceArgs(stack=hub.stack))
+        url: Any = ref.gateway_url
+        key: Any = ref.api_key
+    else:
+        assert hub.url is not None and hub.api_key_secret is not None  # edge_checks refuses anything else
+        url = hub.url
+        key = require_secret(hub.api_key_secret, "the key the hub issued to this site", QUICK_START)
+    return HubUpstream(url=url, api_key=key, model=hub.model, fallback=hub.fallback)
+
+
+def compose(env: EdgeEnvironment, stack: str) -> dict[str, Any]:
+    """Build the edge tier for ``env``; return the stack outputs."""
+    kubeconfig = require_secret(
+        env.cluster.kubeconfig_secret, "the k3s cluster's kubeconfig (its contents)", QUICK_START
+    )
+    cluster = ExistingCluster("cluster", ExistingClusterArgs(kubeconfig=kubeconfig, context=env.cluster.context))
+    provider = cluster.k8s_provider
+    anywhere: dict[str, str] = {}  # a site's pods share its nodes: no system pool
+    gpus = any(n.gpu for n in env.nodes)
+
+    base = ServingBase("serving", ServingBaseArgs(provider=provider))
+    cache = RedisCache(
+        "cache",
+        RedisCacheArgs(
+            spec=env.cache,
+            namespace=base.cache_namespace,
+            provider=provider,
+            client_namespace=base.gateway_namespace,
+            protect=env.cache.protect,
+            system_node_selector=anywhere,
+            storage_class=K3S_STORAGE_CLASS,
+        ),
+        opts=pulumi.ResourceOptions(depends_on=[base]),
+    ).endpoint
+    observability = Observability(
+        "observability",
+        ObservabilityArgs(
+            spec=env.observability,
+            provider=provider,
+            models=[
+                ModelSlo(
+                    name=m.name,
+                    engine=m.engine,
+                    ttft_p99_ms=m.slo.ttft_p99_ms,
+                    itl_p99_ms=m.slo.itl_p99_ms,
+                    namespace=base.serving_namespace,
+                )
+                for m in env.models
+            ],
+            serving_namespace=base.serving_namespace,
+            gateway_namespace=base.gateway_namespace,
+            cache_url=cache.url(),
+            cache_secret=(cache.secret_name, cache.secret_key),
+            system_node_selector=anywhere,
+            storage_class=K3S_STORAGE_CLASS,
+            prometheus_resources=SMALL_SITE_PROMETHEUS_RESOURCES,
+            external_labels={SITE_LABEL: stack},
+            control_plane_targets=False,
+        ),
+        opts=pulumi.ResourceOptions(depends_on=[base]),
+    )
+    addons = ClusterAddons(
+        "addons",
+        ClusterAddonsArgs(
+            provider=provider,
+            gpu_stack="device-plugin" if gpus else "none",
+            gpu_runtime_class=K3S_NVIDIA_RUNTIME_CLASS,
+            gpu_node_label=GPU_NODE_LABEL,
+            system_node_selector=anywhere,
+            # k3s ships metrics-server; replicas are fixed (no KEDA); no model spans nodes (no LWS).
+            metrics_server=False,
+            keda=False,
+            lws=False,
+        ),
+        opts=pulumi.ResourceOptions(depends_on=[observability.stack_release]),
+    )
+
+    store = env.model_store
+    credentials = S3CompatibleStore(
+        "model-store",
+        S3CompatibleStoreArgs(
+            spec=store,
+            access_key_id=require_secret(MODEL_STORE_KEY_ID, "the model store's access key id", QUICK_START),
+            secret_access_key=require_secret(MODEL_STORE_SECRET_KEY, "the model store's secret key", QUICK_START),
+            namespace=base.serving_namespace,
+            provider=provider,
+        ),
+        opts=pulumi.ResourceOptions(depends_on=[base]),
+    )
+    registry = env.image_registry.rstrip("/")
+    models: dict[str, InferenceServer] = {}
+    for model in env.models:
+        layout = "gguf" if model.engine == "llamacpp" else "hf"
+        models[model.name] = InferenceServer(
+            model.name,
+            InferenceServerArgs(
+                spec=model,
+                pool=env.pool(model.pool),
+                namespace=base.serving_namespace,
+                provider=provider,
+                model_source=model.source or f"s3://{store.bucket}/{model.model}/{layout}",
+                engine_store=f"s3://{store.bucket}",
+                loader_image=f"{registry}/model-loader:{_images.KIT_IMAGE_TAG}",
+                service_account=base.service_account,
+                priority_class=base.priority_class,
+                fabric="none",
+                model_cache=ModelCacheVolume(host_path=None, storage_class=K3S_STORAGE_CLASS, size_gib=MODEL_CACHE_GIB),
+                loader_env=credentials.loader_env,
+                gateway_namespace=base.gateway_namespace,
+                gpu_runtime_class=K3S_NVIDIA_RUNTIME_CLASS,
+                # Fixed replicas at a site: no ScaledObject.
+                prometheus_url=None,
+            ),
+            opts=pulumi.ResourceOptions(depends_on=[base, addons, credentials]),
+        )
+
+    embedder = None
+    for model in env.models:
+        dims = MODELS[model.model].embedding_dimensions
+        if dims:
+            embedder = Embedder(
+                url=pulumi.Output.concat(models[model.name].endpoint, "/v1"), model=model.model, dimensions=dims
+            )
+    hub = hub_upstream(env)
+    spec_of = {m.name: m.model for m in env.models}
+    chat = {name: server for name, server in models.items() if not MODELS[spec_of[name]].is_embedding}
+    gateway = None
+    if env.gateway.enabled and chat:
+        gateway = Gateway(
+            "gateway",
+            GatewayArgs(
+                spec=env.gateway,
+                models=list(env.models),
+                upstream_urls={name: pulumi.Output.concat(server.endpoint, "/v1") for name, server in chat.items()},
+                cache=cache,
+                namespace=base.gateway_namespace,
+                provider=provider,
+                image=f"{registry}/gateway:{_images.KIT_IMAGE_TAG}",
+                otlp_endpoint=observability.otlp_endpoint,
+                system_node_selector=anywhere,
+                # k3s's servicelb (klipper-lb) serves any LoadBalancer Service: no annotations, no class.
+                service_annotations={},
+                load_balancer_class=None,
+                embedder=embedder,
+                hub=hub,
+            ),
+            opts=pulumi.ResourceOptions(depends_on=[base, addons]),
+        )
+
+    return {
+        "tier": "edge",
+        "nodes": {n.name: n.instance_type for n in env.nodes},
+        "model_bucket": store.bucket,
+        "cache_url": cache.url(),
+        "model_endpoints": {name: server.endpoint for name, server in models.items()},
+        "embeddings_url": embedder.url if embedder else None,
+        "gateway_url": gateway.url if gateway else None,
+        "hub_url": hub.url if hub else None,
+    }

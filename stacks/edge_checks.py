@@ -1,0 +1,98 @@
+"""Cross-section rules of the edge tier: the site's node budget, GPUs per node, the embedder and the hub."""
+
+from __future__ import annotations
+
+from components.catalog.models import MODELS
+from components.edge.budget import Demand, biggest, node_capacity, shortfall, site_demand
+from components.kube.requests import Requests
+from stacks.environment import CONFIG_KEY, HUB_TARGET, ConfigIssue, EdgeEnvironment
+
+
+def edge_checks(env: EdgeEnvironment) -> list[ConfigIssue]:
+    issues: list[ConfigIssue] = []
+    names = [n.name for n in env.nodes]
+    for i, node in enumerate(env.nodes):
+        if names.count(node.name) > 1:
+            issues.append(
+                ConfigIssue(f"{CONFIG_KEY}.nodes[{i}].name", repr(node.name), "a unique node name", "rename one")
+            )
+    if len(env.nodes) > 1 and any(not n.node_selector for n in env.nodes):
+        i = next(i for i, n in enumerate(env.nodes) if not n.node_selector)
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.nodes[{i}].nodeSelector",
+                "nothing on a site of several nodes",
+                "labels that pick this node, e.g. {kubernetes.io/hostname: <node>}",
+                "add nodeSelector to every node so each model lands where its budget was counted",
+            )
+        )
+
+    embedders = [i for i, m in enumerate(env.models) if MODELS[m.model].is_embedding]
+    if len(embedders) > 1:
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.models[{embedders[1]}].model",
+                f"{len(embedders)} embedding models",
+                "one: the semantic cache embeds with one model",
+                "keep one embedding model",
+            )
+        )
+
+    hub = env.hub
+    if hub is not None and hub.url is not None and hub.api_key_secret is None:
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.hub.apiKeySecret",
+                f"nothing for hub.url {hub.url}",
+                "the name of a secret config value holding the key the hub issued to this site",
+                "pulumi config set --secret inferstack:hubApiKey <key>, then set hub.apiKeySecret: hubApiKey",
+            )
+        )
+    if hub is not None and not any(r.large == HUB_TARGET for r in env.gateway.routes) and not hub.fallback:
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.hub",
+                "a hub that no route uses and no model falls back to",
+                "a route with large: hub, or hub.fallback: true",
+                "route complex prompts to it (gateway.routes[].large: hub), or remove `hub`",
+            )
+        )
+
+    if issues:
+        return issues
+    issues += _budget(env)
+    return issues
+
+
+def _budget(env: EdgeEnvironment) -> list[ConfigIssue]:
+    """Every pod's requests against the site, then each model's pods against its own node."""
+    demand = site_demand(env.nodes, env.models, env.cache, env.gateway, env.observability)
+    capacity = sum((node_capacity(n) for n in env.nodes), Requests())
+    issues: list[ConfigIssue] = []
+    short = shortfall(demand, capacity)
+    if short:
+        total = sum((d.total for d in demand), Requests())
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.nodes",
+                f"pods requesting {total.show()} on a site offering {capacity.show()} after k3s's reserve "
+                f"({', '.join(short)} short); biggest: {biggest(demand)}",
+                "every pod's requests within the nodes' cpu and memoryGib minus reservedCpu/reservedMemoryGib",
+                "add or enlarge nodes, lower replicas (gateway.maxReplicas counts), or use smaller models",
+            )
+        )
+        return issues
+    for i, node in enumerate(env.nodes):
+        on_node: list[Demand] = [d for d in demand if d.node == node.name]
+        short = shortfall(on_node, node_capacity(node))
+        if short:
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.nodes[{i}]",
+                    f"models pinned to {node.instance_type} request more than it offers ({', '.join(short)} short); "
+                    f"biggest: {biggest(on_node)}",
+                    f"at most {node_capacity(node).show()} of model pods on this node",
+                    "move a model to another node (models[].pool), lower its replicas, or use a smaller model",
+                )
+            )
+    return issues

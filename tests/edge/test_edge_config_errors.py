@@ -1,0 +1,103 @@
+"""Bad edge config: one clear line per problem (key path, value, allowed, fix), exit 2, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from helpers import ROOT, config_errors
+
+SOURCE = "stacks/Pulumi.edge.yaml"
+
+
+def errors(edit: Any) -> list[str]:
+    return config_errors(edit, stack="edge")
+
+
+def test_a_cloud_gpu_on_an_edge_node_points_at_the_onprem_tier() -> None:
+    (line,) = errors(lambda e: e["nodes"][0].update(gpu="H100"))
+    assert line.startswith(f"{SOURCE}: inferstack:environment.nodes[0].gpu: got 'H100' (a data-centre GPU")
+    assert "allowed: L4, RTX4000Ada, RTX6000Ada" in line and "tier: onprem" in line
+
+
+def test_a_cloud_instance_type_on_the_edge_tier_is_refused_by_name() -> None:
+    (line,) = errors(lambda e: e["nodes"][0].update(instanceType="g6.xlarge"))
+    assert "inferstack:environment.nodes[0].instanceType: got 'g6.xlarge' on tier edge" in line
+    assert "name the node's GPU with nodes[].gpu" in line
+
+
+def test_cloud_gpu_pools_on_the_edge_tier_are_refused_by_name() -> None:
+    (line,) = errors(lambda e: e.update(gpuPools=[{"name": "g", "instanceType": "p5.48xlarge"}]))
+    assert "inferstack:environment.gpuPools: got" in line and "on tier edge" in line
+    assert "describe the site in nodes[]" in line
+
+
+def test_a_model_that_does_not_fit_the_sites_gpu() -> None:
+    def edit(env: dict[str, Any]) -> None:
+        env["nodes"][0]["gpu"] = "RTX4000Ada"
+        env["models"][0].update(model="microsoft/Phi-3-mini-4k-instruct", quantization="F16", profile="throughput")
+        env["models"][0].pop("slo", None)
+
+    (line,) = errors(edit)
+    assert "inferstack:environment.models[0].model: got microsoft/Phi-3-mini-4k-instruct F16 on RTX4000Ada" in line
+    assert "does not fit" in line
+
+
+def test_a_model_that_does_not_fit_a_cpu_boxs_memory() -> None:
+    def edit(env: dict[str, Any]) -> None:
+        env["nodes"][0].update(gpu=None, memoryGib=8, cpu=8)
+        env["models"][0].update(model="microsoft/Phi-3-mini-4k-instruct", quantization="F16", slo={"itlP99Ms": 500})
+
+    lines = errors(edit)
+    assert any("models[0].model: got microsoft/Phi-3-mini-4k-instruct F16 on CPU of store-0042" in x for x in lines)
+
+
+def test_pods_that_do_not_fit_the_node_budget_name_the_biggest_consumers() -> None:
+    (line,) = errors(lambda e: e["nodes"][0].update(cpu=6, memoryGib=16))
+    assert line.startswith(f"{SOURCE}: inferstack:environment.nodes: got pods requesting ")
+    assert "(2.55 CPU short)" in line
+    assert "biggest: llama-3b (2 CPU, 3.0 GiB, 1 GPU), minilm (2 CPU, 2.0 GiB), redis (1 CPU, 2.0 GiB)" in line
+
+
+def test_a_hub_by_url_without_a_key() -> None:
+    (line,) = errors(lambda e: e.update(hub={"url": "https://gateway.dc1.example.com/v1"}))
+    assert "inferstack:environment.hub.apiKeySecret: got nothing for hub.url https://gateway.dc1.example.com/v1" in line
+    assert "pulumi config set --secret inferstack:hubApiKey" in line
+
+
+def test_a_route_to_the_hub_without_a_hub() -> None:
+    (line,) = errors(lambda e: e.pop("hub"))
+    assert "inferstack:environment.gateway.routes[0].large: got 'hub' without a hub" in line
+
+
+def test_autoscaling_is_refused_at_a_fixed_site() -> None:
+    (line,) = errors(lambda e: e["models"][0].update(autoscaling={"maxReplicas": 4}))
+    assert "models[0].autoscaling: got" in line and "replicas are fixed at the edge" in line
+
+
+def test_the_cli_exits_2_with_one_line_and_no_traceback(tmp_path: Path) -> None:
+    document = yaml.safe_load((ROOT / "stacks" / "Pulumi.edge.yaml").read_text())
+    document["config"]["inferstack:environment"]["nodes"][0]["gpu"] = "H100"
+    (tmp_path / "Pulumi.bad.yaml").write_text(yaml.safe_dump(document))
+    out = subprocess.run(
+        [sys.executable, "-m", "inferstack_cli.main", "plan", "--stack", "bad", "--stacks-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert len([x for x in out.stderr.splitlines() if "inferstack:environment" in x]) == 1
+
+
+def test_two_gpu_models_on_a_one_gpu_node_are_one_gpu_short() -> None:
+    def edit(env: dict[str, Any]) -> None:
+        second = dict(env["models"][0], name="llama-1b", model="meta-llama/Llama-3.2-1B-Instruct")
+        env["models"].append(second)
+
+    (line,) = errors(edit)
+    assert "inferstack:environment.nodes: got pods requesting" in line and "(1 GPU short)" in line

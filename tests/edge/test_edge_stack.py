@@ -1,0 +1,195 @@
+"""The edge tier as planned from the bundled ``edge`` stack: one k3s site with an L4, a hub, a small cache."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+from helpers import ROOT, plan_with
+from inferstack_cli import render
+from inferstack_cli.mocks import PLACEHOLDER_HOST
+from inferstack_cli.plan import Plan, run_plan
+
+PlanOf = Callable[[str], Plan]
+
+
+def manifests(plan: Plan) -> list[dict[str, Any]]:
+    return [yaml.safe_load(t) for p, t in render.renders(plan.resources).items() if p.startswith("manifests/")]
+
+
+def by_kind(plan: Plan, kind: str) -> list[dict[str, Any]]:
+    return [m for m in manifests(plan) if m["kind"] == kind]
+
+
+def named(plan: Plan, kind: str, name: str) -> dict[str, Any]:
+    (found,) = [m for m in by_kind(plan, kind) if m["metadata"]["name"] == name]
+    return found
+
+
+def releases(plan: Plan) -> dict[str, dict[str, Any]]:
+    return {r.inputs["name"]: r.inputs.get("values") or {} for r in plan.of_type("kubernetes:helm.sh/v3:Release")}
+
+
+def gateway_config(plan: Plan) -> dict[str, Any]:
+    return yaml.safe_load(named(plan, "ConfigMap", "gateway-config")["data"]["gateway.yaml"])
+
+
+def test_edge_plans_fast_with_no_aws_resource() -> None:
+    # GIVEN the bundled edge stack WHEN planned from scratch THEN it is quick and nothing is on AWS
+    started = time.perf_counter()
+    plan = run_plan("edge")
+    assert time.perf_counter() - started < 5
+    assert plan.tier == "edge"
+    assert [r.type for r in plan.resources if r.type.startswith("aws:")] == []
+    assert plan.violations == []
+
+
+def test_the_edge_tier_never_imports_pulumi_aws() -> None:
+    code = (
+        "import sys\n"
+        "from inferstack_cli.plan import run_plan\n"
+        "run_plan('edge')\n"
+        "print(sorted(m for m in sys.modules if m == 'pulumi_aws' or m.startswith('pulumi_aws.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_plan_cli_exits_0_on_the_bundled_edge_stack() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "inferstack_cli.main", "plan", "--stack", "edge"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Site nodes:" in out.stdout and "store-0042" in out.stdout
+
+
+def test_one_explicit_provider_from_a_secret_kubeconfig(plan_of: PlanOf) -> None:
+    plan = plan_of("edge")
+    (provider,) = plan.of_type("pulumi:providers:kubernetes")
+    assert provider.inputs["kubeconfig"] == "[secret]"
+    assert provider.inputs["context"] == "default"
+
+
+def test_the_3b_model_runs_llama_server_on_the_l4_under_the_nvidia_runtime(plan_of: PlanOf) -> None:
+    pod = named(plan_of("edge"), "Deployment", "llama-3b")["spec"]["template"]["spec"]
+    assert pod["runtimeClassName"] == "nvidia"
+    (server,) = pod["containers"]
+    assert server["image"].startswith("ghcr.io/ggml-org/llama.cpp:server-cuda-b")
+    assert server["resources"]["limits"]["nvidia.com/gpu"] == 1
+    args = server["args"]
+    assert args[args.index("-m") + 1].endswith(
+        "/meta-llama/Llama-3.2-3B-Instruct/gguf/Llama-3.2-3B-Instruct-Q4_K_M.gguf"
+    )
+    assert args[args.index("--n-gpu-layers") + 1] == "999"
+    assert server["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    (fetch,) = pod["initContainers"]
+    assert fetch["args"][-2:] == ["--include", "Llama-3.2-3B-Instruct-Q4_K_M.gguf"]
+    assert "s3://models/meta-llama/Llama-3.2-3B-Instruct/gguf" in fetch["args"]
+    # The model cache is a local-path volume bound on the pod's node.
+    (cache,) = [v for v in pod["volumes"] if v["name"] == "model-cache"]
+    assert cache["ephemeral"]["volumeClaimTemplate"]["spec"]["storageClassName"] == "local-path"
+
+
+def test_the_embedder_runs_on_cpu_and_feeds_the_semantic_cache(plan_of: PlanOf) -> None:
+    plan = plan_of("edge")
+    pod = named(plan, "Deployment", "minilm")["spec"]["template"]["spec"]
+    assert "runtimeClassName" not in pod
+    (server,) = pod["containers"]
+    assert server["image"].startswith("ghcr.io/ggml-org/llama.cpp:server-b")
+    assert "nvidia.com/gpu" not in server["resources"]["limits"]
+    assert "--embeddings" in server["args"]
+    config = gateway_config(plan)
+    assert config["embeddings"] == {
+        "url": "http://minilm.inferstack-serving.svc:8080/v1",
+        "model": "sentence-transformers/all-MiniLM-L6-v2",
+        "dimensions": 384,
+    }
+    assert config["models"]["chat"]["cache"]["semantic"]["enabled"] is True
+    assert "minilm" not in config["upstreams"]
+
+
+def test_k3s_builtins_are_used_not_duplicated(plan_of: PlanOf) -> None:
+    plan = plan_of("edge")
+    installed = releases(plan)
+    assert "metrics-server" not in installed and "keda" not in installed and "lws" not in installed
+    assert installed["nvidia-device-plugin"]["runtimeClassName"] == "nvidia"
+    assert installed["dcgm-exporter"]["runtimeClassName"] == "nvidia"
+    gateway = named(plan, "Service", "gateway-lb")  # the in-cluster `gateway` Service stays ClusterIP
+    assert gateway["spec"]["type"] == "LoadBalancer"
+    assert "loadBalancerClass" not in gateway["spec"] and not gateway["metadata"].get("annotations")
+    assert gateway["spec"]["loadBalancerSourceRanges"] == ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]
+    (redis,) = by_kind(plan, "StatefulSet")
+    assert redis["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"] == "local-path"
+    prometheus = installed["kube-prometheus-stack"]["prometheus"]["prometheusSpec"]
+    assert prometheus["storageSpec"]["volumeClaimTemplate"]["spec"]["storageClassName"] == "local-path"
+
+
+def test_metrics_stay_two_days_and_go_to_the_hub(plan_of: PlanOf) -> None:
+    values = releases(plan_of("edge"))["kube-prometheus-stack"]
+    prometheus = values["prometheus"]["prometheusSpec"]
+    assert prometheus["retention"] == "2d" and prometheus["retentionSize"] == "4GiB"
+    assert prometheus["remoteWrite"] == [{"url": "https://prometheus.dc1.example.com/api/v1/write"}]
+    assert prometheus["externalLabels"] == {"inferstack_site": "edge"}
+    assert values["kubeEtcd"] == {"enabled": False}
+
+
+def test_llama_server_is_scraped_and_the_dashboards_are_the_same(plan_of: PlanOf) -> None:
+    edge = plan_of("edge")
+    monitors = {m["metadata"]["name"] for m in by_kind(edge, "PodMonitor")}
+    assert "inferstack-llamacpp" in monitors
+    dashboards = {m["metadata"]["name"] for m in by_kind(edge, "ConfigMap") if "grafana_dashboard" in str(m)}
+    cloud = {m["metadata"]["name"] for m in by_kind(plan_of("prod"), "ConfigMap") if "grafana_dashboard" in str(m)}
+    assert dashboards == cloud
+    assert by_kind(edge, "ScaledObject") == []  # fixed replicas at a site
+
+
+def test_the_hub_resolves_offline_to_marked_placeholders_and_complex_prompts_go_there(plan_of: PlanOf) -> None:
+    plan = plan_of("edge")
+    (ref,) = plan.of_type("pulumi:pulumi:StackReference")
+    assert ref.inputs["name"] == "organization/inferstack/onprem"
+    config = gateway_config(plan)
+    hub = config["upstreams"]["hub"]
+    assert PLACEHOLDER_HOST in hub["url"]
+    assert hub["api_key"] == "${HUB_API_KEY}" and hub["model"] == "chat"
+    assert config["models"]["chat"]["complexity"][0]["tier"] == "hub"
+    assert config["tiers"]["llama-3b"]["upstreams"] == ["llama-3b", "hub"]  # fallback when the local model fails
+    (container,) = named(plan, "Deployment", "gateway")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["HUB_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "gateway-hub", "key": "api-key"}
+    assert plan.outputs["hub_url"] == "[secret]" or PLACEHOLDER_HOST in plan.outputs["hub_url"]
+
+
+def test_a_cpu_only_site_has_no_device_plugin_and_no_gpu_requests(tmp_path: Any) -> None:
+    def cpu_site(env: dict[str, Any]) -> None:
+        env["nodes"] = [{"name": "store-0042", "cpu": 16, "memoryGib": 32}]
+        env["models"][0]["slo"] = {"itlP99Ms": 60}
+
+    plan = plan_with(tmp_path, "edge", cpu_site)
+    installed = releases(plan)
+    assert "nvidia-device-plugin" not in installed and "dcgm-exporter" not in installed
+    for deployment in by_kind(plan, "Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        assert "runtimeClassName" not in pod
+        for container in pod["containers"]:
+            assert "nvidia.com/gpu" not in str(container.get("resources"))
+    server = named(plan, "Deployment", "llama-3b")["spec"]["template"]["spec"]["containers"][0]
+    assert server["args"][server["args"].index("--n-gpu-layers") + 1] == "0"
+
+
+def test_a_hub_by_url_reads_its_key_from_a_secret_config_value(tmp_path: Any) -> None:
+    def by_url(env: dict[str, Any]) -> None:
+        env["hub"] = {"url": "https://gateway.dc1.example.com/v1", "apiKeySecret": "hubApiKey"}
+
+    plan = plan_with(tmp_path, "edge", by_url)
+    assert plan.of_type("pulumi:pulumi:StackReference") == []
+    assert gateway_config(plan)["upstreams"]["hub"]["url"] == "https://gateway.dc1.example.com/v1"
+    (secret,) = [r for r in plan.of_type("kubernetes:core/v1:Secret") if r.name == "gateway-hub"]
+    assert secret.inputs["stringData"] == "[secret]"
