@@ -21,6 +21,7 @@ from pydantic import Field
 from components.autoscaling.keda import scaled_object
 from components.catalog import images as _images
 from components.catalog.engine_support import check_engine_args, missing_paths
+from components.catalog.instances import InstanceSpec
 from components.catalog.models import MODEL_CACHE_ROOT, gguf_dir, hf_checkpoint_dir, trtllm_engine_dir
 from components.catalog.sizing import weight_bytes
 from components.kube.labels import POOL_LABEL
@@ -250,7 +251,7 @@ def efa_interfaces_per_pod(pool: ServingPool, gpus: int) -> int:
 
     A pod that does not request ``vpc.amazonaws.com/efa`` gets no EFA device, so the pool's EFA interfaces and
     placement group buy nothing (issue 12, point 10)."""
-    spec = pool.spec
+    spec: InstanceSpec = pool.spec
     if not pool.efa_enabled or not spec.efa_interfaces:
         return 0
     return max(1, spec.efa_interfaces * gpus // spec.gpu_count)
