@@ -8,8 +8,6 @@ Three kinds:
 - ``POD_SECURITY_ALLOWANCES``: what a pod may have beyond Pod Security "restricted", and why. Each is
   scoped as narrowly as the need: one capability, one host path, one container name.
 - ``ALLOWED_TAGS``: images that may be pinned by a tag instead of a digest, and why.
-
-``KNOWN_UNTIL_ISSUE_12`` is temporary: see its docstring.
 """
 
 from __future__ import annotations
@@ -123,18 +121,6 @@ ALLOWED_TAGS: Mapping[str, str] = MappingProxyType(
         "stack's ECR repositories, which are IMMUTABLE (rule ecr-immutable-scanned): the tag cannot move",
     }
 )
-
-
-KNOWN_UNTIL_ISSUE_12: frozenset[str] = frozenset()
-"""TEMPORARY. Rule ids that today's bundled stacks violate because of the wiring defects that issue 12
-fixes on another branch (EBS CSI driver + StorageClass, load balancer controller, engine-build role,
-GPU node labels, NetworkPolicy enforcement, image digests, token automount, Grafana password).
-
-While a rule is listed here it is reported as *advisory* (printed, never failing ``inferstack plan``
-nor ``pulumi preview``), and ``tests/policies/test_bundled_stacks_clean.py`` skips, naming each
-violation, instead of failing. The lead empties this set when issue 12's fixes are merged; after
-that, every rule listed below runs at its declared enforcement level again.
-"""
 
 
 def excepted(rule: str, resource_name: str) -> str | None:

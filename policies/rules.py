@@ -29,7 +29,7 @@ from pulumi_policy import (
 
 from policies import kube_rules as k8s
 from policies import stack_rules as sr
-from policies.exceptions import KNOWN_UNTIL_ISSUE_12, excepted
+from policies.exceptions import excepted
 from policies.model import Res, from_plan, from_policy, plain
 from policies.tiers import TierGuarantees, declared_by_config, tier_of
 
@@ -154,8 +154,8 @@ class Rule:
 
     @property
     def effective(self) -> EnforcementLevel:
-        """Declared enforcement, except that ``KNOWN_UNTIL_ISSUE_12`` rules run advisory for now."""
-        return ADVISORY if self.id in KNOWN_UNTIL_ISSUE_12 else self.enforcement
+        """The enforcement the rule runs at (its declared one)."""
+        return self.enforcement
 
 
 def _aws(
