@@ -135,12 +135,13 @@ def _storage_classes(stack: Stack) -> dict[str, tuple[str, bool, str]]:
         default = (r.metadata.get("annotations") or {}).get("storageclass.kubernetes.io/is-default-class") == "true"
         classes[r.object_name] = (str(r.inputs.get("provisioner")), default, r.label)
     static = stack.releases.get("local-static-provisioner")
-    for cls in (helm_values(static).get("classes") or []) if static else []:
+    for cls in (helm_values(static).get("classes") or []) if static is not None else []:
         # The chart renders a StorageClass for each class with `storageClass` set (helm/provisioner/templates/
         # storageclass.yaml): kubernetes.io/no-provisioner, WaitForFirstConsumer.
-        if isinstance(cls, Mapping) and cls.get("storageClass") and cls.get("name"):
+        if static is not None and isinstance(cls, Mapping) and cls.get("storageClass") and cls.get("name"):
             opts = cls["storageClass"] if isinstance(cls["storageClass"], Mapping) else {}
-            classes[str(cls["name"])] = ("kubernetes.io/no-provisioner", bool(opts.get("isDefaultClass")), static.label)
+            default = bool(opts.get("isDefaultClass"))
+            classes[str(cls["name"])] = ("kubernetes.io/no-provisioner", default, static.label)
     for r in stack.by_type["aws:eks/addon:Addon"]:
         # The EBS CSI add-on can create a default gp3 class itself (configurationValues
         # defaultStorageClass.enabled), named ebs-csi-default-sc.
