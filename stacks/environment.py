@@ -100,7 +100,8 @@ class OnpremEnvironment(BaseEnvironment):
 
     def secret_keys(self) -> tuple[str, ...]:
         """Pulumi secret config values this stack reads (``inferstack plan`` stands in for missing ones)."""
-        return (self.cluster.kubeconfig_secret, MODEL_STORE_KEY_ID, MODEL_STORE_SECRET_KEY)
+        store = (MODEL_STORE_KEY_ID, MODEL_STORE_SECRET_KEY) if self.model_store.kind == "s3" else ()
+        return (self.cluster.kubeconfig_secret, *store)
 
     def pool(self, name: str) -> OnpremGpuPoolSpec:
         return next(p for p in self.gpu_pools if p.name == name)

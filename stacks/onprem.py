@@ -142,17 +142,19 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
     )
 
     store = env.model_store
-    credentials = S3CompatibleStore(
-        "model-store",
-        S3CompatibleStoreArgs(
-            spec=store,
-            access_key_id=_secret(MODEL_STORE_KEY_ID, "the model store's access key id"),
-            secret_access_key=_secret(MODEL_STORE_SECRET_KEY, "the model store's secret key"),
-            namespace=base.serving_namespace,
-            provider=provider,
-        ),
-        opts=pulumi.ResourceOptions(depends_on=[base]),
-    )
+    credentials = None
+    if store.kind == "s3":
+        credentials = S3CompatibleStore(
+            "model-store",
+            S3CompatibleStoreArgs(
+                spec=store.s3(),
+                access_key_id=_secret(MODEL_STORE_KEY_ID, "the model store's access key id"),
+                secret_access_key=_secret(MODEL_STORE_SECRET_KEY, "the model store's secret key"),
+                namespace=base.serving_namespace,
+                provider=provider,
+            ),
+            opts=pulumi.ResourceOptions(depends_on=[base]),
+        )
     rdma = None
     if env.fabric.rdma:
         rdma = RdmaFabric(
@@ -162,7 +164,8 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
             network=fabric.network if fabric else None,
         )
     registry = env.image_registry.rstrip("/")
-    serving_deps: list[pulumi.Resource] = [base, addons, storage, credentials, *([fabric] if fabric else [])]
+    serving_deps: list[pulumi.Resource] = [base, addons, storage, *([credentials] if credentials else [])]
+    serving_deps += [fabric] if fabric else []
     models = {}
     for model in env.models:
         models[model.name] = InferenceServer(
@@ -172,8 +175,11 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
                 pool=env.pool(model.pool),
                 namespace=base.serving_namespace,
                 provider=provider,
-                model_source=model.source or f"s3://{store.bucket}/{model.model}/hf",
+                # On a volume store the source is the checkpoint's folder inside the volume.
+                model_source=model.source
+                or (f"s3://{store.bucket}/{model.model}/hf" if store.kind == "s3" else f"{model.model}/hf"),
                 engine_store=f"s3://{store.bucket}",
+                store_claim=store.claim_name if store.kind == "volume" else None,
                 loader_image=f"{registry}/model-loader:{_images.KIT_IMAGE_TAG}",
                 service_account=base.service_account,
                 priority_class=base.priority_class,
@@ -184,7 +190,7 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
                     storage_class=storage.storage_class,
                     size_gib=env.local_storage.model_cache_gib,
                 ),
-                loader_env=credentials.loader_env,
+                loader_env=credentials.loader_env if credentials else [],
                 gateway_namespace=base.gateway_namespace,
                 prometheus_url=observability.prometheus_url,
             ),

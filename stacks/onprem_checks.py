@@ -100,6 +100,39 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
             )
         )
 
+    store = env.model_store
+    needs = ("endpoint", "bucket") if store.kind == "s3" else ("claimName",)
+    for key in needs:
+        if getattr(store, "claim_name" if key == "claimName" else key) is None:
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.modelStore.{key}",
+                    f"nothing with kind {store.kind!r}",
+                    "the store's endpoint URL and bucket"
+                    if store.kind == "s3"
+                    else "the name of a ReadOnlyMany PVC in the serving namespace",
+                    f"add modelStore.{key}",
+                )
+            )
+    for i, model in enumerate(env.models):
+        if store.kind == "volume" and model.engine != "vllm":
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.models[{i}].engine",
+                    f"{model.engine!r} with modelStore.kind 'volume'",
+                    "vllm models on a volume store (a Triton engine build uploads to S3; GGUF files are read from S3)",
+                    "use modelStore.kind: s3 for this model, or engine: vllm",
+                )
+            )
+        if store.kind == "volume" and model.source is not None:
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.models[{i}].source",
+                    f"{model.source!r} with modelStore.kind 'volume'",
+                    "no source: the checkpoint is <model id>/hf/ on the volume",
+                    "remove `source`, or use modelStore.kind: s3",
+                )
+            )
     lb = env.load_balancer
     if lb.kind == "metallb" and lb.metallb is None:
         issues.append(

@@ -150,9 +150,24 @@ class LocalStorageSpec(Spec):
     """The smallest local volume a serving pod accepts for its model cache."""
 
 
-OnpremModelStoreSpec = S3CompatibleStoreSpec
-"""On-prem reads weights from an S3-compatible endpoint (MinIO, Ceph RGW); the section lives in the tier-neutral
-``components.specs`` because the edge tier reads the same kind of store."""
+class OnpremModelStoreSpec(Spec):
+    """Where weights live: an S3-compatible endpoint (MinIO, Ceph RGW; the tier-neutral ``S3CompatibleStoreSpec``)
+    the model loader reads, or a pre-filled volume (NFS, CephFS) the pods copy checkpoints from."""
+
+    kind: Literal["s3", "volume"] = "s3"
+    endpoint: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(:\d+)?/?$")
+    """``s3``: the endpoint URL, e.g. ``https://minio.storage.example:9000``."""
+    bucket: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    """``s3``: checkpoints under ``<model id>/hf``, engines under ``<model id>/trtllm/``."""
+    region: str = "us-east-1"
+    """``s3``: the signing region the endpoint expects (MinIO's default is us-east-1)."""
+    claim_name: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    """``volume``: a ReadOnlyMany PersistentVolumeClaim in the serving namespace holding ``<model id>/hf/``
+    checkpoints (vLLM models only: a Triton engine build uploads its engine to an S3 store)."""
+
+    def s3(self) -> S3CompatibleStoreSpec:
+        """The S3 store's section (``kind: s3``, after config validation checked endpoint and bucket)."""
+        return S3CompatibleStoreSpec(endpoint=self.endpoint or "", bucket=self.bucket or "", region=self.region)
 
 
 class MetalLbSpec(Spec):

@@ -114,6 +114,9 @@ class InferenceServerArgs(Args):
     rdma: RdmaFabric | None = None
     """Required with ``fabric="rdma"``: the resource, NCCL variables and topology of the fabric."""
     model_cache: ModelCacheVolume = ModelCacheVolume()
+    store_claim: str | None = None
+    """A pre-filled ReadOnlyMany volume to copy checkpoints from instead of an object store (``model_source``
+    is then the checkpoint's path inside it)."""
     loader_env: list[dict[str, Any]] = Field(default_factory=list)
     """Extra loader env: an S3-compatible endpoint and its credentials (``secretKeyRef``) off AWS."""
     gpu_runtime_class: str | None = None
@@ -486,6 +489,29 @@ def _pod_common(args: InferenceServerArgs) -> dict[str, Any]:
     }
 
 
+STORE_MOUNT = "/mnt/model-store"
+
+
+def _store_volumes(args: InferenceServerArgs) -> list[dict[str, Any]]:
+    if args.store_claim is None:
+        return []
+    return [{"name": "model-store", "persistentVolumeClaim": {"claimName": args.store_claim, "readOnly": True}}]
+
+
+def _volume_copy(args: InferenceServerArgs, dest: str) -> dict[str, Any]:
+    """Copy the checkpoint from the pre-filled volume onto the pod's NVMe volume. A marker written last says the
+    copy finished: a restarted container whose volume stayed skips it, and a half copy is redone."""
+    source = shlex.quote(f"{STORE_MOUNT}/{args.model_source}")
+    target, done = shlex.quote(dest), shlex.quote(f"{dest}/.inferstack-copied")
+    script = f"test -f {done} || (rm -rf {target} && mkdir -p {target} && cp -R {source}/. {target}/ && touch {done})"
+    container = _loader("fetch-model", "", dest, args.loader_image)
+    del container["args"]
+    container["command"] = ["/bin/sh", "-c", script]
+    store = {"name": "model-store", "mountPath": STORE_MOUNT, "readOnly": True}
+    container["volumeMounts"] = [*container["volumeMounts"], store]
+    return container
+
+
 def server_pod(args: InferenceServerArgs, placement: Placement, *, role: str = "leader") -> dict[str, Any]:
     """The serving pod's spec: loaders fill the NVMe cache, then the engine starts from it."""
     spec = args.spec
@@ -496,6 +522,8 @@ def server_pod(args: InferenceServerArgs, placement: Placement, *, role: str = "
             "fetch-model", args.model_source, gguf_dir(model_id), args.loader_image,
             include=(placement.gguf.file,), env=args.loader_env,
         )  # fmt: skip
+    elif args.store_claim is not None:
+        fetch = _volume_copy(args, hf_checkpoint_dir(model_id))
     else:
         # Triton reads only the tokenizer from the checkpoint (the engine has the weights).
         fetch = _loader(
@@ -521,7 +549,7 @@ def server_pod(args: InferenceServerArgs, placement: Placement, *, role: str = "
         **({"runtimeClassName": args.gpu_runtime_class} if args.gpu_runtime_class and placement.world_size else {}),
         "initContainers": inits,
         "containers": [server_container(args, placement, role=role)],
-        "volumes": _volumes(args.shm_gib, args.model_cache, extra_volumes),
+        "volumes": _volumes(args.shm_gib, args.model_cache, [*extra_volumes, *_store_volumes(args)]),
     }
     if not placement.multi_node(args.pool.spec.gpu_count):
         # Spread replicas over nodes: one node's failure takes down one replica, not all.

@@ -103,3 +103,14 @@ def test_the_cli_exits_2_with_one_line_and_no_traceback(tmp_path: Any) -> None:
     assert "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
     assert "region: got 'us-east-1' on tier onprem" in out.stderr
+
+
+def test_a_volume_store_without_its_claim() -> None:
+    lines = errors(lambda e: e.update(modelStore={"kind": "volume"}))
+    assert any("inferstack:environment.modelStore.claimName: got nothing with kind 'volume'" in x for x in lines)
+
+
+def test_a_triton_model_on_a_volume_store() -> None:
+    lines = errors(lambda e: e.update(modelStore={"kind": "volume", "claimName": "models-nfs"}))
+    assert any("models[1].engine: got 'triton' with modelStore.kind 'volume'" in line for line in lines)
+    assert all("models[0]" not in line for line in lines)  # the vLLM models are fine there

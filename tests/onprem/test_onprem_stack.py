@@ -209,3 +209,26 @@ def test_the_same_autoscaling_and_observability_as_the_cloud_tier(plan_of: PlanO
     assert onprem, kind
     if kind != "ScaledObject":
         assert onprem == cloud
+
+
+def test_a_prefilled_volume_store_copies_checkpoints_onto_nvme_without_s3_keys(tmp_path: Any) -> None:
+    from helpers import plan_with
+
+    def volume_store(env: dict[str, Any]) -> None:
+        env["modelStore"] = {"kind": "volume", "claimName": "models-nfs"}
+        env["models"] = [m for m in env["models"] if m["engine"] == "vllm"]
+        env["gateway"]["routes"] = []
+
+    # GIVEN the on-prem stack reading weights from a pre-filled NFS claim WHEN planned
+    plan = plan_with(tmp_path, "onprem", volume_store)
+    # THEN no store credentials exist, and each vLLM pod copies its checkpoint from the read-only claim
+    assert not [r for r in plan.resources if r.type == "kubernetes:core/v1:Secret" and r.name == "model-store"]
+    (deployment,) = [d for d in by_kind(plan, "Deployment") if d["metadata"]["name"] == "llama-8b"]
+    pod = deployment["spec"]["template"]["spec"]
+    (store,) = [v for v in pod["volumes"] if v["name"] == "model-store"]
+    assert store["persistentVolumeClaim"] == {"claimName": "models-nfs", "readOnly": True}
+    (copy,) = pod["initContainers"]
+    script = copy["command"][-1]
+    assert "/mnt/model-store/meta-llama/Llama-3.1-8B-Instruct/hf/." in script and ".inferstack-copied" in script
+    assert {"name": "model-store", "mountPath": "/mnt/model-store", "readOnly": True} in copy["volumeMounts"]
+    assert "env" not in copy  # no S3 endpoint, no keys
