@@ -198,6 +198,50 @@ def test_with_the_remote_down_local_traffic_is_unaffected_and_hub_only_requests_
     assert gw.metric("inferstack_gateway_circuit_open", upstream="hub") == 1
 
 
+def test_a_hub_that_never_answers_costs_one_ttft_budget_then_fails_at_once(
+    gateway: Any, upstreams: Any, tmp_path: Path
+) -> None:
+    # GIVEN a hub that accepts connections and never answers (a black-holed uplink), breaker at 2 failures
+    local, hub = upstreams("local"), upstreams("hub", mode="hang")
+    config = hybrid(local, hub.base, tmp_path / "hub-key")
+    config["upstreams"]["hub"]["circuit_breaker"] = {"failures_to_open": 2, "open_s": 60}
+    gw = gateway(None, budgets={"upstream_ttft_ms": 300}, **config)
+    timings = []
+    for _ in range(4):
+        started = time.perf_counter()
+        # WHEN a streamed request needs the hub
+        with pytest.raises(openai.APIStatusError) as caught:
+            list(gw.client().chat.completions.create(
+                model="local", messages=[{"role": "user", "content": "prove it"}], stream=True, temperature=1
+            ))  # fmt: skip
+        timings.append(time.perf_counter() - started)
+        # THEN it is a 503 hub_unavailable with Retry-After, not a hang
+        assert caught.value.status_code == 503 and caught.value.body["code"] == "hub_unavailable"  # type: ignore[index]
+        assert int(caught.value.response.headers["retry-after"]) >= 1
+    # the first two cost the TTFT budget (plus a margin for a loaded box), then the open breaker answers at once
+    assert all(t < 1.5 for t in timings[:2]), timings
+    assert all(t < 0.25 for t in timings[2:]), timings
+    assert len(hub.requests) == 2
+    assert ask(gw, "local still answers").startswith("local#")
+
+
+def test_a_key_limited_to_some_models_sees_and_uses_only_those(gateway: Any, upstreams: Any, tmp_path: Path) -> None:
+    # GIVEN tenant B's key limited to the `private` alias
+    local, hub = upstreams("local"), upstreams("hub")
+    keys = [
+        {"tenant": "tenant-a", "name": "key-a", "key_sha256": sha256(API_KEY_A)},
+        {"tenant": "tenant-b", "name": "key-b", "key_sha256": sha256(API_KEY_B), "models": ["private"]},
+    ]
+    gw = gateway(None, auth={"keys": keys}, **hybrid(local, hub.base, tmp_path / "hub-key"))
+    # THEN it lists only that alias, uses it, and gets 404 model_not_found for the others (tenant A sees them all)
+    assert [m.id for m in gw.client(api_key=API_KEY_B).models.list()] == ["private"]
+    assert [m.id for m in gw.client().models.list()] == ["local", "plain", "private"]
+    assert ask(gw, model="private", api_key=API_KEY_B).startswith("local#")
+    with pytest.raises(openai.NotFoundError) as caught:
+        ask(gw, model="local", api_key=API_KEY_B)
+    assert caught.value.body["code"] == "model_not_found"  # type: ignore[index]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The decision on its own.
 
@@ -385,3 +429,9 @@ def test_a_hybrid_config_renders_for_a_configmap_without_the_hub_key() -> None:
     rendered = render_yaml(config)
     assert "api_key: ${HUB_API_KEY}" in rendered and "kind: remote" in rendered
     assert parse_config(yaml.safe_load(rendered), env=env) == config
+
+
+def test_the_default_return_threshold_is_half_and_at_least_one() -> None:
+    assert SpilloverConfig(spill_above_inflight=12).return_inflight == 6
+    assert SpilloverConfig(spill_above_inflight=1).return_inflight == 1
+    assert SpilloverConfig(spill_above_ttft_ms=400).return_ttft_ms == 200
