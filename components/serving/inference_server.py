@@ -303,7 +303,7 @@ def _env(
     efa: bool = False,
     rdma: RdmaFabric | None = None,
 ) -> list[dict[str, Any]]:
-    env = [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HUB_OFFLINE", "value": "1"}]
+    env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HUB_OFFLINE", "value": "1"}]
     if spec.engine == "triton" and world_size > 1:
         # One server process drives every rank: the TensorRT-LLM backend's orchestrator mode spawns
         # the per-GPU executor workers (``executor_worker_path`` in the rendered config) itself.
