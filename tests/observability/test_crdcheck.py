@@ -197,6 +197,8 @@ def test_every_vendored_crd_loads() -> None:
         "IPAddressPool",
         "L2Advertisement",
         "ClusterPolicy",
+        "IPoIBNetwork",
+        "IPPool",
     }
 
 
