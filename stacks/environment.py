@@ -27,10 +27,10 @@ from components.onprem.specs import (
 )
 from components.specs import (
     CacheSpec,
-    HubSpec,
     ClusterSpec,
     GatewaySpec,
     GpuPoolSpec,
+    HubSpec,
     ModelDeploySpec,
     ModelStoreSpec,
     NetworkSpec,
@@ -292,7 +292,9 @@ def hub_checks(env: Environment, hub: HubSpec | None) -> list[ConfigIssue]:
         issues.append(
             ConfigIssue(
                 f"{CONFIG_KEY}.gateway.burst",
-                "spillover thresholds without a hub to spill to" if hub is None else "spillover with hub.fallback: false",
+                "spillover thresholds without a hub to spill to"
+                if hub is None
+                else "spillover with hub.fallback: false",
                 "gateway.burst only with a `hub:` that local models fall back to (hub.fallback: true)",
                 "add a `hub:` section (or set hub.fallback: true), or remove gateway.burst",
             )

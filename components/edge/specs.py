@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from components.catalog.instances import EDGE_GPUS, GPUS, GpuSpec
 from components.specs import DnsLabel, ObservabilitySpec, Spec, config_error, did_you_mean
