@@ -641,7 +641,7 @@ def model_checks(env: Environment) -> list[ConfigIssue]:
 
 def gateway_checks(env: Environment) -> list[ConfigIssue]:
     """Render the gateway's config with stand-in URLs and let the gateway's own schema judge it."""
-    from components.gateway.gateway import gateway_config, validate_config
+    from components.gateway.gateway import gateway_config, keys_file, validate_config
 
     try:
         from inferstack_gateway.config import ConfigError as GatewayConfigError
@@ -674,9 +674,16 @@ def gateway_checks(env: Environment) -> list[ConfigIssue]:
         urls[HUB] = "http://hub.validation/v1"
         hub = HubUpstream(url=urls[HUB], api_key="validation", model=hub_spec.model, fallback=hub_spec.fallback)
     try:
-        validate_config(
-            gateway_config(env.gateway, list(env.models), urls, otlp_endpoint=None, embedder=embedder, hub=hub)
-        )
+        config = gateway_config(env.gateway, list(env.models), urls, otlp_endpoint=None, embedder=embedder, hub=hub)
+        validate_config(config)
+        # The keys file too (as the gateway reads auth.keys_file): residency-local keys need a local upstream.
+        import yaml
+
+        from inferstack_gateway.config import ApiKeyConfig, check_residency_keys, parse_config
+
+        parsed = parse_config(config, env={"GATEWAY_REDIS_URL": "redis://validation:6379", "HUB_API_KEY": "v"})
+        keys = [ApiKeyConfig(**k) for k in yaml.safe_load(keys_file(env.gateway, "validation")) or []]
+        check_residency_keys(parsed, keys, "gateway.apiKeys (rendered keys file)")
     except GatewayConfigError as err:
         return [
             ConfigIssue(

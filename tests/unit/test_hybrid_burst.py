@@ -163,3 +163,9 @@ def test_a_hub_without_a_key_is_refused_on_the_onprem_tier_too() -> None:
 def test_spillover_without_a_hub_is_refused() -> None:
     (line,) = config_errors(lambda env: env["gateway"].update(burst={"spillAboveInflight": 8}), stack="prod")
     assert "gateway.burst" in line and "without a hub" in line
+
+
+def test_a_key_limited_to_an_alias_that_does_not_exist_is_refused() -> None:
+    # GIVEN a tenant whose models list names no alias of the stack WHEN loaded THEN the gateway's own check says so
+    (line,) = config_errors(lambda env: env["gateway"]["apiKeys"][0].update(models=["gpt-9"]), stack="onprem")
+    assert "'gpt-9' is not defined" in line
