@@ -491,6 +491,9 @@ class GatewaySpec(Spec):
     routes: tuple[RouteSpec, ...] = ()
     burst: SpilloverSpec | None = None
     """With a hub: the thresholds at which each local model's tier spills over to it; none: failover only."""
+    hub_url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(/[^\s]*)?/v1$")
+    """Hub side: the URL other stacks reach this gateway at (the ``gateway_url`` output), e.g. a private DNS name
+    that matches ``tlsCertificateArn``'s; default: the internal load balancer's own address."""
     burst_tenant: BurstTenantSpec = BurstTenantSpec()
     """The hub side: the tenant whose key (the ``burst_api_key`` output) other stacks burst with."""
     requests_per_minute: int = Field(default=600, ge=1)

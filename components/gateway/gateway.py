@@ -428,7 +428,9 @@ class Gateway(pulumi.ComponentResource):
         self.service_name = name
         self.url = pulumi.Output.concat("http://", name, ".", args.namespace, ".svc/v1")
         self.burst_url = self.url
-        if lb is not None:
+        if spec.hub_url is not None:
+            self.burst_url = pulumi.Output.from_input(spec.hub_url)
+        elif lb is not None:
             # AWS: the internal NLB terminates TLS on 443; off AWS the private load balancer forwards port 80.
             scheme = "https" if args.service_annotations is None else "http"
             self.burst_url = pulumi.Output.all(lb.status, self.url).apply(lambda a: _lb_url(a[0], a[1], scheme))

@@ -169,3 +169,13 @@ def test_a_key_limited_to_an_alias_that_does_not_exist_is_refused() -> None:
     # GIVEN a tenant whose models list names no alias of the stack WHEN loaded THEN the gateway's own check says so
     (line,) = config_errors(lambda env: env["gateway"]["apiKeys"][0].update(models=["gpt-9"]), stack="onprem")
     assert "'gpt-9' is not defined" in line
+
+
+def test_the_hub_url_can_name_the_certificates_private_dns_name(tmp_path: Any) -> None:
+    # GIVEN prod with gateway.hubUrl set to the private name its ACM certificate covers
+    from helpers import plan_with
+
+    url = "https://gateway.prod.internal.example.com/v1"
+    plan = plan_with(tmp_path, "prod", lambda env: env["gateway"].update(hubUrl=url))
+    # WHEN planned THEN gateway_url is that URL (the sending side's TLS check matches the certificate)
+    assert plan.outputs["gateway_url"] == url
