@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from ipaddress import IPv4Network
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
@@ -387,6 +387,69 @@ class ApiKeySpec(Spec):
     name: str | None = None
     requests_per_minute: int | None = Field(default=None, ge=1)
     tokens_per_minute: int | None = Field(default=None, ge=1)
+    residency: Literal["any", "local"] = "any"
+    """``local``: this tenant's requests never leave the tier (never sent to the hub), even at saturation."""
+    models: tuple[DnsLabel, ...] = ()
+    """Model aliases (``models[].name``, ``routes[].alias``) this key may use; empty: every alias."""
+
+
+class SpilloverSpec(Spec):
+    """``gateway.burst``: when a local model's tier overflows to the hub (rendered as ``tiers.<t>.spillover``).
+
+    It spills when a ``spillAbove*`` threshold is reached and returns under ``returnBelow*`` (default: half)."""
+
+    spill_above_inflight: int | None = Field(default=None, ge=1)
+    """Requests in flight to the local model (per gateway replica) at which new requests go to the hub."""
+    return_below_inflight: int | None = Field(default=None, ge=0)
+    spill_above_ttft_ms: float | None = Field(default=None, gt=0)
+    """Average time to first token of the local model (ms) at which new requests go to the hub."""
+    return_below_ttft_ms: float | None = Field(default=None, gt=0)
+
+
+class BurstTenantSpec(Spec):
+    """``gateway.burstTenant``: the hub side. The stack issues a key (``burst_api_key`` output, secret) to the
+    stacks that burst or fall back to it, registered as this tenant."""
+
+    enabled: bool = True
+    tenant: DnsLabel = "burst"
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    tokens_per_minute: int | None = Field(default=None, ge=1)
+
+
+class HubSpec(Spec):
+    """The stack this one sends complex prompts and overflow to (and falls back to): an on-prem or cloud gateway.
+
+    Either ``stack`` (a Pulumi StackReference to another stack of this project, which exports ``gateway_url`` and
+    the secret ``burst_api_key``) or ``url`` with ``apiKeySecret`` (the name of a secret config value).
+    """
+
+    stack: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+    """``<organization>/<project>/<stack>`` of the hub."""
+    url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(/[^\s]*)?$")
+    """The hub gateway's OpenAI base URL, including ``/v1``."""
+    api_key_secret: str | None = Field(default=None, pattern=r"^[a-zA-Z][a-zA-Z0-9_.-]*$")
+    """With ``url``: the secret config value holding the hub's key
+    (``pulumi config set --secret inferstack:<name>``)."""
+    model: str | None = None
+    """The alias requested at the hub; empty: the alias the client asked for."""
+    fallback: bool = True
+    """Local models fail over to the hub (connect errors, 5xx, timeouts before the first byte)."""
+
+    @model_validator(mode="after")
+    def _one_way(self) -> HubSpec:
+        if (self.stack is None) == (self.url is None):
+            raise config_error(
+                "names its hub both ways or neither",
+                allowed="either stack: <org>/<project>/<stack>, or url + apiKeySecret",
+                fix="keep exactly one of `stack` and `url`",
+            )
+        if self.stack is not None and self.api_key_secret is not None:
+            raise config_error(
+                "apiKeySecret with a stack reference",
+                allowed="the key comes from the hub stack's secret output burst_api_key",
+                fix="remove apiKeySecret, or name the hub by url",
+            )
+        return self
 
 
 class RouteSpec(Spec):
@@ -400,6 +463,8 @@ class RouteSpec(Spec):
     large_if_prompt_tokens: int | None = Field(default=2000, ge=1)
     large_if_turns: int | None = Field(default=None, ge=1)
     large_if_keywords: tuple[str, ...] = ()
+    residency: Literal["any", "local"] = "any"
+    """``local``: requests for this alias never leave the tier (never the hub), even at saturation."""
 
 
 class GatewaySpec(Spec):
@@ -424,5 +489,12 @@ class GatewaySpec(Spec):
     api_keys: tuple[ApiKeySpec, ...] = ()
     """Hashed keys, one tenant each; written to a Kubernetes Secret the gateway reads as its keys file."""
     routes: tuple[RouteSpec, ...] = ()
+    burst: SpilloverSpec | None = None
+    """With a hub: the thresholds at which each local model's tier spills over to it; none: failover only."""
+    hub_url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(/[^\s]*)?/v1$")
+    """Hub side: the URL other stacks reach this gateway at (the ``gateway_url`` output), e.g. a private DNS name
+    that matches ``tlsCertificateArn``'s; default: the internal load balancer's own address."""
+    burst_tenant: BurstTenantSpec = BurstTenantSpec()
+    """The hub side: the tenant whose key (the ``burst_api_key`` output) other stacks burst with."""
     requests_per_minute: int = Field(default=600, ge=1)
     tokens_per_minute: int = Field(default=400_000, ge=1)

@@ -238,6 +238,7 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
                 provider=provider,
                 image=pulumi.Output.concat(store.repository_urls["gateway"], ":", _images.KIT_IMAGE_TAG),
                 otlp_endpoint=observability.otlp_endpoint,
+                issue_burst_key=True,
             ),
             opts=pulumi.ResourceOptions(depends_on=gateway_after),
         )
@@ -257,6 +258,7 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
         "engine_builder_role_arn": builder.role_arn,
         "cache_url": cache.url(),
         "model_endpoints": {name: server.endpoint for name, server in models.items()},
-        "gateway_url": gateway.url if gateway else None,
+        "gateway_url": gateway.burst_url if gateway else None,
+        "burst_api_key": gateway.burst_api_key if gateway else None,
         "grafana_admin_password": observability.grafana_admin_password,
     }

@@ -16,7 +16,6 @@ from components.cache.redis_cache import RedisCache, RedisCacheArgs
 from components.catalog import images as _images
 from components.catalog.models import MODELS
 from components.edge.budget import MODEL_CACHE_GIB
-from components.edge.hub import HubReference, HubReferenceArgs
 from components.edge.specs import GPU_NODE_LABEL, K3S_NVIDIA_RUNTIME_CLASS, K3S_STORAGE_CLASS
 from components.gateway.gateway import Embedder, Gateway, GatewayArgs, HubUpstream
 from components.kube.existing_cluster import ExistingCluster, ExistingClusterArgs
@@ -30,6 +29,7 @@ from components.serving.inference_server import InferenceServer, InferenceServer
 from components.serving.serving_base import ServingBase, ServingBaseArgs
 from components.store.s3_compatible_store import S3CompatibleStore, S3CompatibleStoreArgs
 from stacks.environment import MODEL_STORE_KEY_ID, MODEL_STORE_SECRET_KEY, EdgeEnvironment
+from stacks.hub import hub_upstream as shared_hub_upstream
 from stacks.program import require_secret
 
 QUICK_START = "edge quick start"
@@ -38,19 +38,7 @@ SITE_LABEL = "inferstack_site"
 
 
 def hub_upstream(env: EdgeEnvironment) -> HubUpstream | None:
-    hub = env.hub
-    if hub is None:
-        return None
-    if hub.stack is not None:
-        # Another stack of this project: Output values; the key stays secret end to end.
-        ref = HubReference("hub", HubReferenceArgs(stack=hub.stack))
-        url: Any = ref.gateway_url
-        key: Any = ref.api_key
-    else:
-        assert hub.url is not None and hub.api_key_secret is not None  # edge_checks refuses anything else
-        url = hub.url
-        key = require_secret(hub.api_key_secret, "the key the hub issued to this site", QUICK_START)
-    return HubUpstream(url=url, api_key=key, model=hub.model, fallback=hub.fallback)
+    return shared_hub_upstream(env.hub, QUICK_START)
 
 
 def compose(env: EdgeEnvironment, stack: str) -> dict[str, Any]:

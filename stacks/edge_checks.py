@@ -38,16 +38,7 @@ def edge_checks(env: EdgeEnvironment) -> list[ConfigIssue]:
             )
         )
 
-    hub = env.hub
-    if hub is not None and hub.url is not None and hub.api_key_secret is None:
-        issues.append(
-            ConfigIssue(
-                f"{CONFIG_KEY}.hub.apiKeySecret",
-                f"nothing for hub.url {hub.url}",
-                "the name of a secret config value holding the key the hub issued to this site",
-                "pulumi config set --secret inferstack:hubApiKey <key>, then set hub.apiKeySecret: hubApiKey",
-            )
-        )
+    hub = env.hub  # a hub without a key: common_checks (every tier)
     if hub is not None and not any(r.large == HUB_TARGET for r in env.gateway.routes) and not hub.fallback:
         issues.append(
             ConfigIssue(

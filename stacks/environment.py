@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from components.catalog.instances import INSTANCES
-from components.edge.specs import EdgeClusterSpec, EdgeNodeSpec, EdgeObservabilitySpec, HubSpec
+from components.edge.specs import EdgeClusterSpec, EdgeNodeSpec, EdgeObservabilitySpec
 from components.onprem.specs import (
     FabricSpec,
     GpuOperatorSpec,
@@ -30,6 +30,7 @@ from components.specs import (
     ClusterSpec,
     GatewaySpec,
     GpuPoolSpec,
+    HubSpec,
     ModelDeploySpec,
     ModelStoreSpec,
     NetworkSpec,
@@ -97,11 +98,14 @@ class OnpremEnvironment(BaseEnvironment):
     """StorageClass of Prometheus's and Redis's claims; empty: the cluster's default StorageClass."""
     image_registry: str = Field(pattern=r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)*$")
     """Required: where the kit's images (``gateway``, ``model-loader``) are pushed, e.g. ``harbor.dc1.example/ai``."""
+    hub: HubSpec | None = None
+    """The stack that takes this one's overflow (``gateway.burst``) and failover: usually the cloud ``prod``."""
 
     def secret_keys(self) -> tuple[str, ...]:
         """Pulumi secret config values this stack reads (``inferstack plan`` stands in for missing ones)."""
         store = (MODEL_STORE_KEY_ID, MODEL_STORE_SECRET_KEY) if self.model_store.kind == "s3" else ()
-        return (self.cluster.kubeconfig_secret, *store)
+        hub_key = (self.hub.api_key_secret,) if self.hub and self.hub.api_key_secret else ()
+        return (self.cluster.kubeconfig_secret, *store, *hub_key)
 
     def pool(self, name: str) -> OnpremGpuPoolSpec:
         return next(p for p in self.gpu_pools if p.name == name)
@@ -272,13 +276,77 @@ def cross_checks(env: Environment) -> list[ConfigIssue]:
     return issues + cloud_checks(env)
 
 
+def hub_checks(env: Environment, hub: HubSpec | None) -> list[ConfigIssue]:
+    """Hybrid burst, on every tier that names a hub: the hub's key, spillover, and data residency."""
+    issues: list[ConfigIssue] = []
+    if hub is not None and hub.url is not None and hub.api_key_secret is None:
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.hub.apiKeySecret",
+                f"nothing for hub.url {hub.url}",
+                "the name of a secret config value holding the key the hub issued to this stack",
+                "pulumi config set --secret inferstack:hubApiKey <key>, then set hub.apiKeySecret: hubApiKey",
+            )
+        )
+    burst = env.gateway.burst
+    if burst is not None and (hub is None or not hub.fallback):
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.gateway.burst",
+                "spillover thresholds without a hub to spill to"
+                if hub is None
+                else "spillover with hub.fallback: false",
+                "gateway.burst only with a `hub:` that local models fall back to (hub.fallback: true)",
+                "add a `hub:` section (or set hub.fallback: true), or remove gateway.burst",
+            )
+        )
+    elif burst is not None and burst.spill_above_inflight is None and burst.spill_above_ttft_ms is None:
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.gateway.burst",
+                "no threshold",
+                "spillAboveInflight and/or spillAboveTtftMs",
+                "set spillAboveInflight (e.g. the local server's max concurrent sequences)",
+            )
+        )
+    # Aliases whose only upstream is the hub (a remote): a route's complex prompts (large: hub).
+    remote_only = {r.alias for r in env.gateway.routes if r.large == HUB_TARGET or r.small == HUB_TARGET}
+    for i, route in enumerate(env.gateway.routes):
+        if route.residency == "local" and route.alias in remote_only:
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.gateway.routes[{i}].residency",
+                    f"local on route {route.alias!r}, which sends complex prompts to the hub (large: hub)",
+                    "residency: local only on routes whose targets are served on this tier",
+                    "route large to a local model, or remove residency: local",
+                )
+            )
+    for i, key in enumerate(env.gateway.api_keys):
+        if key.residency != "local":
+            continue
+        reachable = sorted(a for a in remote_only if not key.models or a in key.models)
+        if reachable:
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.gateway.apiKeys[{i}].residency",
+                    f"local for tenant {key.tenant!r}, who may use route {reachable[0]!r}, which has only a remote "
+                    "upstream (large: hub)",
+                    "a residency-local tenant only on routes with a local upstream",
+                    "list this key's local aliases in apiKeys[].models, or route large to a local model",
+                )
+            )
+    return issues
+
+
 def common_checks(env: Environment) -> list[ConfigIssue]:
     """Models and gateway: the same rules on every tier."""
     from components.catalog.models import MODELS
 
     issues = model_checks(env)
     models = [m.name for m in env.models if not MODELS[m.model].is_embedding]
-    hub = getattr(env, "hub", None) is not None
+    hub_spec: HubSpec | None = getattr(env, "hub", None)
+    hub = hub_spec is not None
+    issues += hub_checks(env, hub_spec)
     for i, route in enumerate(env.gateway.routes):
         for key in ("small", "large"):
             target = getattr(route, key)
@@ -288,7 +356,7 @@ def common_checks(env: Environment) -> list[ConfigIssue]:
                         ConfigIssue(
                             f"{CONFIG_KEY}.gateway.routes[{i}].large",
                             "'hub' without a hub",
-                            "'hub' only where the stack names one (edge tier: `hub:`)",
+                            "'hub' only where the stack names one (edge and on-prem tiers: `hub:`)",
                             "add a `hub:` section, or route to a served model",
                         )
                     )
@@ -574,7 +642,7 @@ def model_checks(env: Environment) -> list[ConfigIssue]:
 
 def gateway_checks(env: Environment) -> list[ConfigIssue]:
     """Render the gateway's config with stand-in URLs and let the gateway's own schema judge it."""
-    from components.gateway.gateway import gateway_config, validate_config
+    from components.gateway.gateway import gateway_config, keys_file, validate_config
 
     try:
         from inferstack_gateway.config import ConfigError as GatewayConfigError
@@ -607,9 +675,16 @@ def gateway_checks(env: Environment) -> list[ConfigIssue]:
         urls[HUB] = "http://hub.validation/v1"
         hub = HubUpstream(url=urls[HUB], api_key="validation", model=hub_spec.model, fallback=hub_spec.fallback)
     try:
-        validate_config(
-            gateway_config(env.gateway, list(env.models), urls, otlp_endpoint=None, embedder=embedder, hub=hub)
-        )
+        config = gateway_config(env.gateway, list(env.models), urls, otlp_endpoint=None, embedder=embedder, hub=hub)
+        validate_config(config)
+        # The keys file too (as the gateway reads auth.keys_file): residency-local keys need a local upstream.
+        import yaml
+
+        from inferstack_gateway.config import ApiKeyConfig, check_residency_keys, parse_config
+
+        parsed = parse_config(config, env={"GATEWAY_REDIS_URL": "redis://validation:6379", "HUB_API_KEY": "v"})
+        keys = [ApiKeyConfig(**k) for k in yaml.safe_load(keys_file(env.gateway, "validation")) or []]
+        check_residency_keys(parsed, keys, "gateway.apiKeys (rendered keys file)")
     except GatewayConfigError as err:
         return [
             ConfigIssue(

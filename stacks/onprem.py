@@ -38,6 +38,7 @@ from stacks.environment import (
     ConfigIssue,
     OnpremEnvironment,
 )
+from stacks.hub import hub_upstream
 from stacks.program import stack_file
 
 
@@ -203,6 +204,7 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
             "metallb", MetalLbArgs(spec=env.load_balancer.metallb, provider=provider)
         ).service_annotations
     gateway = None
+    hub = hub_upstream(env.hub, "on-prem quick start") if env.gateway.enabled and env.models else None
     if env.gateway.enabled and env.models:
         gateway = Gateway(
             "gateway",
@@ -219,6 +221,9 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
                 service_annotations=lb_annotations,
                 load_balancer_class=env.load_balancer.load_balancer_class,
                 load_balancer_source_ranges=tuple(str(n) for n in env.load_balancer.source_ranges),
+                hub=hub,
+                # An edge site's hub is the on-prem stack: it issues the key the sites burst with.
+                issue_burst_key=True,
             ),
             opts=pulumi.ResourceOptions(depends_on=[base, addons]),
         )
@@ -229,5 +234,7 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
         "model_bucket": store.bucket,
         "cache_url": cache.url(),
         "model_endpoints": {name: server.endpoint for name, server in models.items()},
-        "gateway_url": gateway.url if gateway else None,
+        "gateway_url": gateway.burst_url if gateway else None,
+        "burst_api_key": gateway.burst_api_key if gateway else None,
+        "hub_url": hub.url if hub else None,
     }

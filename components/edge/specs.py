@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from components.catalog.instances import EDGE_GPUS, GPUS, GpuSpec
 from components.specs import DnsLabel, ObservabilitySpec, Spec, config_error, did_you_mean
@@ -116,42 +116,6 @@ class EdgeNodeSpec(Spec):
     @property
     def max_size(self) -> int:
         return 1
-
-
-class HubSpec(Spec):
-    """The stack this site sends complex prompts to (and falls back to): the on-prem or cloud gateway.
-
-    Either ``stack`` (a Pulumi StackReference to another stack of this project, which exports ``gateway_url`` and
-    the secret ``burst_api_key``) or ``url`` with ``apiKeySecret`` (the name of a secret config value).
-    """
-
-    stack: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
-    """``<organization>/<project>/<stack>`` of the hub."""
-    url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(/[^\s]*)?$")
-    """The hub gateway's OpenAI base URL, including ``/v1``."""
-    api_key_secret: str | None = Field(default=None, pattern=r"^[a-zA-Z][a-zA-Z0-9_.-]*$")
-    """With ``url``: the secret config value holding the hub's key
-    (``pulumi config set --secret inferstack:<name>``)."""
-    model: str | None = None
-    """The alias requested at the hub; empty: the alias the client asked for."""
-    fallback: bool = True
-    """Local models fail over to the hub (connect errors, 5xx, timeouts before the first byte)."""
-
-    @model_validator(mode="after")
-    def _one_way(self) -> HubSpec:
-        if (self.stack is None) == (self.url is None):
-            raise config_error(
-                "names its hub both ways or neither",
-                allowed="either stack: <org>/<project>/<stack>, or url + apiKeySecret",
-                fix="keep exactly one of `stack` and `url`",
-            )
-        if self.stack is not None and self.api_key_secret is not None:
-            raise config_error(
-                "apiKeySecret with a stack reference",
-                allowed="the key comes from the hub stack's secret output burst_api_key",
-                fix="remove apiKeySecret, or name the hub by url",
-            )
-        return self
 
 
 class EdgeObservabilitySpec(ObservabilitySpec):

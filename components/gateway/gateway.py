@@ -13,6 +13,7 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+import pulumi_random as random
 import yaml
 from pydantic import Field
 
@@ -104,11 +105,16 @@ def gateway_config(
         "semantic": {"enabled": semantic, "max_distance": spec.semantic_max_distance},
     }
     if hub is not None:
-        upstream: dict[str, Any] = {"url": upstream_urls[HUB], "api_key": "${" + HUB_KEY_ENV + "}"}
+        # kind: remote: residency-local traffic never goes there, and spillover overflows to it.
+        upstream: dict[str, Any] = {"url": upstream_urls[HUB], "kind": "remote", "api_key": "${" + HUB_KEY_ENV + "}"}
         if hub.model:
             upstream["model"] = hub.model
         config["upstreams"][HUB] = upstream
         config["tiers"][HUB] = {"upstreams": [HUB]}
+        if spec.burst is not None and hub.fallback:
+            spillover = spec.burst.model_dump(exclude_none=True)
+            for m in models:
+                config["tiers"][m.name]["spillover"] = dict(spillover)
     for m in models:
         config["models"][m.name] = {"tier": m.name, "cache": copy.deepcopy(cache)}
     for route in spec.routes:
@@ -120,6 +126,8 @@ def gateway_config(
         if route.large_if_keywords:
             rule["keywords"] = list(route.large_if_keywords)
         config["models"][route.alias] = {"tier": route.small, "complexity": [rule], "cache": copy.deepcopy(cache)}
+        if route.residency == "local":
+            config["models"][route.alias]["residency"] = "local"
     if embeddings is not None:
         config["embeddings"] = embeddings
     if otlp_endpoint:
@@ -139,8 +147,19 @@ def validate_config(config: dict[str, Any]) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def keys_file(spec: GatewaySpec) -> str:
-    keys = [k.model_dump(exclude_none=True) for k in spec.api_keys]
+def keys_file(spec: GatewaySpec, burst_key: str | None = None) -> str:
+    """The gateway's keys file (``auth.keys_file``); with ``burst_key``, its SHA-256 as the burst tenant's key."""
+    keys = [k.model_dump(mode="json", exclude_none=True, exclude_defaults=True) for k in spec.api_keys]
+    for key, spec_key in zip(keys, spec.api_keys, strict=True):
+        key["tenant"], key["key_sha256"] = spec_key.tenant, spec_key.key_sha256
+    if burst_key is not None:
+        tenant = spec.burst_tenant
+        entry: dict[str, Any] = {"tenant": tenant.tenant, "name": "burst", "key_sha256": _sha256(burst_key)}
+        if tenant.requests_per_minute:
+            entry["requests_per_minute"] = tenant.requests_per_minute
+        if tenant.tokens_per_minute:
+            entry["tokens_per_minute"] = tenant.tokens_per_minute
+        keys.append(entry)
     return yaml.safe_dump(keys, sort_keys=False)
 
 
@@ -171,12 +190,19 @@ class GatewayArgs(Args):
     embedder: Embedder | None = None
     """An in-cluster embedding server for the semantic cache; ``spec.embeddings_url`` wins when both are set."""
     hub: HubUpstream | None = None
-    """The stack's hub (edge tier); its key goes to a Secret, never to the ConfigMap."""
+    """The stack's hub (edge and on-prem tiers); its key goes to a Secret, never to the ConfigMap."""
+    issue_burst_key: bool = False
+    """Hub side: generate the key other stacks burst with (``spec.burst_tenant``); its SHA-256 joins the keys file
+    and the plaintext is only ``burst_api_key`` (a secret)."""
 
 
 class Gateway(pulumi.ComponentResource):
     service_name: str
     url: pulumi.Output[str]
+    burst_url: pulumi.Output[str]
+    """The URL other stacks reach this gateway at: the internal load balancer's, else the in-cluster one."""
+    burst_api_key: pulumi.Output[str] | None
+    """Secret: the key issued to the stacks that burst here (``None`` without ``issue_burst_key``)."""
 
     def __init__(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:gateway:Gateway", name, None, opts)
@@ -203,10 +229,18 @@ class Gateway(pulumi.ComponentResource):
             data={"gateway.yaml": config_text},
             opts=k8s_opts,
         )
+        self.burst_api_key = None
+        keys_text: pulumi.Input[str] = pulumi.Output.secret(keys_file(spec))
+        if args.issue_burst_key and spec.burst_tenant.enabled:
+            burst_key = random.RandomPassword(
+                f"{name}-burst-key", length=48, special=False, opts=pulumi.ResourceOptions(parent=self)
+            )
+            self.burst_api_key = pulumi.Output.secret(burst_key.result)
+            keys_text = pulumi.Output.secret(burst_key.result.apply(lambda key: keys_file(spec, key)))
         keys = k8s.core.v1.Secret(
             f"{name}-keys",
             metadata={**meta, "name": f"{name}-keys"},
-            string_data={"keys.yaml": pulumi.Output.secret(keys_file(spec))},
+            string_data={"keys.yaml": keys_text},
             opts=k8s_opts,
         )
         hub_env: list[dict[str, Any]] = []
@@ -315,8 +349,9 @@ class Gateway(pulumi.ComponentResource):
             },
             opts=k8s_opts,
         )
+        lb: k8s.core.v1.Service | None = None
         if spec.load_balancer == "internal" and args.service_annotations is None:
-            k8s.core.v1.Service(
+            lb = k8s.core.v1.Service(
                 f"{name}-lb",
                 metadata={**meta, "name": f"{name}-lb", "annotations": load_balancer_annotations(spec)},
                 spec={
@@ -330,7 +365,7 @@ class Gateway(pulumi.ComponentResource):
         elif spec.load_balancer == "internal":
             # Off AWS: the tier's load balancer (MetalLB, the cluster's own, k3s servicelb) gives an address on
             # the private network; it forwards TCP and terminates no TLS (README: on-prem quick start).
-            k8s.core.v1.Service(
+            lb = k8s.core.v1.Service(
                 f"{name}-lb",
                 metadata={**meta, "name": f"{name}-lb", "annotations": dict(args.service_annotations or {})},
                 spec={
@@ -392,7 +427,24 @@ class Gateway(pulumi.ComponentResource):
         )
         self.service_name = name
         self.url = pulumi.Output.concat("http://", name, ".", args.namespace, ".svc/v1")
-        self.register_outputs({"url": self.url})
+        self.burst_url = self.url
+        if spec.hub_url is not None:
+            self.burst_url = pulumi.Output.from_input(spec.hub_url)
+        elif lb is not None:
+            # AWS: the internal NLB terminates TLS on 443; off AWS the private load balancer forwards port 80.
+            scheme = "https" if args.service_annotations is None else "http"
+            self.burst_url = pulumi.Output.all(lb.status, self.url).apply(lambda a: _lb_url(a[0], a[1], scheme))
+        self.register_outputs({"url": self.url, "burst_url": self.burst_url})
+
+
+def _lb_url(status: Any, fallback: str, scheme: str) -> str:
+    """The load balancer's ``/v1`` URL from the Service's status (Pulumi waits for it); ``fallback`` until known."""
+    ingress = (getattr(getattr(status, "load_balancer", None), "ingress", None) or []) if status else []
+    for entry in ingress:
+        host = getattr(entry, "hostname", None) or getattr(entry, "ip", None)
+        if host:
+            return f"{scheme}://{host}/v1"
+    return fallback
 
 
 TLS_PORT = 443

@@ -1,4 +1,4 @@
-"""HubReference: the stack an edge site sends complex prompts to, read from another stack of this project.
+"""HubReference: the stack an edge site or an on-prem stack sends overflow and complex prompts to (its hub).
 
 A Pulumi ``StackReference`` (facts-tiers §9): ``require_output`` fails the update when the hub does not export the
 output, and an output the hub exported as a secret stays secret here. Under ``inferstack plan`` the mock engine

@@ -1,0 +1,181 @@
+"""Hybrid burst, the stack side: onprem bursts to prod, prod issues the key, residency stays local (issue 11 §2)."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+from helpers import config_errors, raw_environment
+from inferstack_cli import render
+from inferstack_cli.mocks import PLACEHOLDER_HOST
+from inferstack_cli.plan import Plan
+from inferstack_gateway.config import ApiKeyConfig, check_residency_keys, parse_config
+
+PlanOf = Callable[[str], Plan]
+GATEWAY_ENV = {"GATEWAY_REDIS_URL": "redis://cache:6379", "HUB_API_KEY": "k"}
+
+
+def gateway_config(plan: Plan) -> dict[str, Any]:
+    (text,) = [
+        t
+        for p, t in render.renders(plan.resources).items()
+        if p.startswith("manifests/inferstack-gateway/") and yaml.safe_load(t)["metadata"]["name"] == "gateway-config"
+    ]
+    return yaml.safe_load(yaml.safe_load(text)["data"]["gateway.yaml"])
+
+
+def environment(stack: str, edit: Callable[[dict[str, Any]], None] | None = None) -> Any:
+    from stacks.environment import load_environment
+
+    env = copy.deepcopy(raw_environment(stack))
+    if edit:
+        edit(env)
+    return load_environment(env, f"stacks/Pulumi.{stack}.yaml")
+
+
+def test_onprem_sends_overflow_to_the_prod_hub_as_a_remote_upstream_with_spillover(plan_of: PlanOf) -> None:
+    # GIVEN the bundled onprem stack, whose hub is prod by StackReference, with gateway.burst thresholds
+    # WHEN it is planned
+    config = gateway_config(plan_of("onprem"))
+    # THEN the hub is a remote upstream, and every local model's tier spills to it with hysteresis
+    hub = config["upstreams"]["hub"]
+    assert hub["kind"] == "remote" and hub["api_key"] == "${HUB_API_KEY}"
+    for tier in ("llama-8b", "llama-70b"):
+        assert config["tiers"][tier]["upstreams"] == [tier, "hub"]
+        assert config["tiers"][tier]["spillover"] == {
+            "spill_above_inflight": 64,
+            "return_below_inflight": 32,
+            "spill_above_ttft_ms": 2000,
+            "return_below_ttft_ms": 1000,
+        }
+    assert all(u.get("kind", "local") == "local" for name, u in config["upstreams"].items() if name != "hub")
+    parsed = parse_config(config, env=GATEWAY_ENV)  # the gateway's own schema accepts it
+    assert parsed.tiers["llama-8b"].spillover is not None
+
+
+def test_the_onprem_hub_resolves_offline_to_marked_placeholders(plan_of: PlanOf) -> None:
+    # GIVEN onprem names its hub as organization/inferstack/prod
+    plan = plan_of("onprem")
+    # WHEN planned offline THEN the StackReference answers with marked placeholders, and the key stays secret
+    (ref,) = plan.of_type("pulumi:pulumi:StackReference")
+    assert ref.name == "hub"
+    assert PLACEHOLDER_HOST in gateway_config(plan)["upstreams"]["hub"]["url"]
+    assert "organization/inferstack/prod" in plan.outputs["hub_url"]
+    (secret,) = [r for r in plan.of_type("kubernetes:core/v1:Secret") if r.name == "gateway-hub"]
+    assert secret.inputs["stringData"] == "[secret]"
+
+
+def test_the_sensitive_tenant_is_residency_local_in_the_keys_file() -> None:
+    # GIVEN the onprem stack's research-sensitive tenant, marked residency: local
+    from components.gateway.gateway import keys_file
+
+    env = environment("onprem")
+    # WHEN its keys file is rendered
+    keys = {k["tenant"]: k for k in yaml.safe_load(keys_file(env.gateway))}
+    # THEN that tenant (only) carries residency: local, and the gateway accepts the keys with the config
+    assert keys["research-sensitive"]["residency"] == "local"
+    assert "residency" not in keys["research"]
+    from components.gateway.gateway import gateway_config as render_config
+
+    urls = {m.name: f"http://{m.name}:8000/v1" for m in env.models} | {"hub": "https://hub.example/v1"}
+    from components.gateway.gateway import HubUpstream
+
+    config = parse_config(
+        render_config(env.gateway, list(env.models), urls, otlp_endpoint=None, hub=HubUpstream(url="u", api_key="k")),
+        env=GATEWAY_ENV,
+    )
+    check_residency_keys(config, [ApiKeyConfig(**k) for k in keys.values()], "keys.yaml")
+
+
+def test_a_residency_local_route_renders_to_the_gateway_model() -> None:
+    # GIVEN the onprem route "chat" marked residency: local
+    from components.gateway.gateway import HubUpstream
+    from components.gateway.gateway import gateway_config as render_config
+
+    env = environment("onprem", lambda e: e["gateway"]["routes"][0].update(residency="local"))
+    urls = {m.name: f"http://{m.name}:8000/v1" for m in env.models} | {"hub": "https://hub.example/v1"}
+    # WHEN the gateway config is rendered
+    config = render_config(
+        env.gateway, list(env.models), urls, otlp_endpoint=None, hub=HubUpstream(url="u", api_key="k")
+    )
+    # THEN models.chat.residency is local, and the other aliases are not
+    assert config["models"]["chat"]["residency"] == "local"
+    assert "residency" not in config["models"]["llama-8b"]
+
+
+def test_prod_exports_its_burst_key_as_a_secret_and_registers_only_its_hash(plan_of: PlanOf) -> None:
+    # GIVEN the prod stack (the hub of onprem)
+    plan = plan_of("prod")
+    # WHEN planned THEN a generated key is exported as a secret output, next to the gateway's URL
+    assert plan.outputs["burst_api_key"] == "[secret]"
+    assert plan.outputs["gateway_url"].endswith("/v1")
+    (password,) = [
+        r for r in plan.of_type("random:index/randomPassword:RandomPassword") if r.name == "gateway-burst-key"
+    ]
+    assert password.inputs["length"] >= 32
+    (keys,) = [r for r in plan.of_type("kubernetes:core/v1:Secret") if r.name == "gateway-keys"]
+    assert keys.inputs["stringData"] == "[secret]"
+    # AND the keys file the Secret carries lists the key's SHA-256 (never the key) as the burst tenant
+    from components.gateway.gateway import keys_file
+
+    key = "plan-example-burst-key"
+    text = keys_file(environment("prod").gateway, key)
+    entries = yaml.safe_load(text)
+    burst = [k for k in entries if k["tenant"] == "burst"]
+    assert burst == [{"tenant": "burst", "name": "burst", "key_sha256": hashlib.sha256(key.encode()).hexdigest()}]
+    assert key not in text
+    [ApiKeyConfig(**k) for k in entries]  # the gateway's schema accepts every entry
+
+
+def test_the_onprem_stack_is_a_hub_too(plan_of: PlanOf) -> None:
+    # GIVEN an edge site's hub is the onprem stack WHEN onprem is planned THEN it exports its burst key as a secret
+    assert plan_of("onprem").outputs["burst_api_key"] == "[secret]"
+
+
+def test_a_residency_local_tenant_on_a_route_that_only_has_a_remote_upstream() -> None:
+    # GIVEN the edge stack, whose route "chat" sends complex prompts to the hub, WHEN its tenant is residency-local
+    (line,) = config_errors(lambda env: env["gateway"]["apiKeys"][0].update(residency="local"), stack="edge")
+    # THEN one line names the tenant, the route and the fix
+    assert "gateway.apiKeys[0].residency" in line and "'store-ops'" in line and "'chat'" in line
+    assert "only a remote upstream" in line
+
+
+def test_a_residency_local_tenant_limited_to_local_aliases_is_accepted() -> None:
+    # GIVEN the same tenant, limited to the local model alias WHEN loaded THEN no error
+    env = environment("edge", lambda e: e["gateway"]["apiKeys"][0].update(residency="local", models=["llama-3b"]))
+    assert env.gateway.api_keys[0].residency == "local"
+
+
+def test_a_residency_local_route_to_the_hub_is_refused() -> None:
+    (line,) = config_errors(lambda env: env["gateway"]["routes"][0].update(residency="local"), stack="edge")
+    assert "gateway.routes[0].residency" in line and "large: hub" in line
+
+
+def test_a_hub_without_a_key_is_refused_on_the_onprem_tier_too() -> None:
+    (line,) = config_errors(lambda env: env.update(hub={"url": "https://gateway.prod.example.com/v1"}), stack="onprem")
+    assert "hub.apiKeySecret" in line and "pulumi config set --secret" in line
+
+
+def test_spillover_without_a_hub_is_refused() -> None:
+    (line,) = config_errors(lambda env: env["gateway"].update(burst={"spillAboveInflight": 8}), stack="prod")
+    assert "gateway.burst" in line and "without a hub" in line
+
+
+def test_a_key_limited_to_an_alias_that_does_not_exist_is_refused() -> None:
+    # GIVEN a tenant whose models list names no alias of the stack WHEN loaded THEN the gateway's own check says so
+    (line,) = config_errors(lambda env: env["gateway"]["apiKeys"][0].update(models=["gpt-9"]), stack="onprem")
+    assert "'gpt-9' is not defined" in line
+
+
+def test_the_hub_url_can_name_the_certificates_private_dns_name(tmp_path: Any) -> None:
+    # GIVEN prod with gateway.hubUrl set to the private name its ACM certificate covers
+    from helpers import plan_with
+
+    url = "https://gateway.prod.internal.example.com/v1"
+    plan = plan_with(tmp_path, "prod", lambda env: env["gateway"].update(hubUrl=url))
+    # WHEN planned THEN gateway_url is that URL (the sending side's TLS check matches the certificate)
+    assert plan.outputs["gateway_url"] == url
