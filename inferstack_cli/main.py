@@ -14,14 +14,14 @@ from inferstack_cli.output import EXIT_CONFIG, EXIT_VIOLATION
 from inferstack_cli.output import table as _table
 from inferstack_cli.plan import Plan, run_plan
 from stacks import program
-from stacks.environment import ConfigError
+from stacks.environment import CloudEnvironment, ConfigError, EdgeEnvironment, OnpremEnvironment
 
 
-def _gpu_rows(plan: Plan) -> list[list[str]]:
+def _gpu_rows(plan: Plan, env: CloudEnvironment) -> list[list[str]]:
     templates = {r.parent: r for r in plan.of_type("aws:ec2/launchTemplate:LaunchTemplate")}
     components = {r.name: r.urn for r in plan.of_type("inferstack:aws_gpu_node_group:GpuNodeGroup")}
     rows = []
-    for pool in plan.environment.gpu_pools:
+    for pool in env.gpu_pools:
         spec = pool.spec
         if pool.provisioner == "karpenter":
             node_class = next(
@@ -49,7 +49,7 @@ def _gpu_rows(plan: Plan) -> list[list[str]]:
                 f"{spec.gpu_count}x {spec.gpu.model} {spec.gpu.memory_gib:.0f}GiB",
                 efa_text,
                 f"{spec.nvme_disks}x{spec.nvme_disk_gb}GB RAID0",
-                f"{pool.zone or plan.environment.network.availability_zones[0]} ({placement})",
+                f"{pool.zone or env.network.availability_zones[0]} ({placement})",
                 capacity,
                 f"{pool.min_size}..{pool.max_size} (start {pool.initial_size})",
             ]
@@ -66,12 +66,13 @@ def _model_rows(plan: Plan) -> list[list[str]]:
         placed = place(spec, pool)
         gpus = pool.spec.gpu_count
         workload = f"LeaderWorkerSet x{placed.pods_per_group(gpus)} pods" if placed.multi_node(gpus) else "Deployment"
+        runs_on = placed.fit.gpu if spec.engine == "llamacpp" or pool.spec.gpu is None else pool.spec.gpu.model
         rows.append(
             [
                 spec.name,
                 spec.model.rsplit("/", 1)[-1],
                 spec.engine,
-                f"{spec.pool} ({placed.fit.gpu if spec.engine == 'llamacpp' else pool.spec.gpu.model})",
+                f"{spec.pool} ({runs_on})",
                 placed.fit.precision if spec.engine == "llamacpp" else spec.precision,
                 f"TP{placed.tp}{' (derived)' if placed.tp_derived else ''} PP{placed.pp}",
                 f"{placed.fit.required_gb_per_gpu:.0f}/{placed.fit.usable_gb_per_gpu:.0f} GB",
@@ -83,10 +84,9 @@ def _model_rows(plan: Plan) -> list[list[str]]:
     return rows
 
 
-def _onprem_pool_rows(plan: Plan) -> list[list[str]]:
-    env = plan.environment
-    fabric = getattr(env, "fabric", None)
-    link = f"{fabric.kind}" + (f" ({len(fabric.hcas)} HCAs)" if fabric.hcas else "") if fabric else "none"
+def _onprem_pool_rows(env: OnpremEnvironment) -> list[list[str]]:
+    fabric = env.fabric
+    link = fabric.kind + (f" ({len(fabric.hcas)} HCAs)" if fabric.hcas else "")
     return [
         [
             p.name,
@@ -100,36 +100,37 @@ def _onprem_pool_rows(plan: Plan) -> list[list[str]]:
     ]
 
 
-def _edge_node_rows(plan: Plan) -> list[list[str]]:
+def _edge_node_rows(env: EdgeEnvironment) -> list[list[str]]:
     from components.edge.budget import node_capacity, site_demand
     from components.kube.requests import Requests
 
-    env = plan.environment
-    demand = site_demand(env.nodes, env.models, env.cache, env.gateway, env.observability)  # type: ignore[union-attr]
+    demand = site_demand(env.nodes, env.models, env.cache, env.gateway, env.observability)
     asked = sum((d.total for d in demand), Requests())
     rows = [
         [n.name, str(n.cpu), f"{n.memory_gib} GiB", f"{n.gpu_count}x {n.gpu}" if n.gpu else "none",
          node_capacity(n).show()]
-        for n in env.nodes  # type: ignore[union-attr]
+        for n in env.nodes
     ]  # fmt: skip
     rows.append(["(pods)", "", "", "", f"requested: {asked.show()}"])
     return rows
 
 
 def _pool_section(plan: Plan) -> list[str]:
-    if plan.tier == "edge":
-        return ["Site nodes:", _table(_edge_node_rows(plan), ["node", "CPU", "memory", "GPU", "for pods"])]
-    if plan.tier == "cloud":
+    env = plan.environment
+    if isinstance(env, EdgeEnvironment):
+        return ["Site nodes:", _table(_edge_node_rows(env), ["node", "CPU", "memory", "GPU", "for pods"])]
+    if isinstance(env, CloudEnvironment):
         header = ["pool", "provisioner", "instance", "GPUs/node", "EFA", "NVMe", "zone", "capacity", "nodes min..max"]
-        return ["GPU pools:", _table(_gpu_rows(plan), header)]
+        return ["GPU pools:", _table(_gpu_rows(plan, env), header)]
     header = ["pool", "GPUs/node", "host memory", "fabric", "node selector", "nodes"]
-    return ["GPU pools:", _table(_onprem_pool_rows(plan), header)]
+    return ["GPU pools:", _table(_onprem_pool_rows(env), header)]
 
 
 def summary(plan: Plan, seconds: float) -> str:
     counts = plan.counts()
     custom = sum(n for t, n in counts.items() if not t.startswith("inferstack:"))
-    where = f"region {plan.environment.region}" if plan.tier == "cloud" else "existing cluster"  # type: ignore[union-attr]
+    env = plan.environment
+    where = f"region {env.region}" if isinstance(env, CloudEnvironment) else "existing cluster"
     parts = [
         f"inferstack plan: stack {plan.stack} (tier {plan.tier}, {where}) "
         f"— {custom} resources in {sum(n for t, n in counts.items() if t.startswith('inferstack:'))} components, "

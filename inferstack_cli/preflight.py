@@ -43,7 +43,10 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         )
         return 0
 
+    from stacks.environment import CloudEnvironment
     from stacks.preflight import aws
+
+    assert isinstance(env, CloudEnvironment)  # NOT_COVERED returned above for every other tier
 
     try:
         report = aws.run(env, args.stack, aws.AwsClients(env.region, profile=args.profile), datetime.now(UTC))

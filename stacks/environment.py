@@ -530,7 +530,7 @@ def cloud_checks(env: CloudEnvironment) -> list[ConfigIssue]:
     return issues
 
 
-def cluster_checks(env: Environment) -> list[ConfigIssue]:
+def cluster_checks(env: CloudEnvironment) -> list[ConfigIssue]:
     """The pinned AMI release, and TLS on the gateway's load balancer (issue 12)."""
     issues: list[ConfigIssue] = []
     cluster = env.cluster

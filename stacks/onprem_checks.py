@@ -21,9 +21,10 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
     # Fixed servers cannot grow: the replicas every model asks for, in GPUs, must fit the pool.
     demand: dict[str, list[tuple[int, str, int]]] = defaultdict(list)
     for i, model in enumerate(env.models):
-        pool = next((p for p in env.gpu_pools if p.name == model.pool), None)
-        if pool is None:
+        found = next((p for p in env.gpu_pools if p.name == model.pool), None)
+        if found is None:
             continue  # model_checks names the missing pool
+        pool = found
         try:
             placed = place(model, pool)
         except PlacementProblem:

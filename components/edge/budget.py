@@ -52,7 +52,7 @@ def serving_args(spec: ModelDeploySpec, node: EdgeNodeSpec) -> Any:
         spec=spec,
         pool=node,
         namespace="inferstack-serving",
-        provider=None,
+        provider=None,  # type: ignore[arg-type]  # model_construct: the budget only renders, never provisions
         model_source="s3://store/model",
         engine_store="s3://store",
         loader_image="model-loader",
