@@ -43,15 +43,16 @@ class GatewayMetrics:
     """Metric names the gateway exports. The gateway author aligns on these; they are its contract."""
 
     REQUESTS_TOTAL: Final = "inferstack_gateway_requests_total"
-    """Counter, labels ``route``, ``status``, ``cache`` (one of ``CACHE_RESULTS``) and ``model`` (the alias the
-    client asked for), one increment per request (images/gateway/src/inferstack_gateway/metrics.py)."""
+    """Counter, labels ``route``, ``status``, ``cache`` (one of ``CACHE_RESULTS``), ``model`` (the alias the
+    client asked for) and ``upstream_kind`` (``local``, ``remote`` for burst to the hub, ``none`` when no upstream
+    answered), one increment per request (images/gateway/src/inferstack_gateway/metrics.py)."""
     CACHE_LABEL: Final = "cache"
     CACHE_RESULTS: Final = ("hit", "semantic", "miss", "bypass")
     """``hit``: exact cache; ``semantic``: vector cache; ``miss``: looked up, went upstream; ``bypass``:
     not cacheable (multi-turn, streaming opt-out), went upstream without a lookup."""
     MODEL_LABEL: Final = "model"
     TTFT_SECONDS: Final = "inferstack_gateway_ttft_seconds"
-    """Histogram, label ``model``: time to first byte of the answer as the client sees it."""
+    """Histogram, labels ``model`` and ``upstream_kind``: time to first byte of the answer as the client sees it."""
 
 
 # --- inference engines ---------------------------------------------------------------------------------

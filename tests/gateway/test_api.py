@@ -85,8 +85,8 @@ def test_health_readiness_and_metrics_endpoints(gateway: Any, upstreams: Any) ->
     status, headers, body = gw.http("GET", "/metrics")
     assert status == 200 and headers["content-type"].startswith("text/plain")
     assert (
-        b'inferstack_gateway_requests_total{cache="bypass",model="local",route="/v1/chat/completions",status="200"} 1.0'
-        in body
+        b'inferstack_gateway_requests_total{cache="bypass",model="local",route="/v1/chat/completions",status="200",'
+        b'upstream_kind="local"} 1.0' in body
     )
 
 

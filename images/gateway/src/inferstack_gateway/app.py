@@ -40,6 +40,7 @@ from inferstack_gateway.normalize import (
     parse_json_body,
     unknown_model,
 )
+from inferstack_gateway.spillover import build_routes
 from inferstack_gateway.store import LocalLimiter, RedisStore, close_quietly, retry_after_s
 from inferstack_gateway.tracing import Tracer, setup_tracing
 from inferstack_gateway.upstream import Opened, Upstream, open_upstream
@@ -85,6 +86,8 @@ class Gateway:
         self.shared_limits: SharedLimiter | None = None
         self.upstreams = {name: Upstream(name, cfg, self.metrics) for name, cfg in config.upstreams.items()}
         self.tiers = {name: [self.upstreams[u] for u in tier.upstreams] for name, tier in config.tiers.items()}
+        self.routes = build_routes(config, self.upstreams, self.metrics)
+        """Per tier: local-first, spilled (hub first) and residency-local upstream lists (spillover.py)."""
         self._keywords = {
             alias: [[k.lower() for k in rule.keywords] for rule in model.complexity]
             for alias, model in config.models.items()
@@ -99,9 +102,11 @@ class Gateway:
         """Requests between arrival and their upstream call or cached answer."""
         # Label children resolved once: a labels() call takes a lock and validates on every request.
         self._model_metrics = {
-            alias: (self.metrics.ttft.labels(alias), self.metrics.itl.labels(alias)) for alias in config.models
+            (alias, kind): (self.metrics.ttft.labels(alias, kind), self.metrics.itl.labels(alias))
+            for alias in config.models
+            for kind in ("local", "remote", "none")
         }
-        self._request_counters: dict[tuple[str, int, str, str], Any] = {}
+        self._request_counters: dict[tuple[str, int, str, str, str], Any] = {}
         self._id_prefix = secrets.token_hex(4)
         self._ids = itertools.count(1)
         self._models_body = orjson.dumps(
@@ -167,11 +172,11 @@ class Gateway:
         # The model label is the alias the client asked for ("" before one is known): per-model cache hit
         # rates, and the wake-up signal of a scaled-to-zero model, read it.
         model = exchange.model or ""
-        labels = (exchange.route, exchange.status, exchange.cache, model)
+        labels = (exchange.route, exchange.status, exchange.cache, model, exchange.upstream_kind)
         counter = self._request_counters.get(labels)
         if counter is None:
             counter = self._request_counters[labels] = self.metrics.requests.labels(
-                exchange.route, str(exchange.status), exchange.cache, model
+                exchange.route, str(exchange.status), exchange.cache, model, exchange.upstream_kind
             )
         counter.inc()
         elapsed = time.perf_counter() - exchange.started
@@ -360,8 +365,8 @@ class Gateway:
         body = parse_json_body(raw)
         request = parse_chat(body) if kind == "chat" else parse_completion(body)
         model = self.config.models.get(request.model)
-        if model is None:
-            raise unknown_model(request.model, list(self.config.models))
+        if model is None or (principal.models and request.model not in principal.models):
+            raise unknown_model(request.model, list(principal.models or self.config.models))
         exchange.model = request.model
         most = request.most_tokens
         if most is not None and most > principal.tokens_per_minute:
@@ -550,7 +555,7 @@ class Gateway:
         return (answer if distance <= model.cache.semantic.max_distance else None), embedding
 
     async def _send_cached(self, send: Send, exchange: Exchange, request: ParsedRequest, answer: bytes) -> None:
-        self._model_metrics[request.model][0].observe(time.perf_counter() - exchange.started)
+        self._model_metrics[request.model, "none"][0].observe(time.perf_counter() - exchange.started)
         if not request.stream:
             await self._send(send, exchange, 200, answer, JSON)
             return
@@ -589,6 +594,8 @@ class Gateway:
             exchange.detail["disconnected"] = True
         finally:
             watcher.cancel()
+            if exchange.upstream is not None:
+                self.upstreams[exchange.upstream].inflight -= 1  # counted by open_upstream, to the end of the stream
 
     async def _relay(
         self,
@@ -615,18 +622,31 @@ class Gateway:
 
         trace = None if exchange.span is None or self.tracer is None else self.tracer.upstream_headers(exchange.span)
         self._arrived(exchange)
-        opened = await open_upstream(
-            self.session, self.tiers[tier], path, payload,
-            stream=request.stream, budgets=self.config.budgets, deadline=deadline, tier=tier, extra_headers=trace,
-        )  # fmt: skip
+        route = self.routes[tier]
+        resident = principal.resident or model.residency == "local"
+        upstreams = route.pick(resident)
+        exchange.spilled = upstreams is route.spilled
+        if not upstreams:
+            raise _stays_local(tier, self.config.routing.tier_header)
+        try:
+            opened = await open_upstream(
+                self.session, upstreams, path, payload,
+                stream=request.stream, budgets=self.config.budgets, deadline=deadline, tier=tier, extra_headers=trace,
+            )  # fmt: skip
+        except GatewayError as exc:
+            if resident and route.remote:
+                exc.message += " This request stays in this tier (residency: local): it is never sent to the hub."
+            raise
         exchange.upstream = opened.upstream.name
+        exchange.upstream_kind = opened.upstream.kind
         if opened.status >= 400:
             # The upstream refused the request itself (4xx): pass it on, in OpenAI's shape, and do not fail over.
             exchange.cache = "bypass" if keys is None else exchange.cache
             await self._send(send, exchange, opened.status, _as_openai_error(opened.first, opened.status), JSON)
             return
         if not request.stream:
-            self._model_metrics[request.model][0].observe(time.perf_counter() - exchange.started)
+            ttft = self._model_metrics[request.model, exchange.upstream_kind][0]
+            ttft.observe(time.perf_counter() - exchange.started)
             await self._send(send, exchange, 200, opened.first, JSON)
             self._after(principal, request, model, keys, embedding, opened.first, streamed=False)
             return
@@ -675,7 +695,8 @@ class Gateway:
             opened.upstream.error("broken_stream")
         finally:
             response.close()
-            self._defer(lambda: _observe_stream(*self._model_metrics[request.model], exchange.started, arrivals))
+            metrics = self._model_metrics[request.model, exchange.upstream_kind]
+            self._defer(lambda: _observe_stream(*metrics, exchange.started, arrivals))
         if error is None and not _ends_with_done(chunks):
             error = "The upstream ended the stream without [DONE]."
             opened.upstream.error("truncated_stream")
@@ -789,6 +810,8 @@ def _access_log(exchange: Exchange, elapsed: float) -> None:
             "model": exchange.model,
             "tier": exchange.tier,
             "upstream": exchange.upstream,
+            "upstream_kind": exchange.upstream_kind,
+            "spilled": exchange.spilled,
             "tenant": exchange.tenant,
             "duration_ms": round(elapsed * 1000, 3),
             **exchange.detail,
@@ -801,6 +824,18 @@ def _ends_with_done(chunks: list[bytes]) -> bool:
     if len(tail) >= len(DONE_LINE) or len(chunks) == 1:
         return tail.endswith(DONE_LINE)
     return b"".join(chunks).rstrip().endswith(DONE_LINE)  # [DONE] split across chunks
+
+
+def _stays_local(tier: str, header: str) -> GatewayError:
+    # Config validation refuses a residency-local key or model whose tiers have no local upstream, so only an explicit
+    # tier header can get here.
+    return GatewayError(
+        400,
+        f"Tier '{tier}' is served only by the hub, and this request must stay in this tier (residency: local). "
+        f"Choose another tier in {header}, or none.",
+        param=header,
+        code="residency_local",
+    )
 
 
 def _too_large(limit: int) -> GatewayError:

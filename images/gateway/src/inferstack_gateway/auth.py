@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from inferstack_gateway.config import ApiKeyConfig, GatewayConfig, load_keys_file
+from inferstack_gateway.config import ApiKeyConfig, GatewayConfig, check_residency_keys, load_keys_file
 from inferstack_gateway.errors import GatewayError
 
 
@@ -16,6 +16,10 @@ class Principal:
     """Short, non-secret id of the key (hash prefix or its name): rate-limit counters and logs."""
     requests_per_minute: int
     tokens_per_minute: int
+    resident: bool = False
+    """residency: local. The key's requests are never sent to a remote upstream."""
+    models: frozenset[str] = frozenset()
+    """Model aliases the key may use; empty: all."""
 
 
 ANONYMOUS_KEY = "anonymous"
@@ -26,7 +30,9 @@ class KeyTable:
         self.enabled = config.auth.enabled
         keys: list[ApiKeyConfig] = list(config.auth.keys)
         if config.auth.keys_file is not None:
-            keys.extend(load_keys_file(config.auth.keys_file))
+            from_file = load_keys_file(config.auth.keys_file)
+            check_residency_keys(config, from_file, f"auth.keys_file ({config.auth.keys_file})")
+            keys.extend(from_file)
         limits = config.limits
         self._by_digest: dict[str, Principal] = {}
         for key in keys:
@@ -36,6 +42,8 @@ class KeyTable:
                 key_id=key.name or digest[:8],
                 requests_per_minute=key.requests_per_minute or limits.requests_per_minute,
                 tokens_per_minute=key.tokens_per_minute or limits.tokens_per_minute,
+                resident=key.residency == "local",
+                models=frozenset(key.models),
             )
         self._anonymous = Principal("default", ANONYMOUS_KEY, limits.requests_per_minute, limits.tokens_per_minute)
 

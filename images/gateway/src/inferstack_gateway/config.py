@@ -33,13 +33,16 @@ __all__ = [
     "RoutingConfig",
     "SemanticCacheConfig",
     "ServerConfig",
+    "SpilloverConfig",
     "TierConfig",
     "TracingConfig",
     "UpstreamConfig",
+    "check_residency_keys",
     "interpolate_env",
     "load_config",
     "load_keys_file",
     "parse_config",
+    "remote_only_tier",
     "render_yaml",
 ]
 
@@ -157,21 +160,108 @@ class UpstreamConfig(_Frozen):
     model: str | None = None
     """Model name the server serves. Default: the alias the client asked for."""
     api_key: SecretStr | None = None
-    """Bearer token sent upstream."""
+    """Bearer token sent upstream. Give it as ${VAR} (mapped from a Secret), never as text in the config."""
     circuit_breaker: CircuitBreakerConfig = CircuitBreakerConfig()
     """When to stop sending to a failing upstream."""
+    kind: Literal["local", "remote"] = "local"
+    """local: a server of this tier. remote: the hub, another inferstack gateway in another tier, reached over the
+    private link (VPN / Direct Connect to its internal load balancer). Requests marked `residency: local` are never
+    sent to a remote upstream, and the metrics count its traffic as burst."""
+    api_key_file: str | None = None
+    """File holding the bearer token (a mounted Kubernetes Secret), read once at start; relative to the config file.
+    The alternative to api_key for a hub's burst key."""
+    max_inflight: int | None = Field(default=None, ge=1)
+    """At most this many requests in flight to this upstream from one gateway replica; past it the upstream counts as
+    saturated and is skipped like an open circuit (the next upstream of the tier is tried). Unset: no cap."""
 
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
         return _http_url(value, "url")
 
+    @model_validator(mode="after")
+    def _remote_key(self) -> Self:
+        has_key = self.api_key is not None and bool(self.api_key.get_secret_value())
+        if has_key and self.api_key_file is not None:
+            raise PydanticCustomError(
+                "config", "set api_key or api_key_file, not both. Fix: keep one of them", {"path": "api_key_file"}
+            )
+        if self.kind == "remote" and not has_key and self.api_key_file is None:
+            raise PydanticCustomError(
+                "config",
+                "a remote upstream (the hub) needs the hub's burst API key. Fix: set api_key: ${HUB_API_KEY} with "
+                "HUB_API_KEY from a Secret, or api_key_file: <path of the mounted Secret>",
+                {"path": "api_key"},
+            )
+        return self
+
+
+class SpilloverConfig(_Frozen):
+    """Burst: send new requests to the tier's remote upstreams while its local upstreams are loaded, with hysteresis.
+
+    The tier starts spilling when a `spill_above_*` threshold is reached and returns once every configured load
+    signal is under its `return_below_*` threshold. Load is counted per gateway replica."""
+
+    spill_above_inflight: int | None = Field(default=None, ge=1)
+    """Requests in flight to the tier's local upstreams (from this replica) at which new requests start to spill."""
+    return_below_inflight: int | None = Field(default=None, ge=0)
+    """In-flight count under which the tier serves locally again. Default: half of spill_above_inflight."""
+    spill_above_ttft_ms: PositiveMs | None = None
+    """Moving average (EWMA, weight 0.2) of the local upstreams' time to the first streamed event at which the tier
+    starts to spill. While spilling, an idle local upstream still gets a request, so the average keeps moving."""
+    return_below_ttft_ms: PositiveMs | None = None
+    """TTFT average under which the tier serves locally again. Default: half of spill_above_ttft_ms."""
+
+    @model_validator(mode="after")
+    def _thresholds(self) -> Self:
+        if self.spill_above_inflight is None and self.spill_above_ttft_ms is None:
+            raise PydanticCustomError(
+                "config",
+                "spillover has no threshold. Fix: set spill_above_inflight (e.g. the local server's max_num_seqs) "
+                "and/or spill_above_ttft_ms",
+                {"path": "spill_above_inflight"},
+            )
+        for signal in ("inflight", "ttft_ms"):
+            above, below = getattr(self, f"spill_above_{signal}"), getattr(self, f"return_below_{signal}")
+            if above is None and below is not None:
+                raise PydanticCustomError(
+                    "config",
+                    "return_below_{signal} is set without spill_above_{signal}. Fix: set spill_above_{signal} too",
+                    {"signal": signal},
+                )
+            if above is not None and below is not None and below >= above:
+                raise PydanticCustomError(
+                    "config",
+                    "return_below_{signal} ({below}) must be under spill_above_{signal} ({above}), or the tier flaps. "
+                    "Fix: lower return_below_{signal}",
+                    {"signal": signal, "below": below, "above": above},
+                )
+        return self
+
+    @property
+    def return_inflight(self) -> int | None:
+        """return_below_inflight, or its default: half of spill_above_inflight."""
+        if self.spill_above_inflight is None:
+            return None
+        return self.spill_above_inflight // 2 if self.return_below_inflight is None else self.return_below_inflight
+
+    @property
+    def return_ttft_ms(self) -> float | None:
+        """return_below_ttft_ms, or its default: half of spill_above_ttft_ms."""
+        if self.spill_above_ttft_ms is None:
+            return None
+        return self.spill_above_ttft_ms / 2 if self.return_below_ttft_ms is None else self.return_below_ttft_ms
+
 
 class TierConfig(_Frozen):
     """A tier is an ordered failover list of upstreams serving one class of model (small, large)."""
 
     upstreams: list[Name] = Field(min_length=1)
-    """Names under `upstreams:`, tried in order on connect errors, 5xx and timeouts before the first byte."""
+    """Names under `upstreams:`, tried in order on connect errors, 5xx and timeouts before the first byte. A remote
+    upstream (the hub) in the list is the fallback when the local ones are down or saturated; a tier with only remote
+    upstreams is served by the hub alone."""
+    spillover: SpilloverConfig | None = None
+    """Burst to the tier's remote upstreams above a load threshold. Unset: remote upstreams are only a fallback."""
 
 
 class ComplexityRule(_Frozen):
@@ -238,6 +328,9 @@ class ModelConfig(_Frozen):
     """Escalation rules, first match wins."""
     cache: CacheConfig = CacheConfig()
     """Caching for this alias."""
+    residency: Literal["any", "local"] = "any"
+    """local: requests for this alias never leave this tier (never sent to a remote upstream); under overload they
+    get a 503 with Retry-After instead."""
 
 
 class RoutingConfig(_Frozen):
@@ -269,6 +362,10 @@ class ApiKeyConfig(_Frozen):
     """Override of limits.requests_per_minute for this key."""
     tokens_per_minute: int | None = Field(default=None, ge=1)
     """Override of limits.tokens_per_minute for this key."""
+    residency: Literal["any", "local"] = "any"
+    """local: this key's requests never leave this tier (never sent to a remote upstream), even at saturation."""
+    models: list[Name] = []
+    """Model aliases this key may use (others get 404 model_not_found). Empty: every alias."""
 
     @model_validator(mode="after")
     def _exactly_one_secret(self) -> Self:
@@ -352,6 +449,7 @@ class GatewayConfig(_Frozen):
                     "embeddings.url to an OpenAI-compatible base URL (…/v1), or disable the semantic cache",
                     {"alias": alias, "path": "embeddings.url"},
                 )
+        _hybrid_checks(self)
         if self.auth.enabled and not self.auth.keys and self.auth.keys_file is None:
             raise PydanticCustomError(
                 "config",
@@ -365,6 +463,80 @@ class GatewayConfig(_Frozen):
         """Tiers a request for `alias` may land on: its default tier and every complexity tier."""
         model = self.models[alias]
         return frozenset([model.tier, *(rule.tier for rule in model.complexity)])
+
+
+def _hybrid_checks(config: GatewayConfig) -> None:
+    """Spillover needs a local and a remote upstream; residency-local routes and keys need a local upstream."""
+    # Runs after the reference checks: every name used here is defined.
+    for tier_name, tier in config.tiers.items():
+        kinds = {config.upstreams[name].kind for name in tier.upstreams}
+        if tier.spillover is not None and kinds != {"local", "remote"}:
+            missing = "local" if "local" not in kinds else "remote"
+            raise PydanticCustomError(
+                "config",
+                "tiers.{tier}.spillover needs a {missing} upstream in tiers.{tier}.upstreams (it spills from the local "
+                "ones to the remote ones). Fix: add an upstream with kind: {missing}, or remove spillover",
+                {"tier": tier_name, "missing": missing},
+            )
+    for alias, model in config.models.items():
+        if model.residency == "local":
+            _residency_error(config, alias, f"models.{alias}.residency")
+        for i, key in enumerate(config.auth.keys):
+            if key.residency == "local" and (not key.models or alias in key.models):
+                _residency_error(config, alias, f"auth.keys.{i} (tenant {key.tenant!r}) residency")
+    for i, key in enumerate(config.auth.keys):
+        for alias in key.models:
+            if alias not in config.models:
+                _reference_error(f"auth.keys.{i}.models", alias, "models", config.models)
+
+
+def remote_only_tier(config: GatewayConfig, alias: str) -> str | None:
+    """A tier that requests for `alias` may land on and that has no local upstream, if there is one."""
+    for tier in sorted(config.tiers_of(alias)):
+        if all(config.upstreams[name].kind == "remote" for name in config.tiers[tier].upstreams):
+            return tier
+    return None
+
+
+def _residency_error(config: GatewayConfig, alias: str, what: str) -> None:
+    tier = remote_only_tier(config, alias)
+    if tier is None:
+        return
+    raise PydanticCustomError(
+        "config",
+        "{what} is local, but model {alias} can route to tier {tier}, which has only remote upstreams ({names}): "
+        "such requests could never be served. Fix: add a local upstream to tiers.{tier_key}.upstreams, give "
+        "residency-local traffic a model alias whose tiers have a local upstream (and list it in the key's models), "
+        "or remove residency: local",
+        {
+            "what": what,
+            "alias": repr(alias),
+            "tier": repr(tier),
+            "tier_key": tier,
+            "names": ", ".join(config.tiers[tier].upstreams),
+        },
+    )
+
+
+def check_residency_keys(config: GatewayConfig, keys: list[ApiKeyConfig], source: str) -> None:
+    """The residency check for keys read from auth.keys_file (inline keys are checked with the config)."""
+    for i, key in enumerate(keys):
+        for alias in key.models:
+            if alias not in config.models:
+                raise ConfigError(
+                    f"{source}, item {i}: models: {alias!r} is not defined under `models:`. "
+                    f"Fix: use one of {', '.join(sorted(config.models))}"
+                )
+        if key.residency != "local":
+            continue
+        for alias in key.models or sorted(config.models):
+            tier = remote_only_tier(config, alias)
+            if tier is not None:
+                raise ConfigError(
+                    f"{source}, item {i} (tenant {key.tenant!r}): residency is local, but model {alias!r} can route to "
+                    f"tier {tier!r}, which has only remote upstreams. Fix: add a local upstream to tiers.{tier}."
+                    "upstreams, list only local model aliases in this key's models, or remove residency: local"
+                )
 
 
 def _reference_error(path: str, value: str, section: str, known: Mapping[str, object]) -> None:
@@ -464,6 +636,13 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Ga
     if config.auth.keys_file is not None and not Path(config.auth.keys_file).is_absolute():
         resolved = (path.parent / config.auth.keys_file).as_posix()
         config = config.model_copy(update={"auth": config.auth.model_copy(update={"keys_file": resolved})})
+    relative = {
+        name: upstream.model_copy(update={"api_key_file": (path.parent / upstream.api_key_file).as_posix()})
+        for name, upstream in config.upstreams.items()
+        if upstream.api_key_file is not None and not Path(upstream.api_key_file).is_absolute()
+    }
+    if relative:
+        config = config.model_copy(update={"upstreams": {**config.upstreams, **relative}})
     return config
 
 

@@ -27,6 +27,10 @@ class Exchange:
     tier: str | None = None
     upstream: str | None = None
     tenant: str | None = None
+    upstream_kind: str = "none"
+    """local, remote (burst to the hub), or none (no upstream answered)."""
+    spilled: bool = False
+    """The tier was spilling to its remote upstreams when this request was routed."""
     span: Any = None
     """The request's OpenTelemetry span, when tracing is on."""
     detail: dict[str, Any] = field(default_factory=dict)

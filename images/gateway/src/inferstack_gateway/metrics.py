@@ -14,16 +14,18 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        # upstream_kind: local (this tier), remote (burst to the hub) or none (answered by the gateway: cache hits,
+        # refusals). Three values, so the label adds no cardinality to speak of.
         self.requests = Counter(
             "inferstack_gateway_requests",
-            "Requests by route, status, cache result and model alias",
-            ["route", "status", "cache", "model"],
+            "Requests by route, status, cache result, model alias and upstream kind (local, remote, none)",
+            ["route", "status", "cache", "model", "upstream_kind"],
             registry=r,
         )
         self.ttft = Histogram(
             "inferstack_gateway_ttft_seconds",
-            "Time to first byte of the answer, per model",
-            ["model"],
+            "Time to first byte of the answer, per model and upstream kind (local, remote, none)",
+            ["model", "upstream_kind"],
             buckets=_TTFT,
             registry=r,
         )
@@ -73,6 +75,24 @@ class Metrics:
         self.redis_up = Gauge("inferstack_gateway_redis_up", "0 while Redis is considered down", registry=r)
         self.rate_limited = Counter(
             "inferstack_gateway_rate_limited", "Requests refused with 429, by limit", ["limit"], registry=r
+        )
+        self.spilling = Gauge(
+            "inferstack_gateway_spilling",
+            "1 while a tier sends new requests to its remote upstreams (burst to the hub)",
+            ["tier"],
+            registry=r,
+        )
+        self.spill_changes = Counter(
+            "inferstack_gateway_spill_changes",
+            "Spillover state changes per tier, by direction (to: remote, local)",
+            ["tier", "to"],
+            registry=r,
+        )
+        self.upstream_in_flight = Gauge(
+            "inferstack_gateway_upstream_in_flight_requests",
+            "Requests in flight to an upstream from this replica (read at scrape time)",
+            ["upstream", "upstream_kind"],
+            registry=r,
         )
         self.client_disconnects = Counter(
             "inferstack_gateway_client_disconnects", "Requests whose client went away before the end", registry=r

@@ -53,6 +53,9 @@ class Tracer:
             value = getattr(exchange, key)
             if value is not None:
                 span.set_attribute(f"inferstack.{key}", value)
+        span.set_attribute("inferstack.upstream_kind", exchange.upstream_kind)
+        if exchange.upstream is not None:
+            span.set_attribute("inferstack.spilled", exchange.spilled)
         if exchange.status >= 500:
             span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, f"HTTP {exchange.status}"))
         span.end()

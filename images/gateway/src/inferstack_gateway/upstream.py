@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 from yarl import URL
 
-from inferstack_gateway.config import BudgetsConfig, UpstreamConfig
+from inferstack_gateway.config import BudgetsConfig, ConfigError, UpstreamConfig
 from inferstack_gateway.errors import GatewayError
 from inferstack_gateway.logs import logger
 from inferstack_gateway.metrics import Metrics
@@ -30,6 +32,10 @@ class CircuitBreaker:
     @property
     def is_open(self) -> bool:
         return self._open_until is not None
+
+    def retry_after_s(self) -> float:
+        """Seconds until an open circuit lets a probe through (0 when closed)."""
+        return 0.0 if self._open_until is None else max(0.0, self._open_until - time.monotonic())
 
     def allow(self) -> bool:
         if self._open_until is None:
@@ -70,9 +76,17 @@ class Upstream:
         # Parsed once: aiohttp takes a URL object as it is, where a string is parsed again on every request.
         self.urls = {path: URL(config.url + path) for path in ("/chat/completions", "/completions")}
         self.model = config.model
+        self.kind = config.kind
+        """local, or remote (the hub): the `upstream_kind` label and span attribute, and what residency excludes."""
+        self.max_inflight = config.max_inflight
+        self.inflight = 0
+        """Requests this replica has sent and not finished (streams until their end): the spillover signal."""
+        self.ttft_ewma_s = 0.0
+        """Moving average of the time to the first streamed event (weight TTFT_EWMA_WEIGHT)."""
         self.headers = {"content-type": "application/json"}
-        if config.api_key is not None:
-            self.headers["authorization"] = f"Bearer {config.api_key.get_secret_value()}"
+        token = _api_key(name, config)
+        if token:
+            self.headers["authorization"] = f"Bearer {token}"
         gauge = metrics.circuit_open.labels(name)
         gauge.set(0)
 
@@ -88,6 +102,25 @@ class Upstream:
     def error(self, reason: str) -> None:
         self._errors.labels(self.name, reason).inc()
         self.breaker.failure()
+
+    def observe_ttft(self, seconds: float) -> None:
+        self.ttft_ewma_s += TTFT_EWMA_WEIGHT * (seconds - self.ttft_ewma_s)
+
+
+TTFT_EWMA_WEIGHT = 0.2
+"""Weight of the newest sample: the average follows a change of the local server's latency within about 10 requests."""
+
+
+def _api_key(name: str, config: UpstreamConfig) -> str | None:
+    if config.api_key_file is None:
+        return None if config.api_key is None else config.api_key.get_secret_value()
+    try:
+        return Path(config.api_key_file).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(
+            f"upstreams.{name}.api_key_file: cannot read {config.api_key_file}: {exc.strerror}. "
+            "Fix: mount the Secret holding the key there"
+        ) from None
 
 
 @dataclass(slots=True)
@@ -122,7 +155,12 @@ async def open_upstream(
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=budgets.upstream_connect_ms / 1000)
     failures: list[str] = []
     timed_out = False
+    saturated = 0
     for upstream in upstreams:
+        if upstream.max_inflight is not None and upstream.inflight >= upstream.max_inflight:
+            failures.append(f"{upstream.name}: saturated ({upstream.inflight} in flight)")
+            saturated += 1
+            continue
         if not upstream.breaker.allow():
             failures.append(f"{upstream.name}: circuit open")
             continue
@@ -136,6 +174,7 @@ async def open_upstream(
         limit = min(budgets.upstream_ttft_ms / 1000, remaining) if stream else remaining
         started = loop.time()
         response: aiohttp.ClientResponse | None = None
+        upstream.inflight += 1  # until the caller releases it (stream end), or a failure below
         try:
             async with asyncio.timeout(limit):
                 headers = upstream.headers if extra_headers is None else {**upstream.headers, **extra_headers}
@@ -165,6 +204,7 @@ async def open_upstream(
                         },
                     )
                     response.release()
+                    upstream.inflight -= 1
                     continue
                 if response.status >= 400 or not stream:
                     first = await response.read()
@@ -173,6 +213,7 @@ async def open_upstream(
                     if not first:
                         raise aiohttp.ClientPayloadError("stream closed before the first event")
         except TimeoutError:
+            upstream.inflight -= 1
             if response is not None:
                 response.close()
             timed_out = True
@@ -181,18 +222,22 @@ async def open_upstream(
             upstream.error("timeout")
             continue
         except (aiohttp.ClientError, OSError) as exc:
+            upstream.inflight -= 1
             if response is not None:
                 response.close()
             failures.append(f"{upstream.name}: {type(exc).__name__} {exc}".strip())
             upstream.error("connect" if response is None else "broken")
             continue
         except BaseException:
+            upstream.inflight -= 1
             if response is not None:
                 response.close()  # cancelled (client went away): drop the upstream request with it
             if probe:
                 upstream.breaker.abandon()
             raise
         upstream.breaker.success()
+        if stream:
+            upstream.observe_ttft(loop.time() - started)
         return Opened(upstream, response, response.status, first)
     detail = "; ".join(failures) or "no upstream attempted"
     if timed_out and loop.time() >= deadline:
@@ -203,9 +248,30 @@ async def open_upstream(
         raise GatewayError(
             504, f"Every upstream of tier '{tier}' timed out ({detail}).", type="timeout", code="upstream_timeout"
         )
+    # When a circuit will let a probe through, or in a second for a saturated or refusing upstream.
+    wait = min((u.breaker.retry_after_s() or 1.0) for u in upstreams)
+    retry_after = [(b"retry-after", b"%d" % max(1, math.ceil(wait)))]
+    if saturated == len(upstreams):
+        raise GatewayError(
+            503,
+            f"Every upstream of tier '{tier}' is saturated ({detail}). Retry after {retry_after[0][1].decode()} s.",
+            type="service_unavailable",
+            code="upstreams_saturated",
+            headers=retry_after,
+        )
+    if all(u.kind == "remote" for u in upstreams):
+        raise GatewayError(
+            503,
+            f"Tier '{tier}' is served by the hub, which is unreachable ({detail}). This site keeps serving its local "
+            f"models and cache; retry after {retry_after[0][1].decode()} s.",
+            type="service_unavailable",
+            code="hub_unavailable",
+            headers=retry_after,
+        )
     raise GatewayError(
         503,
         f"Every upstream of tier '{tier}' is unavailable ({detail}).",
         type="service_unavailable",
         code="upstreams_unavailable",
+        headers=retry_after,
     )

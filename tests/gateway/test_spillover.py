@@ -1,0 +1,369 @@
+"""Hybrid burst (issue 11, section 2): spillover to a remote hub with hysteresis, data residency, the uplink down.
+
+Real processes and servers: the gateway (uvicorn), Redis, and two stand-in OpenAI upstreams, a local one and a
+remote one (the hub), driven with the official `openai` client. Requests reaching the hub are counted at the hub's
+stand-in itself. The decision logic and the config validation are also tested on their own, below.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from gateway_harness import API_KEY_A, API_KEY_B, StandIn, free_port, sha256, wait_for
+
+from inferstack_gateway.config import ConfigError, SpilloverConfig, parse_config
+from inferstack_gateway.metrics import Metrics
+from inferstack_gateway.spillover import Spill, TierRoute
+from inferstack_gateway.upstream import Upstream
+
+HUB_KEY = "sk-hub-burst-key"
+
+
+def hybrid(local: StandIn, hub_url: str, key_file: Path, **spillover: Any) -> dict[str, Any]:
+    """small: local first, the hub as fallback and spill target; large: the hub only (as an edge site has it)."""
+    key_file.write_text(HUB_KEY + "\n")
+    return {
+        "upstreams": {
+            "local": {"url": local.base},
+            "hub": {"url": hub_url, "kind": "remote", "api_key_file": str(key_file)},
+        },
+        "tiers": {
+            "small": {"upstreams": ["local", "hub"], **({"spillover": spillover} if spillover else {})},
+            "large": {"upstreams": ["hub"]},
+        },
+        "models": {
+            "local": {
+                "tier": "small",
+                "cache": {"policy": "never"},
+                "complexity": [{"tier": "large", "keywords": ["prove"]}],
+            },
+            "plain": {"tier": "small", "cache": {"policy": "never"}},
+            "private": {"tier": "small", "cache": {"policy": "never"}, "residency": "local"},
+        },
+    }
+
+
+def ask(gw: Any, content: str = "hi", *, model: str = "local", api_key: str = API_KEY_A) -> str:
+    result = gw.client(api_key=api_key).chat.completions.create(
+        model=model, messages=[{"role": "user", "content": content}], temperature=1
+    )
+    return str(result.choices[0].message.content)
+
+
+def burst(gw: Any, concurrency: int, rounds: int, **kwargs: Any) -> list[str | Exception]:
+    """`concurrency` clients, each sending `rounds` requests back to back. Answers (or errors), in no order."""
+    api_key, model = kwargs.get("api_key", API_KEY_A), kwargs.get("model", "local")
+    clients = [gw.client(api_key=api_key) for _ in range(concurrency)]
+
+    def client_loop(client: Any) -> list[str | Exception]:
+        out: list[str | Exception] = []
+        for _ in range(rounds):
+            try:
+                result = client.chat.completions.create(
+                    model=model, messages=[{"role": "user", "content": "load"}], temperature=1
+                )
+                out.append(str(result.choices[0].message.content))
+            except openai.APIStatusError as exc:
+                out.append(exc)
+        return out
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        return [answer for answers in pool.map(client_loop, clients) for answer in answers]
+
+
+def remote_share(answers: list[str | Exception]) -> float:
+    served = [a for a in answers if isinstance(a, str)]
+    assert len(served) == len(answers), [a for a in answers if not isinstance(a, str)]
+    return sum(a.startswith("hub#") for a in served) / len(served)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Real processes.
+
+
+def test_below_the_threshold_nothing_is_sent_to_the_remote(gateway: Any, upstreams: Any, tmp_path: Path) -> None:
+    # GIVEN a tier that spills above 6 requests in flight to its local upstream
+    local, hub = upstreams("local", ttft_s=0.05), upstreams("hub")
+    gw = gateway(None, **hybrid(local, hub.base, tmp_path / "hub-key", spill_above_inflight=6))
+    # WHEN 4 clients keep it busy, under the threshold
+    answers = burst(gw, concurrency=4, rounds=5)
+    # THEN every answer is local and the hub has not seen a single request (counted at the hub itself)
+    assert remote_share(answers) == 0 and len(answers) == 20
+    assert hub.requests == []
+    assert gw.metric("inferstack_gateway_spilling", tier="small") == 0
+    assert gw.metric(
+        "inferstack_gateway_requests_total", route="/v1/chat/completions", status="200", cache="bypass",
+        model="local", upstream_kind="local",
+    ) == 20  # fmt: skip
+
+
+def test_above_the_threshold_the_overflow_grows_with_load_and_returns_after(
+    gateway: Any, upstreams: Any, tmp_path: Path
+) -> None:
+    # GIVEN a local upstream taking 0.2 s per answer, spilling above 4 in flight and returning under 2
+    local, hub = upstreams("local", ttft_s=0.2), upstreams("hub", ttft_s=0.02)
+    gw = gateway(None, **hybrid(local, hub.base, tmp_path / "hub-key", spill_above_inflight=4, return_below_inflight=2))
+    # WHEN the load steps up from 2 to 8 to 16 clients, then back down to 2
+    low = remote_share(burst(gw, concurrency=2, rounds=3))
+    middle = remote_share(burst(gw, concurrency=8, rounds=4))
+    high = remote_share(burst(gw, concurrency=16, rounds=4))
+    assert wait_for(lambda: gw.app.upstreams["local"].inflight == 0)
+    hub_before = len(hub.requests)
+    after = remote_share(burst(gw, concurrency=2, rounds=3))
+    # THEN nothing spills at 2, the overflow share grows with the load, and it falls back to zero after
+    assert low == 0
+    assert 0 < middle < high, (middle, high)
+    assert after == 0 and len(hub.requests) == hub_before
+    # AND the hub got the burst key, the local server no key at all; the metrics tell burst from local traffic
+    assert {r["headers"].get("Authorization") for r in hub.requests} == {f"Bearer {HUB_KEY}"}
+    assert all("Authorization" not in r["headers"] for r in local.requests)
+    remote = gw.metric(
+        "inferstack_gateway_requests_total", route="/v1/chat/completions", status="200", cache="bypass",
+        model="local", upstream_kind="remote",
+    )  # fmt: skip
+    assert remote == len(hub.requests) > 0
+    assert gw.metric("inferstack_gateway_spill_changes_total", tier="small", to="remote") >= 1
+    assert gw.metric("inferstack_gateway_spill_changes_total", tier="small", to="local") >= 1
+    assert gw.metric("inferstack_gateway_spilling", tier="small") == 0
+    # (hysteresis: the state changed far less often than once per request)
+    changes = gw.metric("inferstack_gateway_spill_changes_total", tier="small", to="remote")
+    assert changes < remote / 2, (changes, remote)
+
+
+@pytest.mark.parametrize("marked", ["key", "model"])
+def test_a_residency_local_request_never_reaches_the_remote_even_at_saturation(
+    gateway: Any, upstreams: Any, tmp_path: Path, marked: str
+) -> None:
+    # GIVEN a saturated local upstream (at most 2 in flight) whose tier spills to a healthy hub,
+    # and tenant B's key (or the `private` model) marked residency: local
+    local, hub = upstreams("local", ttft_s=0.3), upstreams("hub")
+    config = hybrid(local, hub.base, tmp_path / "hub-key", spill_above_inflight=2, return_below_inflight=1)
+    config["upstreams"]["local"]["max_inflight"] = 2
+    keys = [
+        {"tenant": "tenant-a", "name": "key-a", "key_sha256": sha256(API_KEY_A)},
+        {"tenant": "tenant-b", "name": "key-b", "key_sha256": sha256(API_KEY_B),
+         **({"residency": "local", "models": ["plain"]} if marked == "key" else {})},
+    ]  # fmt: skip
+    gw = gateway(None, auth={"keys": keys}, **config)
+    # WHEN 10 residency-local clients pile on at once
+    answers = burst(gw, concurrency=10, rounds=2, api_key=API_KEY_B, model="private" if marked == "model" else "plain")
+    # THEN not one request reaches the hub: the local upstream serves what it can, the rest get 503 + Retry-After
+    assert hub.requests == []
+    served = [a for a in answers if isinstance(a, str)]
+    refused = [a for a in answers if isinstance(a, Exception)]
+    assert served and all(a.startswith("local#") for a in served)
+    assert refused, "the local upstream was never saturated: the test proves nothing"
+    for error in refused:
+        assert isinstance(error, openai.APIStatusError) and error.status_code == 503
+        assert error.response.headers["retry-after"] == "1"
+        assert error.body["code"] == "upstreams_saturated"  # type: ignore[index]
+        assert "never sent to the hub" in error.message
+    # AND (the control) tenant A's requests at the same saturation do go to the hub
+    control = burst(gw, concurrency=6, rounds=2)
+    assert remote_share(control) > 0 and len(hub.requests) > 0
+
+
+def test_with_the_remote_down_local_traffic_is_unaffected_and_hub_only_requests_fail_fast(
+    gateway: Any, upstreams: Any, tmp_path: Path
+) -> None:
+    # GIVEN a site whose uplink is down: nothing listens at the hub's address
+    local = upstreams("local", ttft_s=0.01)
+    dead_hub = f"http://127.0.0.1:{free_port()}/v1"
+    gw = gateway(None, **hybrid(local, dead_hub, tmp_path / "hub-key", spill_above_inflight=8))
+    # WHEN local traffic and requests that need the hub (the large tier, hub-only) come in
+    local_answers = burst(gw, concurrency=4, rounds=5)
+    timings = []
+    for _ in range(6):
+        started = time.perf_counter()
+        with pytest.raises(openai.APIStatusError) as caught:
+            ask(gw, "please prove it")
+        timings.append(time.perf_counter() - started)
+        # THEN each hub-only request fails fast and says why, with a Retry-After, in OpenAI's error shape
+        error = caught.value
+        assert error.status_code == 503
+        assert error.body["code"] == "hub_unavailable" and error.body["type"] == "service_unavailable"  # type: ignore[index]
+        assert "served by the hub, which is unreachable" in error.message
+        assert int(error.response.headers["retry-after"]) >= 1
+    assert max(timings) < 0.5, timings
+    # AND local traffic is untouched: every answer local, none failed
+    assert remote_share(local_answers) == 0 and len(local_answers) == 20
+    assert ask(gw, "still here").startswith("local#")
+    # AND after 5 failures the hub's breaker is open, so the next ones do not even try to connect
+    assert gw.metric("inferstack_gateway_circuit_open", upstream="hub") == 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The decision on its own.
+
+
+def make_upstream(name: str, kind: str = "local") -> Upstream:
+    url = f"http://{name}:8000/v1"
+    config = parse_config(
+        {
+            "upstreams": {name: {"url": url, "kind": kind, **({"api_key": "k"} if kind == "remote" else {})}},
+            "tiers": {"t": {"upstreams": [name]}},
+            "models": {"m": {"tier": "t", "cache": {"policy": "never"}}},
+            "auth": {"enabled": False},
+        },
+        env={},
+    )
+    return Upstream(name, config.upstreams[name], Metrics())
+
+
+def test_the_spill_state_has_hysteresis_and_does_not_flap() -> None:
+    # GIVEN spill at 4 in flight, return under 2
+    local = make_upstream("local")
+    changes: list[bool] = []
+    spill = Spill(SpilloverConfig(spill_above_inflight=4, return_below_inflight=2), [local], changes.append)
+    seen = []
+    # WHEN the local load climbs to 5 and falls back to 0, one step at a time
+    for load in [0, 1, 2, 3, 4, 5, 4, 3, 2, 1, 0, 1, 2, 3]:
+        local.inflight = load
+        seen.append(spill.decide())
+    # THEN it spills from 4 up, keeps spilling down to 2, returns under 2, and stays local until 4 again
+    assert seen == [False, False, False, False, True, True, True, True, True, False, False, False, False, False]
+    assert changes == [True, False]
+
+
+def test_a_load_oscillating_around_the_threshold_changes_state_once() -> None:
+    local = make_upstream("local")
+    changes: list[bool] = []
+    spill = Spill(SpilloverConfig(spill_above_inflight=8, return_below_inflight=4), [local], changes.append)
+    for load in [7, 8, 7, 8, 9, 7, 6, 5, 8, 7]:
+        local.inflight = load
+        spill.decide()
+    assert changes == [True]
+
+
+def test_the_ttft_average_spills_and_an_idle_local_upstream_is_still_probed() -> None:
+    local = make_upstream("local")
+    spill = Spill(SpilloverConfig(spill_above_ttft_ms=200), [local])
+    for _ in range(20):
+        local.observe_ttft(0.5)  # the local server slowed down to 500 ms
+    local.inflight = 1
+    assert spill.decide() is True
+    # While spilling, an idle local upstream gets the request, so that its average can come down ...
+    local.inflight = 0
+    assert spill.decide() is False and spill.spilling
+    for _ in range(20):
+        local.observe_ttft(0.02)
+    # ... and once it is under return_below_ttft_ms (default: half of 200 ms) the tier is back
+    local.inflight = 1
+    assert spill.decide() is False and not spill.spilling
+
+
+def test_pick_orders_upstreams_for_each_case() -> None:
+    local, hub = make_upstream("local"), make_upstream("hub", "remote")
+    spill = Spill(SpilloverConfig(spill_above_inflight=1), [local])
+    route = TierRoute("small", [local, hub], spill)
+    assert route.pick(resident=False) == [local, hub]  # local first, the hub as fallback
+    local.inflight = 1
+    assert route.pick(resident=False) == [hub, local]  # spilling: the hub first, local if the hub fails
+    assert route.pick(resident=True) == [local]  # residency: never the hub
+    assert TierRoute("large", [hub]).pick(resident=True) == []
+
+
+def test_the_decision_is_cheap() -> None:
+    # Not a benchmark (benchmarks/spillover_bench.py is): a guard against an accidental O(n) or await, with a bound
+    # 20x above the 0.1 ms target's share so that a loaded machine does not fail it.
+    local, hub = make_upstream("local"), make_upstream("hub", "remote")
+    route = TierRoute("small", [local, hub], Spill(SpilloverConfig(spill_above_inflight=4), [local]))
+    started = time.perf_counter()
+    for i in range(10_000):
+        local.inflight = i & 7
+        route.pick(resident=False)
+    assert (time.perf_counter() - started) / 10_000 < 100e-6
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Config validation.
+
+
+def config_with(**changes: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "upstreams": {
+            "llama": {"url": "http://llama:8080/v1"},
+            "hub": {"url": "http://hub.internal:8080/v1", "kind": "remote", "api_key": "${HUB_API_KEY}"},
+        },
+        "tiers": {"small": {"upstreams": ["llama", "hub"]}, "large": {"upstreams": ["hub"]}},
+        "models": {"local": {"tier": "small", "cache": {"policy": "never"}}},
+        "auth": {"keys": [{"tenant": "plant", "key_sha256": "a" * 64}]},
+    }
+    for key, value in changes.items():
+        config[key] = {**config[key], **value}
+    return config
+
+
+def error_of(data: dict[str, Any]) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, env={"HUB_API_KEY": "sk-hub"}, source="gateway.yaml")
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"models": {"secret": {"tier": "large", "cache": {"policy": "never"}, "residency": "local"}}},
+         "models.secret.residency is local, but model 'secret' can route to tier 'large', which has only remote "
+         "upstreams (hub): such requests could never be served. Fix: add a local upstream to tiers.large.upstreams"),
+        ({"models": {"local": {"tier": "small", "cache": {"policy": "never"},
+                               "complexity": [{"tier": "large", "keywords": ["prove"]}]}},
+          "auth": {"keys": [{"tenant": "plant", "key_sha256": "a" * 64, "residency": "local"}]}},
+         "auth.keys.0 (tenant 'plant') residency is local, but model 'local' can route to tier 'large', which has "
+         "only remote upstreams (hub)"),
+        ({"upstreams": {"hub": {"url": "http://hub.internal:8080/v1", "kind": "remote"}}},
+         "upstreams.hub: a remote upstream (the hub) needs the hub's burst API key. Fix: set api_key: ${HUB_API_KEY}"),
+        ({"tiers": {"small": {"upstreams": ["llama"], "spillover": {"spill_above_inflight": 8}}}},
+         "tiers.small.spillover needs a remote upstream in tiers.small.upstreams"),
+        ({"tiers": {"small": {"upstreams": ["llama", "hub"], "spillover": {"return_below_inflight": 2}}}},
+         "tiers.small.spillover: spillover has no threshold. Fix: set spill_above_inflight"),
+        ({"tiers": {"small": {"upstreams": ["llama", "hub"],
+                              "spillover": {"spill_above_inflight": 8, "return_below_inflight": 8}}}},
+         "return_below_inflight (8) must be under spill_above_inflight (8), or the tier flaps"),
+        ({"auth": {"keys": [{"tenant": "plant", "key_sha256": "a" * 64, "models": ["nope"]}]}},
+         "auth.keys.0.models: 'nope' is not defined under `models:`"),
+    ],
+    ids=["residency-model-remote-only", "residency-key-remote-only", "hub-without-key", "spill-without-remote",
+         "spill-without-threshold", "return-not-below-spill", "key-unknown-model"],
+)  # fmt: skip
+def test_hybrid_config_errors_name_the_key_and_the_fix(changes: dict[str, Any], expected: str) -> None:
+    message = error_of(config_with(**changes))
+    assert expected in message, message
+    assert "sk-hub" not in message
+
+
+def test_a_residency_local_key_limited_to_local_models_is_accepted() -> None:
+    # GIVEN a residency-local key that may use only `local`, whose tiers all have a local upstream
+    config = config_with(
+        models={"big": {"tier": "large", "cache": {"policy": "never"}}},
+        auth={"keys": [{"tenant": "plant", "key_sha256": "a" * 64, "residency": "local", "models": ["local"]}]},
+    )
+    # THEN the config is valid (the hub-only `big` alias is for the other tenants)
+    assert parse_config(config, env={"HUB_API_KEY": "sk-hub"}).auth.keys[0].residency == "local"
+
+
+def test_a_residency_local_key_in_the_keys_file_is_checked_at_start(tmp_path: Path) -> None:
+    from inferstack_gateway.app import Gateway
+
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(f"- tenant: plant\n  key_sha256: {'b' * 64}\n  residency: local\n")
+    config = parse_config(
+        config_with(models={"big": {"tier": "large", "cache": {"policy": "never"}}}, auth={"keys_file": str(keys)}),
+        env={"HUB_API_KEY": "sk-hub"},
+    )
+    with pytest.raises(ConfigError, match=r"item 0 \(tenant 'plant'\): residency is local, but model 'big'"):
+        Gateway(config)
+
+
+def test_a_missing_hub_key_file_is_a_config_error(tmp_path: Path) -> None:
+    from inferstack_gateway.app import Gateway
+
+    config = config_with(upstreams={"hub": {"url": "http://hub:8080/v1", "kind": "remote",
+                                            "api_key_file": str(tmp_path / "absent")}})  # fmt: skip
+    with pytest.raises(ConfigError, match=r"upstreams\.hub\.api_key_file: cannot read .*Fix: mount the Secret"):
+        Gateway(parse_config(config, env={}))
