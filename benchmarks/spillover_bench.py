@@ -10,7 +10,7 @@ Three measurements, in one run, on this machine:
    runs at concurrency 1 with the official `openai` client (TTFT to the first content token, as gateway_bench.py).
    The difference is what configuring spillover costs a request that stays local.
 3. An edge cache hit: an exact-cache hit through the spillover gateway with a small local Redis (the edge tier's
-   cache: exact on, semantic off), non-streamed, end to end as the client sees it. Target: p50 <= 2 ms.
+   cache: exact on, semantic off), streamed, the whole answer end to end as the client sees it. Target: p50 <= 2 ms.
 
     python benchmarks/spillover_bench.py             # writes benchmarks/results/spillover_bench.{json,md}
     python benchmarks/spillover_bench.py --quick     # fewer decisions and requests: a smoke run
@@ -147,10 +147,25 @@ def gateway_config(port: int, upstream: str, hub: str | None, redis_url: str, pr
 
 
 async def complete(client: Any, body: dict[str, Any]) -> tuple[float, str]:
-    """Whole non-streamed answer, as the client sees it, and the cache header."""
+    """The whole answer, as the official client sees it (the last event of a stream), and the cache header."""
     started = time.perf_counter()
     response = await client.chat.completions.with_raw_response.create(**body)
-    response.parse()
+    parsed = response.parse()
+    if body.get("stream"):
+        async for _ in parsed:
+            pass
+    return time.perf_counter() - started, response.headers.get("x-inferstack-cache", "-")
+
+
+async def raw_post(session: Any, url: str, body: dict[str, Any]) -> tuple[float, str]:
+    """The same over a bare keep-alive aiohttp client: the gateway's and the network's share, without the client's."""
+    import orjson
+
+    started = time.perf_counter()
+    async with session.post(
+        url, data=orjson.dumps(body), headers={"authorization": f"Bearer {API_KEY}", "content-type": "application/json"}
+    ) as response:
+        await response.read()
     return time.perf_counter() - started, response.headers.get("x-inferstack-cache", "-")
 
 
@@ -207,8 +222,13 @@ def end_to_end(requests: int, runs: int, workdir: Path) -> dict[str, Any]:
             for client in clients.values():
                 await gb.one(client, gb.chat("warm up", 1.0))
             ttft: dict[str, list[list[float]]] = {name: [] for name in clients}
-            hits: list[float] = []
-            hit_results: dict[str, int] = {}
+            hit_kinds = ("openai client, non-streamed", "openai client, streamed (SSE replay)", "bare aiohttp client")
+            hits: dict[str, list[float]] = {kind: [] for kind in hit_kinds}
+            not_hits: dict[str, int] = {}
+            import aiohttp
+
+            session = aiohttp.ClientSession()
+            spill_url = f"http://127.0.0.1:{ports['spill']}/v1/chat/completions"
             for run in range(runs):
                 order = list(clients)[run % 3 :] + list(clients)[: run % 3]
                 for name in order:
@@ -217,14 +237,23 @@ def end_to_end(requests: int, runs: int, workdir: Path) -> dict[str, Any]:
                         value, _ = await gb.one(clients[name], gb.chat(f"relay r{run} {i}", 1.0))
                         values.append(value)
                     ttft[name].append(values)
-                # The edge cache hit: one miss stores the answer, then the same request is a hit.
-                body = {"model": "local", "temperature": 0, "messages": [{"role": "user", "content": f"shift {run}?"}]}
-                await complete(clients["spill"], body)
+                # The edge cache hit: one (streamed) miss stores the answer; `stream` is not part of the cache key,
+                # so the same question is then a hit streamed or not.
+                streamed = gb.chat(f"When does shift {run} start?", 0.0)
+                await complete(clients["spill"], streamed)
                 await asyncio.sleep(0.3)  # the write-back lands after the response
+                plain = {k: v for k, v in streamed.items() if k != "stream"}
                 for _ in range(requests):
-                    value, result = await complete(clients["spill"], body)
-                    hits.append(value)
-                    hit_results[result] = hit_results.get(result, 0) + 1
+                    for kind in hit_kinds:
+                        if kind.startswith("bare"):
+                            value, result = await raw_post(session, spill_url, plain)
+                        else:
+                            value, result = await complete(clients["spill"], streamed if "streamed" in kind else plain)
+                        if result == "hit":
+                            hits[kind].append(value)
+                        else:  # an exact stage over its 5 ms budget on a loaded machine goes upstream: not a hit
+                            not_hits[result] = not_hits.get(result, 0) + 1
+            await session.close()
             for client in clients.values():
                 await client.close()
             per_run = {name: [summarize(values) for values in runs_] for name, runs_ in ttft.items()}
@@ -241,7 +270,8 @@ def end_to_end(requests: int, runs: int, workdir: Path) -> dict[str, Any]:
                 "per_run": per_run,
                 "spill_minus_plain_p50_ms": statistics.median(added),
                 "spill_minus_plain_p50_ms_spread": [min(added), max(added)],
-                "edge_hit": {**summarize(hits), "cache": hit_results},
+                "edge_hit": {kind: summarize(values) for kind, values in hits.items() if values},
+                "edge_not_hits": not_hits,
             }
 
         import uvloop
@@ -309,11 +339,17 @@ def render(report: dict[str, Any]) -> str:
         f"| spillover decision <= {TARGET_DECISION_MS} ms | {ms:.5f} ms per decision (single p99 {single:.5f} ms) | "
         f"{'met' if max(ms, single) <= TARGET_DECISION_MS else 'MISSED'} |"
     )
-    lines.append(
-        f"| edge exact-cache hit end to end p50 <= {TARGET_EDGE_HIT_P50_MS} ms | p50 {hit['p50_ms']:.2f} ms, "
-        f"p99 {hit['p99_ms']:.2f} ms ({', '.join(f'{k} {v}' for k, v in sorted(hit['cache'].items()))}) | "
-        f"{'met' if hit['p50_ms'] <= TARGET_EDGE_HIT_P50_MS else 'MISSED'} |"
-    )
+    for kind, row in hit.items():
+        lines.append(
+            f"| edge exact-cache hit end to end p50 <= {TARGET_EDGE_HIT_P50_MS} ms, {kind} | "
+            f"p50 {row['p50_ms']:.2f} ms, p99 {row['p99_ms']:.2f} ms ({row['requests']} hits) | "
+            f"{'met' if row['p50_ms'] <= TARGET_EDGE_HIT_P50_MS else 'MISSED'} |"
+        )
+    if e2e["edge_not_hits"]:
+        lines.append(
+            "| (hit requests answered otherwise: exact stage over its 5 ms budget) | "
+            f"{', '.join(f'{k} {v}' for k, v in sorted(e2e['edge_not_hits'].items()))} | |"
+        )
     return "\n".join(lines) + "\n"
 
 

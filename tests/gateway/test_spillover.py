@@ -14,9 +14,10 @@ from typing import Any
 
 import openai
 import pytest
+import yaml
 from gateway_harness import API_KEY_A, API_KEY_B, StandIn, free_port, sha256, wait_for
 
-from inferstack_gateway.config import ConfigError, SpilloverConfig, parse_config
+from inferstack_gateway.config import ConfigError, SpilloverConfig, parse_config, render_yaml
 from inferstack_gateway.metrics import Metrics
 from inferstack_gateway.spillover import Spill, TierRoute
 from inferstack_gateway.upstream import Upstream
@@ -367,3 +368,20 @@ def test_a_missing_hub_key_file_is_a_config_error(tmp_path: Path) -> None:
                                             "api_key_file": str(tmp_path / "absent")}})  # fmt: skip
     with pytest.raises(ConfigError, match=r"upstreams\.hub\.api_key_file: cannot read .*Fix: mount the Secret"):
         Gateway(parse_config(config, env={}))
+
+
+def test_a_hybrid_config_renders_for_a_configmap_without_the_hub_key() -> None:
+    # GIVEN the config a stack renders: the hub's key as ${VAR} (from a Secret), spillover and residency keys
+    env = {"HUB_API_KEY": "${HUB_API_KEY}"}
+    config = parse_config(
+        config_with(
+            tiers={"small": {"upstreams": ["llama", "hub"],
+                             "spillover": {"spill_above_inflight": 12, "return_below_inflight": 6}}},
+            models={"private": {"tier": "small", "cache": {"policy": "never"}, "residency": "local"}},
+        ),
+        env=env,
+    )  # fmt: skip
+    # WHEN it is rendered THEN the key stays a reference, and the YAML parses back to the same config
+    rendered = render_yaml(config)
+    assert "api_key: ${HUB_API_KEY}" in rendered and "kind: remote" in rendered
+    assert parse_config(yaml.safe_load(rendered), env=env) == config
