@@ -188,7 +188,7 @@ def test_with_the_remote_down_local_traffic_is_unaffected_and_hub_only_requests_
         error = caught.value
         assert error.status_code == 503
         assert error.body["code"] == "hub_unavailable" and error.body["type"] == "service_unavailable"  # type: ignore[index]
-        assert "served by the hub, which is unreachable" in error.message
+        assert "served by the hub, which is unavailable" in error.message
         assert int(error.response.headers["retry-after"]) >= 1
     assert max(timings) < 0.5, timings
     # AND local traffic is untouched: every answer local, none failed

@@ -99,7 +99,7 @@ def build_routes(config: GatewayConfig, upstreams: dict[str, Upstream], metrics:
     for upstream in upstreams.values():
         # Read at scrape time: nothing on the request path.
         gauge = metrics.upstream_in_flight.labels(upstream.name, upstream.kind)
-        gauge.set_function(lambda u=upstream: u.inflight)  # type: ignore[misc]
+        gauge.set_function(_in_flight_of(upstream))
     routes: dict[str, TierRoute] = {}
     for name, tier in config.tiers.items():
         members = [upstreams[u] for u in tier.upstreams]
@@ -109,6 +109,10 @@ def build_routes(config: GatewayConfig, upstreams: dict[str, Upstream], metrics:
             metrics.spilling.labels(name).set(0)
         routes[name] = TierRoute(name, members, spill)
     return routes
+
+
+def _in_flight_of(upstream: Upstream) -> Callable[[], float]:
+    return lambda: upstream.inflight
 
 
 def _on_change(tier: str, metrics: Metrics) -> Callable[[bool], None]:

@@ -244,10 +244,6 @@ async def open_upstream(
         raise GatewayError(
             504, f"The request budget ran out before tier '{tier}' answered ({detail}).", type="timeout", code="timeout"
         )
-    if timed_out and all("timeout" in f for f in failures):
-        raise GatewayError(
-            504, f"Every upstream of tier '{tier}' timed out ({detail}).", type="timeout", code="upstream_timeout"
-        )
     # When a circuit will let a probe through, or in a second for a saturated or refusing upstream.
     wait = min((u.breaker.retry_after_s() or 1.0) for u in upstreams)
     retry_after = [(b"retry-after", b"%d" % max(1, math.ceil(wait)))]
@@ -262,11 +258,15 @@ async def open_upstream(
     if all(u.kind == "remote" for u in upstreams):
         raise GatewayError(
             503,
-            f"Tier '{tier}' is served by the hub, which is unreachable ({detail}). This site keeps serving its local "
+            f"Tier '{tier}' is served by the hub, which is unavailable ({detail}). This site keeps serving its local "
             f"models and cache; retry after {retry_after[0][1].decode()} s.",
             type="service_unavailable",
             code="hub_unavailable",
             headers=retry_after,
+        )
+    if timed_out and all("timeout" in f for f in failures):
+        raise GatewayError(
+            504, f"Every upstream of tier '{tier}' timed out ({detail}).", type="timeout", code="upstream_timeout"
         )
     raise GatewayError(
         503,
