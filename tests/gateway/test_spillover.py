@@ -198,6 +198,33 @@ def test_with_the_remote_down_local_traffic_is_unaffected_and_hub_only_requests_
     assert gw.metric("inferstack_gateway_circuit_open", upstream="hub") == 1
 
 
+def test_a_hub_that_never_answers_costs_one_ttft_budget_then_fails_at_once(
+    gateway: Any, upstreams: Any, tmp_path: Path
+) -> None:
+    # GIVEN a hub that accepts connections and never answers (a black-holed uplink), breaker at 2 failures
+    local, hub = upstreams("local"), upstreams("hub", mode="hang")
+    config = hybrid(local, hub.base, tmp_path / "hub-key")
+    config["upstreams"]["hub"]["circuit_breaker"] = {"failures_to_open": 2, "open_s": 60}
+    gw = gateway(None, budgets={"upstream_ttft_ms": 300}, **config)
+    timings = []
+    for _ in range(4):
+        started = time.perf_counter()
+        # WHEN a streamed request needs the hub
+        with pytest.raises(openai.APIStatusError) as caught:
+            list(gw.client().chat.completions.create(
+                model="local", messages=[{"role": "user", "content": "prove it"}], stream=True, temperature=1
+            ))  # fmt: skip
+        timings.append(time.perf_counter() - started)
+        # THEN it is a 503 hub_unavailable with Retry-After, not a hang
+        assert caught.value.status_code == 503 and caught.value.body["code"] == "hub_unavailable"  # type: ignore[index]
+        assert int(caught.value.response.headers["retry-after"]) >= 1
+    # the first two cost the TTFT budget (plus a margin for a loaded box), then the open breaker answers at once
+    assert all(t < 1.5 for t in timings[:2]), timings
+    assert all(t < 0.25 for t in timings[2:]), timings
+    assert len(hub.requests) == 2
+    assert ask(gw, "local still answers").startswith("local#")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The decision on its own.
 
