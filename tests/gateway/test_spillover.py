@@ -412,3 +412,9 @@ def test_a_hybrid_config_renders_for_a_configmap_without_the_hub_key() -> None:
     rendered = render_yaml(config)
     assert "api_key: ${HUB_API_KEY}" in rendered and "kind: remote" in rendered
     assert parse_config(yaml.safe_load(rendered), env=env) == config
+
+
+def test_the_default_return_threshold_is_half_and_at_least_one() -> None:
+    assert SpilloverConfig(spill_above_inflight=12).return_inflight == 6
+    assert SpilloverConfig(spill_above_inflight=1).return_inflight == 1
+    assert SpilloverConfig(spill_above_ttft_ms=400).return_ttft_ms == 200

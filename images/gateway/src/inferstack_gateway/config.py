@@ -204,8 +204,8 @@ class SpilloverConfig(_Frozen):
 
     spill_above_inflight: int | None = Field(default=None, ge=1)
     """Requests in flight to the tier's local upstreams (from this replica) at which new requests start to spill."""
-    return_below_inflight: int | None = Field(default=None, ge=0)
-    """In-flight count under which the tier serves locally again. Default: half of spill_above_inflight."""
+    return_below_inflight: int | None = Field(default=None, ge=1)
+    """In-flight count under which the tier serves locally again. Default: half of spill_above_inflight (at least 1)."""
     spill_above_ttft_ms: PositiveMs | None = None
     """Moving average (EWMA, weight 0.2) of the local upstreams' time to the first streamed event at which the tier
     starts to spill. While spilling, an idle local upstream still gets a request, so the average keeps moving."""
@@ -243,7 +243,9 @@ class SpilloverConfig(_Frozen):
         """return_below_inflight, or its default: half of spill_above_inflight."""
         if self.spill_above_inflight is None:
             return None
-        return self.spill_above_inflight // 2 if self.return_below_inflight is None else self.return_below_inflight
+        if self.return_below_inflight is None:
+            return max(1, self.spill_above_inflight // 2)
+        return self.return_below_inflight
 
     @property
     def return_ttft_ms(self) -> float | None:
