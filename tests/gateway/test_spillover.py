@@ -225,6 +225,23 @@ def test_a_hub_that_never_answers_costs_one_ttft_budget_then_fails_at_once(
     assert ask(gw, "local still answers").startswith("local#")
 
 
+def test_a_key_limited_to_some_models_sees_and_uses_only_those(gateway: Any, upstreams: Any, tmp_path: Path) -> None:
+    # GIVEN tenant B's key limited to the `private` alias
+    local, hub = upstreams("local"), upstreams("hub")
+    keys = [
+        {"tenant": "tenant-a", "name": "key-a", "key_sha256": sha256(API_KEY_A)},
+        {"tenant": "tenant-b", "name": "key-b", "key_sha256": sha256(API_KEY_B), "models": ["private"]},
+    ]
+    gw = gateway(None, auth={"keys": keys}, **hybrid(local, hub.base, tmp_path / "hub-key"))
+    # THEN it lists only that alias, uses it, and gets 404 model_not_found for the others (tenant A sees them all)
+    assert [m.id for m in gw.client(api_key=API_KEY_B).models.list()] == ["private"]
+    assert [m.id for m in gw.client().models.list()] == ["local", "plain", "private"]
+    assert ask(gw, model="private", api_key=API_KEY_B).startswith("local#")
+    with pytest.raises(openai.NotFoundError) as caught:
+        ask(gw, model="local", api_key=API_KEY_B)
+    assert caught.value.body["code"] == "model_not_found"  # type: ignore[index]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The decision on its own.
 

@@ -109,12 +109,7 @@ class Gateway:
         self._request_counters: dict[tuple[str, int, str, str, str], Any] = {}
         self._id_prefix = secrets.token_hex(4)
         self._ids = itertools.count(1)
-        self._models_body = orjson.dumps(
-            {
-                "object": "list",
-                "data": [{"id": a, "object": "model", "created": 0, "owned_by": "inferstack"} for a in config.models],
-            }
-        )
+        self._models_body = _models_body(list(config.models))
         self._routes: dict[str, tuple[bytes, Callable[[Scope, Receive, Send, Exchange], Awaitable[None]]]] = {
             "/v1/chat/completions": (b"POST", self._chat),
             "/v1/completions": (b"POST", self._completion),
@@ -322,8 +317,9 @@ class Gateway:
         await self._send(send, exchange, 200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST.encode())
 
     async def _models(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
-        self.keys.authenticate(exchange.headers.get(b"authorization"))
-        await self._send(send, exchange, 200, self._models_body, JSON)
+        principal = self.keys.authenticate(exchange.headers.get(b"authorization"))
+        body = self._models_body if not principal.models else _models_body(sorted(principal.models))
+        await self._send(send, exchange, 200, body, JSON)
 
     # -- completions --------------------------------------------------------------------------------------------------
 
@@ -824,6 +820,15 @@ def _ends_with_done(chunks: list[bytes]) -> bool:
     if len(tail) >= len(DONE_LINE) or len(chunks) == 1:
         return tail.endswith(DONE_LINE)
     return b"".join(chunks).rstrip().endswith(DONE_LINE)  # [DONE] split across chunks
+
+
+def _models_body(aliases: list[str]) -> bytes:
+    return orjson.dumps(
+        {
+            "object": "list",
+            "data": [{"id": a, "object": "model", "created": 0, "owned_by": "inferstack"} for a in aliases],
+        }
+    )
 
 
 def _stays_local(tier: str, header: str) -> GatewayError:

@@ -367,7 +367,7 @@ class ApiKeyConfig(_Frozen):
     residency: Literal["any", "local"] = "any"
     """local: this key's requests never leave this tier (never sent to a remote upstream), even at saturation."""
     models: list[Name] = []
-    """Model aliases this key may use (others get 404 model_not_found). Empty: every alias."""
+    """Model aliases this key may use and sees in /v1/models (others get 404 model_not_found). Empty: every alias."""
 
     @model_validator(mode="after")
     def _exactly_one_secret(self) -> Self:
