@@ -19,7 +19,7 @@ from components.aws.system_node_group import SystemNodeGroup, SystemNodeGroupArg
 from components.cache.redis_cache import RedisCache, RedisCacheArgs
 from components.catalog import images as _images
 from components.gateway.gateway import Gateway, GatewayArgs
-from components.observability.alerts import ModelSlo
+from components.observability.alerts import model_slos
 from components.observability.observability import Observability, ObservabilityArgs
 from components.serving.inference_server import InferenceServer, InferenceServerArgs
 from components.serving.serving_base import (
@@ -160,16 +160,7 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
         ObservabilityArgs(
             spec=env.observability,
             provider=provider,
-            models=[
-                ModelSlo(
-                    name=m.name,
-                    engine=m.engine,
-                    ttft_p99_ms=m.slo.ttft_p99_ms,
-                    itl_p99_ms=m.slo.itl_p99_ms,
-                    namespace=base.serving_namespace,
-                )
-                for m in env.models
-            ],
+            models=model_slos(env.models, base.serving_namespace),
             serving_namespace=base.serving_namespace,
             gateway_namespace=base.gateway_namespace,
             cache_url=cache.url(),

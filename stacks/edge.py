@@ -19,7 +19,7 @@ from components.edge.budget import MODEL_CACHE_GIB
 from components.edge.specs import GPU_NODE_LABEL, K3S_NVIDIA_RUNTIME_CLASS, K3S_STORAGE_CLASS
 from components.gateway.gateway import Embedder, Gateway, GatewayArgs, HubUpstream
 from components.kube.existing_cluster import ExistingCluster, ExistingClusterArgs
-from components.observability.alerts import ModelSlo
+from components.observability.alerts import model_slos
 from components.observability.observability import (
     SMALL_SITE_PROMETHEUS_RESOURCES,
     Observability,
@@ -70,16 +70,7 @@ def compose(env: EdgeEnvironment, stack: str) -> dict[str, Any]:
         ObservabilityArgs(
             spec=env.observability,
             provider=provider,
-            models=[
-                ModelSlo(
-                    name=m.name,
-                    engine=m.engine,
-                    ttft_p99_ms=m.slo.ttft_p99_ms,
-                    itl_p99_ms=m.slo.itl_p99_ms,
-                    namespace=base.serving_namespace,
-                )
-                for m in env.models
-            ],
+            models=model_slos(env.models, base.serving_namespace),
             serving_namespace=base.serving_namespace,
             gateway_namespace=base.gateway_namespace,
             cache_url=cache.url(),

@@ -17,7 +17,7 @@ from components.catalog import images as _images
 from components.gateway.gateway import Gateway, GatewayArgs
 from components.kube.existing_cluster import ExistingCluster, ExistingClusterArgs
 from components.kube.labels import GPU_PRESENT_LABEL
-from components.observability.alerts import ModelSlo
+from components.observability.alerts import model_slos
 from components.observability.observability import Observability, ObservabilityArgs
 from components.onprem.gpu_operator import gpu_operator_values
 from components.onprem.local_storage import LocalStorage, LocalStorageArgs
@@ -111,16 +111,7 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
         ObservabilityArgs(
             spec=env.observability,
             provider=provider,
-            models=[
-                ModelSlo(
-                    name=m.name,
-                    engine=m.engine,
-                    ttft_p99_ms=m.slo.ttft_p99_ms,
-                    itl_p99_ms=m.slo.itl_p99_ms,
-                    namespace=base.serving_namespace,
-                )
-                for m in env.models
-            ],
+            models=model_slos(env.models, base.serving_namespace),
             serving_namespace=base.serving_namespace,
             gateway_namespace=base.gateway_namespace,
             cache_url=cache.url(),

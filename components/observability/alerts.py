@@ -93,6 +93,20 @@ class ModelSlo:
         return f'namespace="{self.namespace}"', f'{MODEL_LABEL}="{self.name}"'
 
 
+def model_slos(models: Iterable[Any], namespace: str) -> list[ModelSlo]:
+    """The SLOs of a stack's ``models[]`` entries (name, engine, ``slo``), in ``namespace``."""
+    return [
+        ModelSlo(
+            name=m.name,
+            engine=m.engine,
+            ttft_p99_ms=m.slo.ttft_p99_ms,
+            itl_p99_ms=m.slo.itl_p99_ms,
+            namespace=namespace,
+        )
+        for m in models
+    ]
+
+
 def _number(value: float) -> str:
     """A threshold as PromQL reads it, without float noise (100 ms x 1.1 = 0.11, not 0.11000000000000001)."""
     return f"{round(value, 9):.9g}"
