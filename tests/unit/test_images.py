@@ -77,7 +77,6 @@ def test_gateway_image_is_multi_stage_and_installs_its_pinned_lock_with_the_trac
     # AND the lock holds the runtime and the OTLP exporter: the cloud stack always sets tracing.otlp_endpoint, and
     # a gateway without OpenTelemetry refuses to start with it
     assert {
-        "aiohttp",
         "uvicorn",
         "uvloop",
         "httptools",

@@ -16,7 +16,6 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import aiohttp
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.exceptions import RedisError
@@ -27,6 +26,7 @@ from inferstack_gateway.config import GatewayConfig, ModelConfig
 from inferstack_gateway.embeddings import Embedder, EmbeddingError
 from inferstack_gateway.errors import GatewayError, error_body
 from inferstack_gateway.exchange import Exchange
+from inferstack_gateway.http_client import HttpClient
 from inferstack_gateway.limits import SharedLimiter
 from inferstack_gateway.logs import access, logger
 from inferstack_gateway.metrics import Metrics
@@ -78,7 +78,7 @@ class Gateway:
         self.metrics = Metrics()
         self.keys = KeyTable(config)
         self.ready = False
-        self.session: aiohttp.ClientSession | None = None
+        self.http: HttpClient | None = None
         self.store: RedisStore | None = None
         self.embedder: Embedder | None = None
         self.tracer: Tracer | None = None
@@ -244,15 +244,16 @@ class Gateway:
 
     async def startup(self) -> None:
         config = self.config
-        connector = aiohttp.TCPConnector(
-            limit=0, limit_per_host=config.server.upstream_connections, keepalive_timeout=KEEPALIVE_S, ttl_dns_cache=30
+        self.http = HttpClient(
+            limit_per_origin=config.server.upstream_connections,
+            keepalive_s=KEEPALIVE_S,
+            connect_timeout_s=config.budgets.upstream_connect_ms / 1000,
         )
-        self.session = aiohttp.ClientSession(connector=connector)
         if config.redis.url is not None:
             self.store = RedisStore(config.redis, self.metrics, config.embeddings.dimensions)
             self.shared_limits = SharedLimiter(self.store)
         if config.embeddings.url is not None:
-            self.embedder = Embedder(config.embeddings, self.session)
+            self.embedder = Embedder(config.embeddings, self.http)
         self.tracer = setup_tracing(config.tracing)
         semantic = any(m.cache.semantic.enabled and m.cache.policy != "never" for m in config.models.values())
         if self.store is not None and semantic:
@@ -266,11 +267,15 @@ class Gateway:
 
     async def _warm(self, upstream: Upstream) -> None:
         """Open a keep-alive connection to each upstream before the first request (its failure is only logged)."""
-        assert self.session is not None
+        assert self.http is not None
         try:
-            async with asyncio.timeout(2), self.session.get(f"{upstream.base}/models", headers=upstream.headers) as r:
-                await r.read()
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            async with asyncio.timeout(2):
+                response = await self.http.request(b"GET", upstream.targets["/models"], upstream.headers)
+                try:
+                    await response.read()
+                finally:
+                    response.close()
+        except (OSError, TimeoutError) as exc:
             logger.warning("upstream not reachable at startup", extra={"upstream": upstream.name, "error": repr(exc)})
 
     async def shutdown(self) -> None:
@@ -283,8 +288,8 @@ class Gateway:
         if self.shared_limits is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.shared_limits.drain(), 5)
-        if self.session is not None:
-            await self.session.close()
+        if self.http is not None:
+            self.http.close()
         await close_quietly(self.store)
         if self.tracer is not None:
             self.tracer.shutdown()
@@ -604,7 +609,7 @@ class Gateway:
         send: Send,
         exchange: Exchange,
     ) -> None:
-        assert self.session is not None
+        assert self.http is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.budgets.request_ms / 1000 - (time.perf_counter() - exchange.started)
         path = "/chat/completions" if request.kind == "chat" else "/completions"
@@ -626,7 +631,7 @@ class Gateway:
             raise _stays_local(tier, self.config.routing.tier_header)
         try:
             opened = await open_upstream(
-                self.session, upstreams, path, payload,
+                self.http, upstreams, path, payload,
                 stream=request.stream, budgets=self.config.budgets, deadline=deadline, tier=tier, extra_headers=trace,
             )  # fmt: skip
         except GatewayError as exc:
@@ -666,19 +671,18 @@ class Gateway:
         arrivals = [time.perf_counter()]
         chunks = [opened.first]
         response = opened.response
-        content = response.content
         error: str | None = None
         try:
             async with asyncio.timeout_at(deadline):
                 chunk = opened.first
                 while True:
                     # When the upstream has already ended its stream, its last chunk also ends the response.
-                    if content.at_eof() and _ends_with_done(chunks):
+                    if response.at_eof() and _ends_with_done(chunks):
                         exchange.finished = True
                         await send({"type": "http.response.body", "body": chunk})
                         return b"".join(chunks)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    chunk = await content.readany()
+                    chunk = await response.readany()
                     if not chunk:
                         break
                     chunks.append(chunk)
@@ -686,7 +690,7 @@ class Gateway:
         except TimeoutError:
             error = "The request budget ran out while the upstream was still streaming."
             opened.upstream.error("timeout_mid_stream")
-        except (aiohttp.ClientError, OSError) as exc:
+        except OSError as exc:  # HttpClientError is a ConnectionError
             error = f"The upstream stream broke: {type(exc).__name__}."
             opened.upstream.error("broken_stream")
         finally:

@@ -76,7 +76,7 @@ class ServerConfig(_Frozen):
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     """Larger request bodies are refused with 413 before they are parsed."""
     upstream_connections: int = Field(default=1024, ge=1)
-    """Keep-alive connection pool size per upstream host (one shared aiohttp session)."""
+    """Most connections open at once to one upstream origin (a keep-alive pool each); more requests wait for one."""
     access_log: bool = True
     """One structured JSON line per request, with its request id."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -7,10 +7,10 @@ import asyncio
 import time
 from array import array
 
-import aiohttp
 import orjson
 
 from inferstack_gateway.config import EmbeddingsConfig
+from inferstack_gateway.http_client import HttpClient, Target
 
 RETRY_AFTER_S = 1.0
 """After a failed call the embeddings endpoint is skipped this long: a service that is down then costs a request
@@ -22,13 +22,13 @@ class EmbeddingError(Exception):
 
 
 class Embedder:
-    def __init__(self, config: EmbeddingsConfig, session: aiohttp.ClientSession) -> None:
+    def __init__(self, config: EmbeddingsConfig, http: HttpClient) -> None:
         assert config.url is not None
-        self._url = f"{config.url}/embeddings"
+        self._target = Target.parse(f"{config.url}/embeddings")
         self._model = config.model
         self._dimensions = config.dimensions
         self._timeout_s = config.timeout_ms / 1000
-        self._session = session
+        self._http = http
         self._down_until = 0.0
         self._headers = {"content-type": "application/json"}
         if config.api_key is not None:
@@ -42,15 +42,18 @@ class Embedder:
         payload = orjson.dumps({"model": self._model, "input": text})
         try:
             async with asyncio.timeout(self._timeout_s):
-                async with self._session.post(self._url, data=payload, headers=self._headers) as response:
+                response = await self._http.request(b"POST", self._target, self._headers, payload)
+                try:
                     raw = await response.read()
-                    if response.status != 200:
-                        self._down_until = time.monotonic() + RETRY_AFTER_S
-                        raise EmbeddingError(f"embeddings endpoint answered HTTP {response.status}")
+                finally:
+                    response.close()
+                if response.status != 200:
+                    self._down_until = time.monotonic() + RETRY_AFTER_S
+                    raise EmbeddingError(f"embeddings endpoint answered HTTP {response.status}")
         except TimeoutError:
             self._down_until = time.monotonic() + RETRY_AFTER_S
             raise EmbeddingError(f"embeddings endpoint timed out ({self._timeout_s * 1000:.0f} ms)") from None
-        except (aiohttp.ClientError, OSError) as exc:
+        except OSError as exc:  # HttpClientError is a ConnectionError
             self._down_until = time.monotonic() + RETRY_AFTER_S
             raise EmbeddingError(f"embeddings endpoint unreachable: {type(exc).__name__}") from None
         try:

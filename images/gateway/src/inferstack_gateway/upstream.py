@@ -1,4 +1,4 @@
-"""Upstreams: circuit breakers and ordered failover over one shared keep-alive aiohttp session."""
+"""Upstreams: circuit breakers and ordered failover over the gateway's keep-alive HTTP client."""
 
 from __future__ import annotations
 
@@ -9,11 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
-from yarl import URL
-
 from inferstack_gateway.config import BudgetsConfig, ConfigError, UpstreamConfig
 from inferstack_gateway.errors import GatewayError
+from inferstack_gateway.http_client import HttpClient, HttpClientError, Response, StreamBroken, Target
 from inferstack_gateway.logs import logger
 from inferstack_gateway.metrics import Metrics
 
@@ -73,8 +71,8 @@ class Upstream:
         self.name = name
         self.config = config
         self.base = config.url
-        # Parsed once: aiohttp takes a URL object as it is, where a string is parsed again on every request.
-        self.urls = {path: URL(config.url + path) for path in ("/chat/completions", "/completions")}
+        paths = ("/chat/completions", "/completions", "/models")
+        self.targets = {path: Target.parse(config.url + path) for path in paths}
         self.model = config.model
         self.kind = config.kind
         """local, or remote (the hub): the `upstream_kind` label and span attribute, and what residency excludes."""
@@ -128,14 +126,14 @@ class Opened:
     """An upstream answer that has passed the failover point: headers received and, for streams, a first chunk."""
 
     upstream: Upstream
-    response: aiohttp.ClientResponse
+    response: Response
     status: int
     first: bytes
     """Streams: the first chunk. Otherwise: the whole body."""
 
 
 async def open_upstream(
-    session: aiohttp.ClientSession,
+    client: HttpClient,
     upstreams: list[Upstream],
     path: str,
     payload: Callable[[Upstream], bytes],
@@ -152,7 +150,7 @@ async def open_upstream(
     tried. Raises GatewayError 503 (every upstream down or open) or 504 (out of time).
     """
     loop = asyncio.get_running_loop()
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=budgets.upstream_connect_ms / 1000)
+    connect_timeout_s = budgets.upstream_connect_ms / 1000
     failures: list[str] = []
     timed_out = False
     saturated = 0
@@ -173,23 +171,14 @@ async def open_upstream(
         # only has the request budget.
         limit = min(budgets.upstream_ttft_ms / 1000, remaining) if stream else remaining
         started = loop.time()
-        response: aiohttp.ClientResponse | None = None
+        response: Response | None = None
         upstream.inflight += 1  # until the caller releases it (stream end), or a failure below
         try:
             async with asyncio.timeout(limit):
                 headers = upstream.headers if extra_headers is None else {**upstream.headers, **extra_headers}
-                try:
-                    response = await session.post(
-                        upstream.urls[path], data=payload(upstream), headers=headers, timeout=timeout
-                    )
-                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-                    if isinstance(exc, aiohttp.ClientConnectorError):
-                        raise  # no connection at all: nothing stale to retry
-                    # A pooled keep-alive connection the upstream closed while it sat idle: the request never got
-                    # an answer, so it is sent once more, on a new connection (the pool drops the dead one).
-                    response = await session.post(
-                        upstream.urls[path], data=payload(upstream), headers=headers, timeout=timeout
-                    )
+                response = await client.request(
+                    b"POST", upstream.targets[path], headers, payload(upstream), connect_timeout_s=connect_timeout_s
+                )
                 upstream.latency.observe(loop.time() - started)
                 if response.status >= 500:
                     body = await response.read()
@@ -203,15 +192,16 @@ async def open_upstream(
                             "body": body[:200].decode("utf-8", "replace"),
                         },
                     )
-                    response.release()
+                    response.close()
                     upstream.inflight -= 1
                     continue
                 if response.status >= 400 or not stream:
                     first = await response.read()
+                    response.close()  # complete: its connection goes back to the pool now
                 else:
-                    first = await response.content.readany()
+                    first = await response.readany()
                     if not first:
-                        raise aiohttp.ClientPayloadError("stream closed before the first event")
+                        raise StreamBroken("the stream closed before its first event")
         except TimeoutError:
             upstream.inflight -= 1
             if response is not None:
@@ -221,7 +211,7 @@ async def open_upstream(
             failures.append(f"{upstream.name}: {reason} ({limit * 1000:.0f} ms)")
             upstream.error("timeout")
             continue
-        except (aiohttp.ClientError, OSError) as exc:
+        except (HttpClientError, OSError) as exc:
             upstream.inflight -= 1
             if response is not None:
                 response.close()

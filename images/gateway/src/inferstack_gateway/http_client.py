@@ -1,0 +1,423 @@
+"""The gateway's HTTP/1.1 client: keep-alive connection pools over asyncio protocols, parsed by httptools.
+
+This is the relay path's client, to the upstreams and the embeddings service. It replaced aiohttp's client, which
+cost about 0.5 ms of added time to first token per request on a 2-core machine (`benchmarks/README.md`, "Where the
+time went"): a request body written from a task of its own one loop turn after the headers, a response object with
+cookie, charset and multidict handling, and a stream reader woken per chunk. Here a request leaves in one write, a
+response is one small object, and each chunk is handed over as it is parsed. HTTP parsing is httptools' (llhttp),
+TLS is asyncio's; what this module adds is only the pool and the bookkeeping of one request per connection.
+
+What it does not do, because no upstream needs it: redirects, cookies, compression, proxies, HTTP/2, request
+pipelining. Each connection carries one request at a time and returns to its pool only after a complete response
+that allows keep-alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+
+PAUSE_BYTES = 1 << 20
+"""An unread response body beyond this pauses reading from the socket (TCP back-pressure to the upstream)."""
+
+
+class HttpClientError(ConnectionError):
+    """The exchange failed below HTTP: no connection, a reset, or a response that ended early or did not parse."""
+
+
+class ConnectFailed(HttpClientError):
+    """No connection could be opened (refused, unreachable, or the connect timeout ran out)."""
+
+
+class StreamBroken(HttpClientError):
+    """The connection closed, or the response stopped parsing, before the response was complete."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A URL parsed once: where to connect and what to put on the request line."""
+
+    scheme: str
+    host: str
+    port: int
+    path: bytes
+    host_header: bytes
+
+    @classmethod
+    def parse(cls, url: str) -> Target:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{url!r} is not an http(s) URL with a host")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        path = parts.path or "/"
+        if parts.query:
+            path += "?" + parts.query
+        default = (parts.scheme == "https" and port == 443) or (parts.scheme == "http" and port == 80)
+        host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+        return cls(parts.scheme, parts.hostname, port, path.encode(), (host if default else f"{host}:{port}").encode())
+
+    @property
+    def origin(self) -> tuple[str, str, int]:
+        return self.scheme, self.host, self.port
+
+
+class Response:
+    """One response: status and headers on arrival, then the body as it is parsed. `close()` exactly once after use."""
+
+    __slots__ = (
+        "_buffered",
+        "_chunks",
+        "_complete",
+        "_connection",
+        "_error",
+        "_framed",
+        "_keep_alive",
+        "_waiter",
+        "headers",
+        "status",
+    )
+
+    def __init__(self, connection: _Connection) -> None:
+        self._connection: _Connection | None = connection
+        self.status = 0
+        self.headers: dict[bytes, bytes] = {}
+        """Lower-cased names; a repeated header keeps its last value."""
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._buffered = 0
+        self._complete = False
+        self._keep_alive = False
+        self._framed = False  # a content-length or chunked body: its end is known without the connection closing
+        self._error: HttpClientError | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    # -- the reading side --------------------------------------------------------------------------------------------
+
+    def at_eof(self) -> bool:
+        """The whole body has arrived and been read."""
+        return self._complete and not self._chunks
+
+    async def readany(self) -> bytes:
+        """Every body byte that has arrived and not been read yet, waiting for some; b"" at the end of the body.
+
+        Raises StreamBroken if the response cannot be completed."""
+        while not self._chunks:
+            if self._error is not None:
+                raise self._error
+            if self._complete:
+                return b""
+            await self._wait()
+        data = self._chunks.popleft() if len(self._chunks) == 1 else b"".join(self._chunks)
+        self._chunks.clear()
+        self._buffered = 0
+        connection = self._connection
+        if connection is not None and connection.paused:
+            connection.resume()
+        return data
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        parts = []
+        while chunk := await self.readany():
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        """Give the connection back to its pool after a complete response, or close it (which aborts the request)."""
+        connection = self._connection
+        if connection is None:
+            return
+        self._connection = None
+        connection.finished(reusable=self._complete and self._keep_alive and self._error is None)
+
+    async def _wait(self) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiter = waiter
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- the parsing side (called by the connection) -----------------------------------------------------------------
+
+    def _body(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._buffered += len(data)
+        if self._buffered > PAUSE_BYTES and self._connection is not None:
+            self._connection.pause()
+        self._wake()
+
+    def _end(self, keep_alive: bool) -> None:
+        self._complete = True
+        self._keep_alive = keep_alive
+        self._wake()
+
+    def _broken(self, error: HttpClientError) -> None:
+        if not self._complete:
+            self._error = error
+        self._wake()
+
+
+class _Connection(asyncio.Protocol):
+    """One TCP (or TLS) connection, one request at a time."""
+
+    def __init__(self, pool: _Pool) -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.response: Response | None = None
+        self.headers_arrived: asyncio.Future[None] | None = None
+        self.received = False  # any byte of the current response
+        self.lost = False
+        self.paused = False
+        self.idle_since = 0.0
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio's subclasses
+
+    def data_received(self, data: bytes) -> None:
+        if self.response is None or self.response._complete:
+            self.close()  # bytes nobody asked for: the connection cannot be trusted with the next request
+            return
+        self.received = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(StreamBroken(f"unparseable response: {exc}"))
+            self.close()
+
+    def eof_received(self) -> bool:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.pool.forget(self)
+        response = self.response
+        if response is None:
+            return
+        if response.status and not response._framed and not response._complete:
+            response._end(keep_alive=False)  # a body delimited by the end of the connection (no length, not chunked)
+        self._fail(StreamBroken("the upstream closed the connection" + (f": {exc}" if exc else "")))
+
+    # -- httptools callbacks ------------------------------------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        assert self.response is not None
+        self.response.headers[name.lower()] = value
+
+    def on_headers_complete(self) -> None:
+        response = self.response
+        assert response is not None
+        status = self.parser.get_status_code()
+        if status < 200:  # 1xx: an interim answer; the real head follows
+            response.headers.clear()
+            return
+        response.status = status
+        headers = response.headers
+        response._framed = b"content-length" in headers or b"chunked" in headers.get(b"transfer-encoding", b"")
+        waiter = self.headers_arrived
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def on_body(self, body: bytes) -> None:
+        assert self.response is not None
+        self.response._body(body)
+
+    def on_message_complete(self) -> None:
+        response = self.response
+        assert response is not None
+        if response.status:
+            response._end(self.parser.should_keep_alive())
+
+    # -- used by the pool and the response ----------------------------------------------------------------------------
+
+    def send(self, data: bytes) -> Response:
+        assert self.transport is not None
+        self.response = Response(self)
+        self.received = False
+        self.headers_arrived = asyncio.get_running_loop().create_future()
+        self.transport.write(data)
+        return self.response
+
+    def _fail(self, error: HttpClientError) -> None:
+        if self.response is not None:
+            self.response._broken(error)
+        waiter = self.headers_arrived
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(error)
+            waiter.exception()  # retrieved: a caller that already left must not log "never retrieved"
+
+    def pause(self) -> None:
+        if not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+
+    def finished(self, reusable: bool) -> None:
+        self.response = None
+        self.headers_arrived = None
+        if reusable and not self.lost:
+            self.resume()
+            self.pool.put(self)
+        else:
+            self.close()
+            self.pool.forget(self)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+class _Pool:
+    """The connections to one origin: idle ones last-in first-out (the warmest first), at most `limit` in all."""
+
+    def __init__(self, target: Target, limit: int, keepalive_s: float) -> None:
+        self.target = target
+        self.keepalive_s = keepalive_s
+        self.idle: list[_Connection] = []
+        self.busy: set[_Connection] = set()
+        self.slots = asyncio.Semaphore(limit)
+        self.ssl = ssl.create_default_context() if target.scheme == "https" else None
+
+    async def acquire(self, connect_timeout_s: float) -> tuple[_Connection, bool]:
+        """A connection for one request, and whether it was reused (it may have been closed by the server since)."""
+        await self.slots.acquire()
+        now = time.monotonic()
+        while self.idle:
+            connection = self.idle.pop()
+            if connection.lost or now - connection.idle_since > self.keepalive_s:
+                connection.close()
+                continue
+            self.busy.add(connection)
+            return connection, True
+        try:
+            connection = await self.connect(connect_timeout_s)
+        except BaseException:
+            self.slots.release()
+            raise
+        self.busy.add(connection)
+        return connection, False
+
+    async def connect(self, timeout_s: float) -> _Connection:
+        loop = asyncio.get_running_loop()
+        target = self.target
+        try:
+            async with asyncio.timeout(timeout_s):
+                _, connection = await loop.create_connection(
+                    lambda: _Connection(self),
+                    target.host,
+                    target.port,
+                    ssl=self.ssl,
+                    server_hostname=target.host if self.ssl else None,
+                )
+        except TimeoutError:
+            where = f"{target.host}:{target.port}"
+            raise ConnectFailed(f"connect to {where} timed out ({timeout_s * 1000:.0f} ms)") from None
+        except OSError as exc:
+            raise ConnectFailed(f"cannot connect to {target.host}:{target.port}: {exc.strerror or exc}") from None
+        return connection
+
+    def put(self, connection: _Connection) -> None:
+        if connection in self.busy:
+            self.busy.discard(connection)
+            self.slots.release()
+        connection.idle_since = time.monotonic()
+        self.idle.append(connection)
+
+    def forget(self, connection: _Connection) -> None:
+        if connection in self.busy:
+            self.busy.discard(connection)
+            self.slots.release()
+        elif connection in self.idle:
+            self.idle.remove(connection)
+
+    def close(self) -> None:
+        for connection in [*self.idle, *self.busy]:
+            connection.close()
+        self.idle.clear()
+
+
+class HttpClient:
+    """Keep-alive pools, one per origin (scheme, host, port)."""
+
+    def __init__(self, *, limit_per_origin: int, keepalive_s: float, connect_timeout_s: float) -> None:
+        self._limit = limit_per_origin
+        self._keepalive_s = keepalive_s
+        self._connect_timeout_s = connect_timeout_s
+        self._pools: dict[tuple[str, str, int], _Pool] = {}
+
+    async def request(
+        self,
+        method: bytes,
+        target: Target,
+        headers: Mapping[str, str],
+        body: bytes = b"",
+        *,
+        connect_timeout_s: float | None = None,
+    ) -> Response:
+        """Send one request and return once the response's status and headers have arrived.
+
+        A pooled connection that turns out to have been closed by the server while it sat idle (no byte of an answer
+        came back) is replaced once by a new connection. Cancelling the call closes the connection, which is how an
+        upstream learns that the request was abandoned. Raises ConnectFailed or StreamBroken."""
+        pool = self._pools.get(target.origin)
+        if pool is None:
+            pool = self._pools[target.origin] = _Pool(target, self._limit, self._keepalive_s)
+        data = _encode(method, target, headers, body)
+        timeout = self._connect_timeout_s if connect_timeout_s is None else connect_timeout_s
+        for attempt in (1, 2):
+            connection, reused = await pool.acquire(timeout)
+            response = connection.send(data)
+            waiter = connection.headers_arrived
+            assert waiter is not None
+            try:
+                await waiter
+            except StreamBroken:
+                response.close()
+                if reused and not connection.received and attempt == 1:
+                    continue
+                raise
+            except BaseException:
+                response.close()
+                raise
+            return response
+        raise AssertionError("unreachable")
+
+    def idle_connections(self) -> int:
+        return sum(len(pool.idle) for pool in self._pools.values())
+
+    def busy_connections(self) -> int:
+        return sum(len(pool.busy) for pool in self._pools.values())
+
+    def close(self) -> None:
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
+
+
+def _encode(method: bytes, target: Target, headers: Mapping[str, str], body: bytes) -> bytes:
+    lines = [method, b" ", target.path, b" HTTP/1.1\r\nhost: ", target.host_header, b"\r\n"]
+    for name, value in headers.items():
+        if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
+            raise ValueError(f"header {name!r} holds a line break")
+        lines += (name.encode("latin-1"), b": ", value.encode("latin-1"), b"\r\n")
+    lines += (b"content-length: %d\r\n\r\n" % len(body), body)
+    return b"".join(lines)

@@ -1,0 +1,279 @@
+"""The gateway's HTTP/1.1 client against scripted servers: every byte the server sends is written out here."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from inferstack_gateway.http_client import ConnectFailed, HttpClient, StreamBroken, Target
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """The request head and its content-length body."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return head, await reader.readexactly(length)
+
+
+def run(handler: Handler, client_side: Callable[[HttpClient, Target], Awaitable[Any]], **client: Any) -> Any:
+    async def main() -> Any:
+        handlers: set[asyncio.Task[Any]] = set()
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            handlers.add(task)
+            try:
+                await handler(reader, writer)
+            except (ConnectionError, asyncio.IncompleteReadError):
+                pass
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        http = HttpClient(**{"limit_per_origin": 8, "keepalive_s": 4.0, "connect_timeout_s": 1.0, **client})
+        try:
+            return await client_side(http, Target.parse(f"http://127.0.0.1:{port}/v1/chat/completions"))
+        finally:
+            http.close()
+            server.close()
+            for task in handlers:
+                task.cancel()
+            await asyncio.gather(*handlers, return_exceptions=True)
+            await asyncio.sleep(0.01)  # the transports' close callbacks
+
+    return asyncio.run(main())
+
+
+def test_target_keeps_path_query_and_a_non_default_port_in_the_host_header() -> None:
+    target = Target.parse("https://hub.example.internal:8443/v1/chat/completions?x=1")
+    assert (target.scheme, target.host, target.port) == ("https", "hub.example.internal", 8443)
+    assert target.path == b"/v1/chat/completions?x=1"
+    assert target.host_header == b"hub.example.internal:8443"
+    assert Target.parse("http://gw/v1").host_header == b"gw"
+    with pytest.raises(ValueError, match="not an http"):
+        Target.parse("ftp://gw/v1")
+
+
+def test_one_write_carries_the_whole_request_and_the_connection_is_reused() -> None:
+    heads: list[bytes] = []
+    connections = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        while not reader.at_eof():
+            try:
+                head, body = await read_request(reader)
+            except asyncio.IncompleteReadError:
+                break
+            heads.append(head)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+        writer.close()
+
+    async def client_side(http: HttpClient, target: Target) -> list[bytes]:
+        bodies = []
+        for i in range(3):
+            response = await http.request(b"POST", target, {"authorization": "Bearer k"}, b'{"n":%d}' % i)
+            bodies.append(await response.read())
+            response.close()
+        assert http.idle_connections() == 1 and http.busy_connections() == 0
+        return bodies
+
+    assert run(handler, client_side) == [b'{"n":0}', b'{"n":1}', b'{"n":2}']
+    assert connections == 1
+    assert heads[0].startswith(b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:")
+    assert b"authorization: Bearer k\r\n" in heads[0] and b"content-length: 7\r\n" in heads[0]
+
+
+def test_a_chunked_stream_is_handed_over_chunk_by_chunk_as_it_arrives() -> None:
+    release = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: text/event-stream\r\n\r\n")
+        writer.write(b"7\r\ndata: 1\r\n")
+        await writer.drain()
+        await release.wait()
+        writer.write(b"7\r\ndata: 2\r\n0\r\n\r\n")
+        await writer.drain()
+        await reader.read()  # the client keeps the connection
+
+    async def client_side(http: HttpClient, target: Target) -> list[bytes]:
+        response = await http.request(b"POST", target, {}, b"{}")
+        assert response.status == 200 and response.headers[b"content-type"] == b"text/event-stream"
+        first = await response.readany()  # arrives before the server sends the rest
+        release.set()
+        rest = await response.read()
+        assert response.at_eof()
+        response.close()
+        assert http.idle_connections() == 1  # a complete chunked response keeps the connection
+        return [first, rest]
+
+    assert run(handler, client_side) == [b"data: 1", b"data: 2"]
+
+
+def test_a_body_ended_by_closing_the_connection_is_complete_and_not_reused() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.0 503 Service Unavailable\r\n\r\nbusy")
+        await writer.drain()
+        writer.close()
+
+    async def client_side(http: HttpClient, target: Target) -> tuple[int, bytes, int]:
+        response = await http.request(b"POST", target, {}, b"{}")
+        body = await response.read()
+        response.close()
+        return response.status, body, http.idle_connections()
+
+    assert run(handler, client_side) == (503, b"busy", 0)
+
+
+def test_a_reset_mid_stream_raises_after_the_chunks_that_arrived() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n7\r\ndata: 1\r\n")
+        await writer.drain()
+        writer.transport.abort()
+
+    async def client_side(http: HttpClient, target: Target) -> bytes:
+        response = await http.request(b"POST", target, {}, b"{}")
+        first = await response.readany()
+        with pytest.raises(StreamBroken, match="closed the connection"):
+            await response.readany()
+        response.close()
+        assert http.idle_connections() == 0 and http.busy_connections() == 0
+        return first
+
+    assert run(handler, client_side) == b"data: 1"
+
+
+def test_a_pooled_connection_the_server_closed_while_idle_is_replaced_once() -> None:
+    served = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal served
+        await read_request(reader)
+        served += 1
+        # Keep-alive is offered, then the connection is dropped without reading the next request: what an upstream
+        # whose idle timeout ran out does.
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.transport.abort()
+
+    async def client_side(http: HttpClient, target: Target) -> list[bytes]:
+        bodies = []
+        for _ in range(2):
+            response = await http.request(b"POST", target, {}, b"{}")
+            bodies.append(await response.read())
+            response.close()
+            await asyncio.sleep(0.02)  # the next request goes out on the pooled connection, which then dies
+        return bodies
+
+    assert run(handler, client_side) == [b"ok", b"ok"]
+    assert served == 2
+
+
+def test_cancelling_a_request_closes_its_connection_so_the_upstream_sees_the_abort() -> None:
+    saw_close = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        await reader.read()  # returns when the client closes
+        saw_close.set()
+
+    async def client_side(http: HttpClient, target: Target) -> tuple[int, int]:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.1):
+                await http.request(b"POST", target, {}, b"{}")  # the server never answers
+        await asyncio.wait_for(saw_close.wait(), 2)
+        return http.idle_connections(), http.busy_connections()
+
+    assert run(handler, client_side) == (0, 0)
+
+
+def test_a_refused_connection_fails_with_connect_failed() -> None:
+    async def main() -> None:
+        http = HttpClient(limit_per_origin=1, keepalive_s=4, connect_timeout_s=1)
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        server.close()
+        await server.wait_closed()
+        with pytest.raises(ConnectFailed, match="cannot connect"):
+            await http.request(b"GET", Target.parse(f"http://127.0.0.1:{port}/v1/models"), {})
+        assert http.busy_connections() == 0
+        http.close()
+
+    asyncio.run(main())
+
+
+def test_the_pool_limit_queues_the_request_beyond_it() -> None:
+    gate = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            await gate.wait()
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+
+    async def client_side(http: HttpClient, target: Target) -> tuple[bool, bytes]:
+        one = asyncio.ensure_future(http.request(b"POST", target, {}, b"{}"))
+        two = asyncio.ensure_future(http.request(b"POST", target, {}, b"{}"))
+        await asyncio.sleep(0.1)
+        waiting = http.busy_connections() == 1 and not one.done() and not two.done()
+        gate.set()
+        response = await one
+        body = await response.read()
+        response.close()  # frees the only slot: the second request goes out on the same connection
+        (await two).close()
+        return waiting, body
+
+    assert run(handler, client_side, limit_per_origin=1) == (True, b"ok")
+
+
+def test_a_header_with_a_line_break_is_refused_before_anything_is_sent() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise AssertionError("nothing may reach the server")
+
+    async def client_side(http: HttpClient, target: Target) -> None:
+        with pytest.raises(ValueError, match="line break"):
+            await http.request(b"POST", target, {"x-trace": "a\r\nx-evil: 1"}, b"{}")
+
+    run(handler, client_side)
+
+
+def test_a_large_unread_body_pauses_the_socket_and_is_read_whole() -> None:
+    size = 5 * 2**20
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size)
+        for _ in range(size // 65536):
+            writer.write(b"x" * 65536)
+            await writer.drain()
+
+    async def client_side(http: HttpClient, target: Target) -> int:
+        response = await http.request(b"POST", target, {}, b"{}")
+        await asyncio.sleep(0.2)  # let the server fill the buffer: reading pauses past PAUSE_BYTES
+        assert response._buffered <= 2 * 2**20
+        body = await response.read()
+        response.close()
+        return len(body)
+
+    assert run(handler, client_side) == size
