@@ -173,6 +173,20 @@ def test_paraphrase_is_a_semantic_hit(gateway: Any, upstreams: Any) -> None:
     assert len(upstream.requests) == 1
 
 
+def test_a_semantic_hit_is_an_exact_hit_the_next_time_it_is_asked(gateway: Any, upstreams: Any) -> None:
+    # GIVEN an answer cached for one phrasing, and a paraphrase answered from the semantic cache
+    upstream = upstreams("up")
+    gw = gateway(upstream)
+    first, _ = ask(gw, PARAPHRASE[0])
+    assert wait_for(lambda: stored(gw, "semantic"))
+    assert ask(gw, PARAPHRASE[1]) == (first, "semantic")
+    # WHEN the paraphrase is asked again, word for word
+    assert wait_for(lambda: gw.metric("inferstack_gateway_cache_writes_total", kind="exact", outcome="from_semantic"))
+    # THEN it is an exact hit (one Redis GET), not a second embedding and vector search
+    assert ask(gw, PARAPHRASE[1]) == (first, "hit")
+    assert len(upstream.requests) == 1
+
+
 @pytest.mark.parametrize("pair", [NEAR_MISS, OTHER_COUNTRY], ids=["delete-vs-reset-password", "germany-vs-france"])
 def test_near_misses_are_not_served_from_the_semantic_cache(
     gateway: Any, upstreams: Any, pair: tuple[str, str]

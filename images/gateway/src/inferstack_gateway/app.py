@@ -404,6 +404,8 @@ class Gateway:
             if found is not None:
                 exchange.cache = "semantic"
                 await self._send_cached(send, exchange, request, found)
+                if exact is not None:
+                    self._promote(exact.exact, found, model)
                 return
         exchange.cache = "miss" if keys is not None and looked_up else "bypass"
         write_keys = keys if exchange.cache == "miss" else None
@@ -723,6 +725,26 @@ class Gateway:
     ) -> None:
         def start() -> None:
             task = asyncio.create_task(self._write_back(principal, request, model, keys, embedding, raw, streamed))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+        self._defer(start)
+
+    def _promote(self, exact_key: str, answer: bytes, model: ModelConfig) -> None:
+        """Store a semantic hit's answer under the request's own exact key, after the response.
+
+        The next identical request is then an exact hit (one Redis GET) instead of another embedding and KNN search."""
+
+        async def write() -> None:
+            assert self.store is not None
+            try:
+                await self.store.write(exact_key, answer, model.cache.ttl_s, None)
+                self.metrics.cache_writes.labels("exact", "from_semantic").inc()
+            except (RedisError, OSError) as exc:
+                self.store.failed("write", exc)
+
+        def start() -> None:
+            task = asyncio.create_task(write())
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
