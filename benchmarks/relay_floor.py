@@ -1,0 +1,230 @@
+"""Where a Python relay's added TTFT goes: the same relay with its parts swapped, against a direct connection.
+
+gateway_bench.py measures the gateway beside a bare relay (uvicorn + aiohttp's client) and LiteLLM. This program
+takes the relay apart, so that each layer's share of the added time to the first content token is measured rather
+than guessed. Every path relays the same upstream stand-in (gateway_bench's, 20 ms TTFT, 2 ms ITL, 16 tokens):
+
+  direct        client -> upstream: the limit
+  pipe          a byte pipe (asyncio protocols on uvloop, no HTTP parsing at all): the floor of any proxy process
+  uvicorn+aiohttp   uvicorn (httptools, uvloop) with aiohttp's client, one session: gateway_bench's "relay"
+  uvicorn+own   uvicorn with the gateway's own client (inferstack_gateway.http_client): what the gateway runs
+
+The client is the official openai package (AsyncOpenAI on aiohttp, streaming, uvloop), one request at a time; TTFT
+is the first chunk with content. Each round measures every path in turn (a warm-up of 20, then --requests timed);
+the table shows each path's median TTFT over rounds, minus direct's in the same round, with min..max.
+
+    python benchmarks/relay_floor.py                 # 7 rounds of 200 requests (about 4 min on 2 cores)
+    python benchmarks/relay_floor.py --rounds 3 --requests 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import gateway_bench as bench
+
+RESULTS = bench.RESULTS
+
+
+def serve_pipe(port: int, upstream_port: int) -> None:
+    """Bytes in, bytes out: one upstream connection per client connection, nothing parsed."""
+    import uvloop
+
+    class Upstream(asyncio.Protocol):
+        def __init__(self, client: asyncio.Transport) -> None:
+            self.client = client
+
+        def data_received(self, data: bytes) -> None:
+            self.client.write(data)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self.client.close()
+
+    class Client(asyncio.Protocol):
+        def connection_made(self, transport: Any) -> None:
+            self.transport = transport
+            self.upstream: Any = None
+            self.pending: list[bytes] = []
+            self.connecting = asyncio.ensure_future(self.connect())
+
+        async def connect(self) -> None:
+            loop = asyncio.get_running_loop()
+            self.upstream, _ = await loop.create_connection(
+                lambda: Upstream(self.transport), "127.0.0.1", upstream_port
+            )
+            self.upstream.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for data in self.pending:
+                self.upstream.write(data)
+
+        def data_received(self, data: bytes) -> None:
+            if self.upstream is None:
+                self.pending.append(data)
+            else:
+                self.upstream.write(data)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.upstream is not None:
+                self.upstream.close()
+
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(Client, "127.0.0.1", port)
+        await server.serve_forever()
+
+    uvloop.run(main())
+
+
+def serve_own(port: int, upstream: str) -> None:
+    """gateway_bench's relay with the gateway's HTTP client in place of aiohttp's."""
+    import uvicorn
+
+    from inferstack_gateway.http_client import HttpClient, Target
+
+    http = HttpClient(limit_per_origin=1024, keepalive_s=4, connect_timeout_s=1)
+    target = Target.parse(upstream + "/chat/completions")
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = await bench.read_body(receive)
+        response = await http.request(b"POST", target, {"content-type": "application/json"}, body)
+        try:
+            content_type = response.headers.get(b"content-type", b"application/json")
+            await send({"type": "http.response.start", "status": response.status,
+                        "headers": [(b"content-type", content_type)]})  # fmt: skip
+            while chunk := await response.readany():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        finally:
+            response.close()
+        await send({"type": "http.response.body", "body": b""})
+
+    uvicorn.run(
+        app, host="127.0.0.1", port=port, loop="uvloop", http="httptools", log_level="warning", access_log=False
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--serve", choices=["pipe", "own"], help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--to", help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, default=RESULTS / "relay_floor.json")
+    args = parser.parse_args()
+    if args.serve == "pipe":
+        serve_pipe(args.port, int(args.to))
+        return 0
+    if args.serve == "own":
+        serve_own(args.port, args.to)
+        return 0
+
+    ports = {name: bench.free_port() for name in ("direct", "pipe", "uvicorn+aiohttp", "uvicorn+own")}
+    upstream = f"http://127.0.0.1:{ports['direct']}/v1"
+    here, gateway = [sys.executable, __file__], [sys.executable, bench.__file__]
+    commands = {
+        "direct": [*gateway, "--serve-upstream", str(ports["direct"])],
+        "pipe": [*here, "--serve", "pipe", "--port", str(ports["pipe"]), "--to", str(ports["direct"])],
+        "uvicorn+aiohttp": [*gateway, "--serve-relay", str(ports["uvicorn+aiohttp"]), "--relay-to", upstream],
+        "uvicorn+own": [*here, "--serve", "own", "--port", str(ports["uvicorn+own"]), "--to", upstream],
+    }
+    processes = []
+    try:
+        for name, command in commands.items():
+            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            processes.append(process)
+            bench.wait_port(ports[name], process)
+        rounds = asyncio.run(measure(ports, args.rounds, args.requests))
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(10)
+    report = summarize(rounds, args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    table = render(report)
+    args.out.with_suffix(".md").write_text(table)
+    print(table)
+    return 0
+
+
+async def measure(ports: dict[str, int], rounds: int, requests: int) -> list[dict[str, float]]:
+    import openai
+    import uvloop
+
+    uvloop.install()
+    clients = {
+        name: openai.AsyncOpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1",
+            api_key="none",
+            max_retries=0,
+            http_client=openai.DefaultAioHttpClient(),
+        )
+        for name, port in ports.items()
+    }
+    out = []
+    try:
+        for number in range(rounds):
+            row = {}
+            for name, client in clients.items():
+                for i in range(20):
+                    await bench.one(client, bench.chat(f"warm {number} {i}", 1.0))
+                ttfts = [(await bench.one(client, bench.chat(f"r{number} {i}", 1.0)))[0] for i in range(requests)]
+                row[name] = statistics.median(ttfts) * 1000
+            out.append(row)
+            print(f"round {number + 1}/{rounds}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in row.items()), flush=True)
+    finally:
+        for client in clients.values():
+            await client.close()
+    return out
+
+
+def summarize(rounds: list[dict[str, float]], args: argparse.Namespace) -> dict[str, Any]:
+    paths: dict[str, Any] = {}
+    for name in rounds[0]:
+        added = [r[name] - r["direct"] for r in rounds]
+        paths[name] = {
+            "ttft_p50_ms": statistics.median(r[name] for r in rounds),
+            "added_ms": None if name == "direct" else statistics.median(added),
+            "added_spread_ms": None if name == "direct" else [min(added), max(added)],
+        }
+    return {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {bench.cpu_model()}",
+        "python": platform.python_version(),
+        "load_average_before": list(os.getloadavg()),
+        "rounds": args.rounds,
+        "requests_per_round": args.requests,
+        "paths": paths,
+    }
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = [
+        f"Relay floor, {report['date']}, {report['machine']}, Python {report['python']}. Concurrency 1, "
+        f"{report['rounds']} rounds of {report['requests_per_round']} requests per path; TTFT = first content token "
+        "(official openai client); median over rounds, [min..max] of the added time.",
+        "",
+        "| path | TTFT p50 ms | added p50 ms |",
+        "|---|---|---|",
+    ]
+    for name, row in report["paths"].items():
+        added = "-" if row["added_ms"] is None else (
+            f"{row['added_ms']:+.2f} [{row['added_spread_ms'][0]:+.2f}..{row['added_spread_ms'][1]:+.2f}]"
+        )  # fmt: skip
+        lines.append(f"| {name} | {row['ttft_p50_ms']:.2f} | {added} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
