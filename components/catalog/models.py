@@ -212,7 +212,8 @@ GGUF_FILES: Mapping[str, Mapping[str, GgufFile]] = MappingProxyType(
     {
         "meta-llama/Llama-3.2-3B-Instruct": MappingProxyType(
             {
-                # huggingface.co/bartowski/Llama-3.2-3B-Instruct-GGUF (file list).
+                # huggingface.co/bartowski/Llama-3.2-3B-Instruct-GGUF (file list). Q4_K_M re-checked: 2,019,377,600
+                # bytes (sha256 6c99cc00…f74d) in a public project's pinned download manifest.
                 "Q4_K_M": GgufFile("bartowski/Llama-3.2-3B-Instruct-GGUF", "Llama-3.2-3B-Instruct-Q4_K_M.gguf", 2.02),
                 "Q8_0": GgufFile("bartowski/Llama-3.2-3B-Instruct-GGUF", "Llama-3.2-3B-Instruct-Q8_0.gguf", 3.42),
             }
@@ -227,7 +228,8 @@ GGUF_FILES: Mapping[str, Mapping[str, GgufFile]] = MappingProxyType(
         ),
         "Qwen/Qwen2.5-1.5B-Instruct": MappingProxyType(
             {
-                # huggingface.co/Qwen/Qwen2.5-1.5B-Instruct-GGUF (Qwen's own quantizations).
+                # huggingface.co/Qwen/Qwen2.5-1.5B-Instruct-GGUF (Qwen's own quantizations). Q4_K_M re-checked:
+                # 1,117,320,736 bytes at revision 91cad511 (a public project's pinned download manifest).
                 "Q4_K_M": GgufFile("Qwen/Qwen2.5-1.5B-Instruct-GGUF", "qwen2.5-1.5b-instruct-q4_k_m.gguf", 1.12),
                 "Q8_0": GgufFile("Qwen/Qwen2.5-1.5B-Instruct-GGUF", "qwen2.5-1.5b-instruct-q8_0.gguf", 1.89),
             }
