@@ -1,0 +1,232 @@
+"""Where the gateway's added TTFT goes inside its process: timestamps at each hop of one streamed request.
+
+gateway_bench.py measures the added time from outside; this program runs the gateway (the real app on uvicorn, as
+`inferstack-gateway` serves it, with no cache so every request is relayed) in its own process with a probe at each
+hop, while a second process drives it with the official openai client at c=1 against gateway_bench's stand-in
+upstream (20 ms TTFT). The probes wrap functions at their boundaries (one perf_counter call each) and change nothing
+else. It prints the median time between consecutive probes over the requests after a warm-up:
+
+  request leg   bytes of the request read by uvicorn -> the app called -> the request validated -> admitted
+                -> the upstream call started -> the request written to the upstream socket
+  response leg  the upstream's first content bytes read -> the client call returns (headers parsed, task woken)
+                -> the answer opened (failover point passed) -> response head handed to uvicorn
+                -> the first content chunk handed to uvicorn
+
+The time from handing a chunk to uvicorn to its socket write returning is not shown: on a 2-core machine the write
+wakes the client, which often preempts the gateway on the same core, so that interval measures the client's work.
+
+    python benchmarks/gateway_hops.py                 # 400 requests, about 30 s
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import itertools
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gateway_bench as bench
+
+HOPS = (
+    "request read",
+    "app called",
+    "validated",
+    "admitted",
+    "upstream call",
+    "upstream write",
+    "upstream content read",
+    "client call returned",
+    "answer opened",
+    "head to uvicorn",
+    "content to uvicorn",
+)
+
+
+def install_probes(stamps: dict[str, float], done: Callable[[], None]) -> None:
+    """Wrap the functions at each hop; `stamps` is the request in flight (c=1), `done` runs after its last hop."""
+    from uvicorn.protocols.http import httptools_impl
+
+    from inferstack_gateway import app, http_client
+
+    def wrap_sync(owner: Any, name: str, before: Callable[..., None] | None, after: str | None) -> None:
+        original = getattr(owner, name)
+
+        @functools.wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if before is not None:
+                before(*args)
+            result = original(*args, **kwargs)
+            if after is not None:
+                stamps[after] = time.perf_counter()
+            return result
+
+        setattr(owner, name, wrapper)
+
+    def wrap_async(
+        owner: Any, name: str, on_call: str | None, on_return: str | None, when: Callable[..., bool]
+    ) -> None:
+        original = getattr(owner, name)
+
+        @functools.wraps(original)  # uvicorn reads the app's signature
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            hit = when(*args)
+            if hit and on_call is not None:
+                stamps[on_call] = time.perf_counter()
+            result = await original(*args, **kwargs)
+            if hit and on_return is not None:
+                stamps[on_return] = time.perf_counter()
+            return result
+
+        setattr(owner, name, wrapper)
+
+    def request_read(protocol: Any, data: bytes) -> None:
+        if data.startswith(b"POST"):
+            stamps.clear()
+            stamps["request read"] = time.perf_counter()
+
+    def upstream_write(connection: Any, data: bytes) -> None:
+        if data.startswith(b"POST"):
+            stamps["upstream write"] = time.perf_counter()
+
+    def upstream_read(connection: Any, data: bytes) -> None:
+        if b"tok0" in data and "upstream content read" not in stamps:
+            stamps["upstream content read"] = time.perf_counter()
+
+    wrap_sync(httptools_impl.HttpToolsProtocol, "data_received", request_read, None)
+    wrap_sync(http_client._Connection, "send", upstream_write, None)
+    wrap_sync(http_client._Connection, "data_received", upstream_read, None)
+    wrap_sync(app, "parse_chat", None, "validated")
+    is_post = lambda self, scope, *rest: scope.get("method") == "POST"  # noqa: E731
+    wrap_async(app.Gateway, "_http", "app called", None, is_post)
+    wrap_async(app.Gateway, "_admit", None, "admitted", lambda *a: True)
+    is_upstream_post = lambda self, method, *rest: method == b"POST"  # noqa: E731
+    wrap_async(http_client.HttpClient, "request", None, "client call returned", is_upstream_post)
+    original_open = app.open_upstream
+
+    async def open_upstream(*args: Any, **kwargs: Any) -> Any:
+        stamps["upstream call"] = time.perf_counter()
+        opened = await original_open(*args, **kwargs)
+        stamps["answer opened"] = time.perf_counter()
+        return opened
+
+    app.open_upstream = open_upstream  # type: ignore[assignment]
+    original_send = httptools_impl.RequestResponseCycle.send
+
+    async def send(self: Any, message: Any) -> None:
+        if message["type"] == "http.response.start":
+            stamps["head to uvicorn"] = time.perf_counter()
+        elif b"tok0" in message.get("body", b"") and "content to uvicorn" not in stamps:
+            stamps["content to uvicorn"] = time.perf_counter()
+            done()
+        await original_send(self, message)
+
+    httptools_impl.RequestResponseCycle.send = send  # type: ignore[method-assign]
+
+
+DRIVER = """
+import asyncio, socket, sys
+sys.path.insert(0, {here!r})
+import gateway_bench as bench, openai, uvloop
+async def main():
+    client = openai.AsyncOpenAI(base_url="http://127.0.0.1:{port}/v1", api_key={key!r}, max_retries=0,
+                                http_client=openai.DefaultAioHttpClient())
+    for i in range({n}):
+        await bench.one(client, bench.chat(f"hops {{i}}", 1.0))
+    await client.close()
+uvloop.run(main())
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--warmup", type=int, default=50)
+    args = parser.parse_args()
+
+    import uvicorn
+    import uvloop
+    import yaml
+
+    from inferstack_gateway.app import Gateway
+    from inferstack_gateway.config import load_config
+    from inferstack_gateway.server import GatewayHttpProtocol
+
+    rows: list[dict[str, float]] = []
+    stamps: dict[str, float] = {}
+
+    def done() -> None:
+        if all(hop in stamps for hop in HOPS):
+            rows.append(dict(stamps))
+
+    install_probes(stamps, done)
+    upstream_port, port = bench.free_port(), bench.free_port()
+    upstream = subprocess.Popen(
+        [sys.executable, bench.__file__, "--serve-upstream", str(upstream_port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        bench.wait_port(upstream_port, upstream)
+        config_path = Path(tempfile.mkdtemp(prefix="gateway-hops-")) / "gateway.yaml"
+        config_path.write_text(
+            yaml.safe_dump(
+                {
+                    "server": {"host": "127.0.0.1", "port": port, "access_log": False},
+                    "upstreams": {"main": {"url": f"http://127.0.0.1:{upstream_port}/v1"}},
+                    "tiers": {"small": {"upstreams": ["main"]}},
+                    "models": {"local": {"tier": "small", "cache": {"policy": "never"}}},
+                    "auth": {"keys": [{"tenant": "bench", "name": "bench", "key": bench.API_KEY}]},
+                    "limits": {"requests_per_minute": 10**8, "tokens_per_minute": 10**9},
+                }
+            )
+        )
+        server = uvicorn.Server(
+            uvicorn.Config(
+                Gateway(load_config(str(config_path))), host="127.0.0.1", port=port, loop="uvloop",
+                http=GatewayHttpProtocol, ws="none", lifespan="on", access_log=False, log_level="warning",
+                server_header=False, proxy_headers=False,
+            )
+        )  # fmt: skip
+        script = DRIVER.format(here=str(Path(__file__).parent), port=port, key=bench.API_KEY, n=args.requests)
+
+        async def serve() -> None:
+            task = asyncio.create_task(server.serve())
+            while not server.started:
+                await asyncio.sleep(0.05)
+            driver = await asyncio.create_subprocess_exec(sys.executable, "-c", script)
+            await driver.wait()
+            server.should_exit = True
+            await task
+
+        uvloop.run(serve())
+    finally:
+        upstream.terminate()
+        upstream.wait(10)
+    measured = rows[args.warmup :]
+    if not measured:
+        print("no complete request was probed", file=sys.stderr)
+        return 1
+    print(f"{len(measured)} requests after {args.warmup} of warm-up; median µs between consecutive hops\n")
+    print("| from | to | median µs |\n|---|---|---|")
+    for before, after in itertools.pairwise(HOPS):
+        if after == "upstream content read":
+            waited = statistics.median((r[after] - r[before]) * 1e6 for r in measured)
+            print(f"| {before} | {after} | (the upstream: {waited:,.0f}) |")
+            continue
+        print(f"| {before} | {after} | {statistics.median((r[after] - r[before]) * 1e6 for r in measured):.0f} |")
+    request = statistics.median((r["upstream write"] - r["request read"]) * 1e6 for r in measured)
+    response = statistics.median((r["content to uvicorn"] - r["upstream content read"]) * 1e6 for r in measured)
+    print(f"\nrequest leg {request:.0f} µs, response leg {response:.0f} µs")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
