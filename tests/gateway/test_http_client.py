@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -277,3 +278,37 @@ def test_a_large_unread_body_pauses_the_socket_and_is_read_whole() -> None:
         return len(body)
 
     assert run(handler, client_side) == size
+
+
+def test_https_verifies_the_server_certificate_and_its_host_name() -> None:
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_tls)
+    trusting = ssl.create_default_context()
+    ca.configure_trust(trusting)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        await reader.read()
+
+    async def main() -> None:
+        server = await asyncio.start_server(handler, "127.0.0.1", 0, ssl=server_tls)
+        port = server.sockets[0].getsockname()[1]
+        target = Target.parse(f"https://127.0.0.1:{port}/v1/chat/completions")
+        # GIVEN a client that trusts the CA THEN the exchange works over TLS
+        http = HttpClient(limit_per_origin=2, keepalive_s=4, connect_timeout_s=2, tls=trusting)
+        response = await http.request(b"POST", target, {}, b"{}")
+        assert (response.status, await response.read()) == (200, b"ok")
+        response.close()
+        http.close()
+        # GIVEN the system trust store only (the test CA is not in it) THEN the connection is refused, not used
+        strict = HttpClient(limit_per_origin=2, keepalive_s=4, connect_timeout_s=2)
+        with pytest.raises(ConnectFailed, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+            await strict.request(b"POST", target, {}, b"{}")
+        strict.close()
+        server.close()
+
+    asyncio.run(main())

@@ -289,13 +289,13 @@ class _Connection(asyncio.Protocol):
 class _Pool:
     """The connections to one origin: idle ones last-in first-out (the warmest first), at most `limit` in all."""
 
-    def __init__(self, target: Target, limit: int, keepalive_s: float) -> None:
+    def __init__(self, target: Target, limit: int, keepalive_s: float, tls: ssl.SSLContext | None) -> None:
         self.target = target
         self.keepalive_s = keepalive_s
         self.idle: list[_Connection] = []
         self.busy: set[_Connection] = set()
         self.slots = asyncio.Semaphore(limit)
-        self.ssl = ssl.create_default_context() if target.scheme == "https" else None
+        self.ssl = tls
 
     async def acquire(self, connect_timeout_s: float) -> tuple[_Connection, bool]:
         """A connection for one request, and whether it was reused (it may have been closed by the server since)."""
@@ -356,9 +356,21 @@ class _Pool:
 
 
 class HttpClient:
-    """Keep-alive pools, one per origin (scheme, host, port)."""
+    """Keep-alive pools, one per origin (scheme, host, port).
 
-    def __init__(self, *, limit_per_origin: int, keepalive_s: float, connect_timeout_s: float) -> None:
+    https origins verify the server's certificate and host name against `tls`, by default the system's trust store
+    (`ssl.create_default_context()`, which also reads `SSL_CERT_FILE`: the way to trust a private CA in a container).
+    """
+
+    def __init__(
+        self,
+        *,
+        limit_per_origin: int,
+        keepalive_s: float,
+        connect_timeout_s: float,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        self._tls = tls
         self._limit = limit_per_origin
         self._keepalive_s = keepalive_s
         self._connect_timeout_s = connect_timeout_s
@@ -380,7 +392,10 @@ class HttpClient:
         upstream learns that the request was abandoned. Raises ConnectFailed or StreamBroken."""
         pool = self._pools.get(target.origin)
         if pool is None:
-            pool = self._pools[target.origin] = _Pool(target, self._limit, self._keepalive_s)
+            tls = None
+            if target.scheme == "https":
+                tls = self._tls = self._tls or ssl.create_default_context()
+            pool = self._pools[target.origin] = _Pool(target, self._limit, self._keepalive_s, tls)
         data = _encode(method, target, headers, body)
         timeout = self._connect_timeout_s if connect_timeout_s is None else connect_timeout_s
         for attempt in (1, 2):
