@@ -484,20 +484,18 @@ class Gateway:
         if store is None or limiter is None or not store.available():
             self._admit_locally(principal, tokens)
             return None, False
-        leased = limiter.lease(principal, tokens, carried=exact is not None)
+        leased = limiter.lease(principal, tokens)
         if leased and exact is None:
             return None, False
         cached: bytes | None = None
         refused: str | None = None
         answered = False
-        window, pending = limiter.take_pending(principal.key_id) if leased else (0, 0)
-        total: int | None = None
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.config.budgets.exact_cache_ms / 1000):
                 if leased:
                     assert exact is not None
-                    cached, total = await store.get_exact(exact.exact, principal.key_id, window, pending)
+                    cached = await store.get_exact(exact.exact)
                 else:
                     refused, cached = await limiter.admit(principal, tokens, exact.exact if exact else None)
             answered = True
@@ -508,8 +506,6 @@ class Gateway:
             self.metrics.cache_skipped.labels("exact", "budget").inc()
         except (RedisError, OSError) as exc:
             store.failed("admit", exc)
-        if leased:
-            limiter.settle(principal.key_id, window, total, pending)
         if exact is not None and answered:
             self.metrics.cache_lookup.labels("exact").observe(time.perf_counter() - started)
         if not leased and not answered:

@@ -76,12 +76,8 @@ class SharedLimiter:
             state = self._keys[key_id] = _Key(window)
         return state
 
-    def lease(self, principal: Principal, tokens: int, carried: bool = False) -> bool:
-        """Admit the request from this replica's lease, without Redis. False: admit() must decide.
-
-        `carried`: the caller makes a Redis round trip anyway and adds the pending tokens in it (take_pending), so
-        no background flush is scheduled for them (a timer firing mid-request competes with the embedding model).
-        """
+    def lease(self, principal: Principal, tokens: int) -> bool:
+        """Admit the request from this replica's lease, without Redis. False: admit() must decide."""
         state = self._key(principal.key_id)
         if state.lease <= 0 or state.tokens >= principal.tokens_per_minute:
             return False
@@ -91,27 +87,9 @@ class SharedLimiter:
         n = lease_size(principal.requests_per_minute)
         if state.lease <= n // 2 and not state.reserving:
             self._spawn(self._top_up(principal, state, n))
-        elif not carried:
+        else:
             self._mark(principal.key_id)
         return True
-
-    def take_pending(self, key_id: str) -> tuple[int, int]:
-        """(window, tokens) not yet in Redis, handed to a caller that adds them in its own round trip."""
-        state = self._key(key_id)
-        pending, state.pending = state.pending, 0
-        return state.window, pending
-
-    def settle(self, key_id: str, window: int, total: int | None, pending: int) -> None:
-        """The outcome of a take_pending round trip: the key's new token total, or None if it failed."""
-        state = self._keys.get(key_id)
-        if state is None or state.window != window:
-            return
-        if total is None:
-            state.pending += pending
-            if pending:
-                self._mark(key_id)
-        else:
-            state.tokens = total + state.pending
 
     async def admit(
         self, principal: Principal, tokens: int, exact_key: str | None
