@@ -13,7 +13,7 @@ import contextlib
 import itertools
 import secrets
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from typing import Any
 
 import orjson
@@ -719,12 +719,7 @@ class Gateway:
         raw: bytes,
         streamed: bool,
     ) -> None:
-        def start() -> None:
-            task = asyncio.create_task(self._write_back(principal, request, model, keys, embedding, raw, streamed))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-
-        self._defer(start)
+        self._defer_task(lambda: self._write_back(principal, request, model, keys, embedding, raw, streamed))
 
     def _promote(self, exact_key: str, answer: bytes, model: ModelConfig) -> None:
         """Store a semantic hit's answer under the request's own exact key, after the response.
@@ -739,8 +734,13 @@ class Gateway:
             except (RedisError, OSError) as exc:
                 self.store.failed("write", exc)
 
+        self._defer_task(write)
+
+    def _defer_task(self, make: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Start `make()` as a background task with the deferred batch (after the response); shutdown awaits it."""
+
         def start() -> None:
-            task = asyncio.create_task(write())
+            task = asyncio.create_task(make())
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 

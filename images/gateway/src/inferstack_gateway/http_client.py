@@ -336,18 +336,21 @@ class _Pool:
         return connection
 
     def put(self, connection: _Connection) -> None:
-        if connection in self.busy:
-            self.busy.discard(connection)
-            self.slots.release()
+        self._release(connection)
         connection.idle_since = time.monotonic()
         self.idle.append(connection)
 
     def forget(self, connection: _Connection) -> None:
-        if connection in self.busy:
-            self.busy.discard(connection)
-            self.slots.release()
-        elif connection in self.idle:
+        if not self._release(connection) and connection in self.idle:
             self.idle.remove(connection)
+
+    def _release(self, connection: _Connection) -> bool:
+        """Free a busy connection's slot (once). False if it was not busy."""
+        if connection not in self.busy:
+            return False
+        self.busy.discard(connection)
+        self.slots.release()
+        return True
 
     def close(self) -> None:
         for connection in [*self.idle, *self.busy]:
