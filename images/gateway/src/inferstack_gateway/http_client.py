@@ -385,8 +385,6 @@ class HttpClient:
         target: Target,
         headers: Mapping[str, str],
         body: bytes = b"",
-        *,
-        connect_timeout_s: float | None = None,
     ) -> Response:
         """Send one request and return once the response's status and headers have arrived.
 
@@ -400,9 +398,8 @@ class HttpClient:
                 tls = self._tls = self._tls or ssl.create_default_context()
             pool = self._pools[target.origin] = _Pool(target, self._limit, self._keepalive_s, tls)
         data = _encode(method, target, headers, body)
-        timeout = self._connect_timeout_s if connect_timeout_s is None else connect_timeout_s
         for attempt in (1, 2):
-            connection, reused = await pool.acquire(timeout)
+            connection, reused = await pool.acquire(self._connect_timeout_s)
             response = connection.send(data)
             waiter = connection.headers_arrived
             assert waiter is not None

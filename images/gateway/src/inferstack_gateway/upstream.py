@@ -150,7 +150,6 @@ async def open_upstream(
     tried. Raises GatewayError 503 (every upstream down or open) or 504 (out of time).
     """
     loop = asyncio.get_running_loop()
-    connect_timeout_s = budgets.upstream_connect_ms / 1000
     failures: list[str] = []
     timed_out = False
     saturated = 0
@@ -176,9 +175,7 @@ async def open_upstream(
         try:
             async with asyncio.timeout(limit):
                 headers = upstream.headers if extra_headers is None else {**upstream.headers, **extra_headers}
-                response = await client.request(
-                    b"POST", upstream.targets[path], headers, payload(upstream), connect_timeout_s=connect_timeout_s
-                )
+                response = await client.request(b"POST", upstream.targets[path], headers, payload(upstream))
                 upstream.latency.observe(loop.time() - started)
                 if response.status >= 500:
                     body = await response.read()
