@@ -113,11 +113,60 @@ def serve_own(port: int, upstream: str) -> None:
     )
 
 
+def serve_raw(port: int, upstream: str) -> None:
+    """The gateway's client behind a bare httptools server protocol (no ASGI, no uvicorn): streams only."""
+    import httptools
+    import uvloop
+
+    from inferstack_gateway.http_client import HttpClient, Target
+
+    http = HttpClient(limit_per_origin=1024, keepalive_s=4, connect_timeout_s=1)
+    target = Target.parse(upstream + "/chat/completions")
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+    class Server(asyncio.Protocol):
+        def connection_made(self, transport: Any) -> None:
+            self.transport = transport
+            self.parser = httptools.HttpRequestParser(self)
+            self.body: list[bytes] = []
+
+        def data_received(self, data: bytes) -> None:
+            self.parser.feed_data(data)
+
+        def on_body(self, body: bytes) -> None:
+            self.body.append(body)
+
+        def on_message_complete(self) -> None:
+            body, self.body = b"".join(self.body), []
+            asyncio.get_running_loop().create_task(self.handle(body))
+
+        async def handle(self, body: bytes) -> None:
+            response = await http.request(b"POST", target, {"content-type": "application/json"}, body)
+            first = True
+            try:
+                while chunk := await response.readany():
+                    data = b"%x\r\n%s\r\n" % (len(chunk), chunk)
+                    if first:
+                        self.transport.writelines((head, data))
+                        first = False
+                    else:
+                        self.transport.write(data)
+            finally:
+                response.close()
+            self.transport.write(b"0\r\n\r\n")
+
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(Server, "127.0.0.1", port)
+        await server.serve_forever()
+
+    uvloop.run(main())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--requests", type=int, default=200)
-    parser.add_argument("--serve", choices=["pipe", "own"], help=argparse.SUPPRESS)
+    parser.add_argument("--serve", choices=["pipe", "own", "raw"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--to", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=RESULTS / "relay_floor.json")
@@ -128,8 +177,11 @@ def main() -> int:
     if args.serve == "own":
         serve_own(args.port, args.to)
         return 0
+    if args.serve == "raw":
+        serve_raw(args.port, args.to)
+        return 0
 
-    ports = {name: bench.free_port() for name in ("direct", "pipe", "uvicorn+aiohttp", "uvicorn+own")}
+    ports = {name: bench.free_port() for name in ("direct", "pipe", "uvicorn+aiohttp", "uvicorn+own", "raw+own")}
     upstream = f"http://127.0.0.1:{ports['direct']}/v1"
     here, gateway = [sys.executable, __file__], [sys.executable, bench.__file__]
     commands = {
@@ -137,6 +189,7 @@ def main() -> int:
         "pipe": [*here, "--serve", "pipe", "--port", str(ports["pipe"]), "--to", str(ports["direct"])],
         "uvicorn+aiohttp": [*gateway, "--serve-relay", str(ports["uvicorn+aiohttp"]), "--relay-to", upstream],
         "uvicorn+own": [*here, "--serve", "own", "--port", str(ports["uvicorn+own"]), "--to", upstream],
+        "raw+own": [*here, "--serve", "raw", "--port", str(ports["raw+own"]), "--to", upstream],
     }
     processes = []
     try:

@@ -86,7 +86,8 @@ def redis_binaries() -> tuple[str, str]:
 
 
 class RedisServer:
-    def __init__(self) -> None:
+    def __init__(self, *extra_args: str) -> None:
+        self.extra_args = extra_args
         self.server, self.module = redis_binaries()
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="gateway-redis-")
@@ -100,7 +101,7 @@ class RedisServer:
         self.process = subprocess.Popen(
             [
                 self.server, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-                "--save", "", "--appendonly", "no", "--loadmodule", self.module,
+                "--save", "", "--appendonly", "no", "--loadmodule", self.module, *self.extra_args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
@@ -109,7 +110,7 @@ class RedisServer:
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
                 s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
+                if s.recv(16).startswith((b"+PONG", b"-NOAUTH")):  # up (a password-protected one refuses PING)
                     return
             if self.process.poll() is not None:
                 raise RuntimeError(f"redis-server exited with {self.process.returncode}")
@@ -125,7 +126,8 @@ class RedisServer:
     def command(self, *args: str | bytes) -> Any:
         import redis
 
-        client = redis.Redis(port=self.port, protocol=2)
+        password = dict(zip(self.extra_args, self.extra_args[1:], strict=False)).get("--requirepass")
+        client = redis.Redis(port=self.port, protocol=2, password=password)
         try:
             return client.execute_command(*args)
         finally:

@@ -21,6 +21,7 @@ from redis.exceptions import RedisError, ResponseError
 from inferstack_gateway.config import RedisConfig
 from inferstack_gateway.logs import logger
 from inferstack_gateway.metrics import Metrics
+from inferstack_gateway.resp import FastReads
 
 WINDOW_S = 60
 
@@ -56,6 +57,9 @@ class RedisStore:
             protocol=2,
             health_check_interval=0,
         )
+        # The exact lookup's GETs, pipelined on one connection (resp.py); None for a URL with options only redis-py
+        # takes, and then redis-py reads them too.
+        self.reads = FastReads.from_url(config.url, timeout, on_timeout=lambda exc: self.failed("get", exc))
         metrics.redis_up.set(1)
 
     # -- health ---------------------------------------------------------------------------------------------------
@@ -82,6 +86,8 @@ class RedisStore:
             logger.info("redis available again")
 
     async def close(self) -> None:
+        if self.reads is not None:
+            self.reads.close()
         await self.client.aclose()
 
     async def ping(self, timeout_s: float) -> bool:
@@ -125,12 +131,13 @@ class RedisStore:
         return [int(total) for total in result[::2]]
 
     async def get_exact(self, exact_key: str) -> bytes | None:
-        """The exact lookup: one GET, the only Redis command on a leased request's path.
+        """The exact lookup: one GET, the only Redis command on a leased request's path (pipelined, resp.py).
 
         It used to carry the key's pending token charges in the same pipeline; a pipeline of three costs redis-py
         about 1.5 times a single command in this position (cold, between requests), so the charges now go with the
         batched flush (limits.FLUSH_S) instead."""
-        value = await self.client.get(f"{self.prefix}x:{exact_key}")
+        key = f"{self.prefix}x:{exact_key}"
+        value = await (self.client.get(key) if self.reads is None else self.reads.get(key.encode()))
         return value if isinstance(value, bytes) else None
 
     # -- writes -------------------------------------------------------------------------------------------------------
