@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import ssl
 import tempfile
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,10 @@ def reads(url: str, timeout_s: float = 0.05, **kw: Any) -> FastReads:
 
 
 def run(main: Callable[[], Awaitable[Any]]) -> Any:
-    return asyncio.run(main())
+    """On uvloop, as the gateway runs (its timers run before the sockets are read in each loop iteration)."""
+    import uvloop
+
+    return uvloop.run(main())  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -245,3 +250,33 @@ def test_tls_is_verified() -> None:
     assert value == b"secure"
     assert "certificate verify failed" in str(refused)
     assert any(line.startswith(b"AUTH") for line in commands)  # inline commands: the scripted server reads lines
+
+
+def test_an_event_loop_held_up_past_the_timeout_is_not_taken_for_a_frozen_redis(redis_server: RedisServer) -> None:
+    redis_server.command("SET", "resp:k", "v")
+    reported: list[RedisError] = []
+
+    class Busy(asyncio.Protocol):
+        """A socket whose callback holds the loop while the GET's reply arrives, so that the reply is still unread
+        when the loop next runs its timers."""
+
+        def data_received(self, data: bytes) -> None:
+            time.sleep(0.2)
+
+    async def main() -> bytes | None:
+        reader = reads(redis_server.url, timeout_s=0.05, on_timeout=reported.append)
+        ours, theirs = socket.socketpair()
+        transport, _ = await asyncio.get_running_loop().create_connection(Busy, sock=ours)
+        try:
+            await reader.get(b"resp:k")
+            pending = asyncio.ensure_future(reader.get(b"resp:k"))
+            await asyncio.sleep(0)  # the GET is sent
+            theirs.send(b"x")
+            return await pending
+        finally:
+            reader.close()
+            transport.close()
+            theirs.close()
+
+    assert run(main) == b"v"
+    assert reported == []

@@ -91,7 +91,8 @@ class RedisConfig(_Frozen):
     key_prefix: str = "inferstack:"
     """Prefix of every key and of the vector index name, so several gateways can share one Redis."""
     timeout_ms: PositiveMs = 50
-    """Socket connect/read timeout. The stage budgets cut lookups shorter than this."""
+    """Socket connect/read timeout: a Redis that leaves a command unanswered this long is treated as down (for
+    `retry_after_ms`). The stage budgets cut each lookup shorter than this."""
     max_connections: int = Field(default=128, ge=1)
     """Connection pool size per worker."""
     retry_after_ms: PositiveMs = 1000

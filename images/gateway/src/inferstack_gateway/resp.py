@@ -38,6 +38,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 MAX_IN_FLIGHT = 10_000
 """Commands sent and not yet answered beyond which the connection is treated as stuck (a frozen Redis)."""
 
+SECOND_LOOK_S = 0.001
+"""How long after finding a command overdue the watchdog looks again, the sockets having been read in between."""
+
 _SUPPORTED = {"host", "port", "db", "username", "password", "path", "connection_class"}
 
 
@@ -134,6 +137,7 @@ class FastReads:
         self._connection: _Connection | None = None
         self._connecting: asyncio.Task[_Connection] | None = None
         self._watchdog: asyncio.TimerHandle | None = None
+        self._suspect = False  # the oldest command was overdue at the last look
         self.loop: asyncio.AbstractEventLoop | None = None  # the serving loop, taken at the first connect
 
     @classmethod
@@ -199,10 +203,18 @@ class FastReads:
         if connection is None or not connection.waiting or loop is None:
             return
         oldest = connection.waiting[0][1]
-        if loop.time() - oldest >= self._timeout_s:
+        if loop.time() - oldest < self._timeout_s:
+            self._suspect = False
+            self._watchdog = loop.call_at(oldest + self._timeout_s, self._check)
+        elif not self._suspect:
+            # Timers run before the sockets are read in an event-loop iteration: after the loop itself was held up
+            # (a long callback, a collection), the reply may be waiting unread. Look again once the sockets were
+            # read (a timer due now would run in this same timer pass, before them).
+            self._suspect = True
+            self._watchdog = loop.call_later(SECOND_LOOK_S, self._check)
+        else:
+            self._suspect = False
             self._timed_out(connection, f"no reply from Redis in {self._timeout_s * 1000:.0f} ms")
-            return
-        self._watchdog = loop.call_at(oldest + self._timeout_s, self._check)
 
     def _timed_out(self, connection: _Connection, why: str) -> None:
         """Drop a connection that stopped answering, and say so: its callers may all have left on their budgets."""
