@@ -8,6 +8,7 @@ than guessed. Every path relays the same upstream stand-in (gateway_bench's, 20 
   pipe          a byte pipe (asyncio protocols on uvloop, no HTTP parsing at all): the floor of any proxy process
   uvicorn+aiohttp   uvicorn (httptools, uvloop) with aiohttp's client, one session: gateway_bench's "relay"
   uvicorn+own   uvicorn with the gateway's own client (inferstack_gateway.http_client): what the gateway runs
+  raw+own       the gateway's client behind a bare httptools server protocol, no ASGI (streams only): uvicorn's share
 
 The client is the official openai package (AsyncOpenAI on aiohttp, streaming, uvloop), one request at a time; TTFT
 is the first chunk with content. Each round measures every path in turn (a warm-up of 20, then --requests timed);
