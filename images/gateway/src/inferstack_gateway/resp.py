@@ -1,12 +1,13 @@
 """The exact lookup's Redis reads: GETs pipelined on one connection, parsed by hiredis.
 
 The exact lookup is the one Redis command on a cacheable request's path before its first token (and the whole of
-an exact hit). Through redis-py's asyncio client a GET costs about 0.6 ms on a 2-core machine when requests arrive one
-at a time, against about 0.25 ms for the same round trip written to a socket and parsed with hiredis
-(`benchmarks/README.md`, "The exact lookup"): a pooled connection taken and given back, a stream reader woken, a
-timeout context and a response callback per command. Here every GET goes out on one shared connection in a single
-write, and replies are handed to their callers in order as hiredis parses them (Redis answers a connection's
-commands in the order they were sent, which is what makes one connection enough for any number of callers).
+an exact hit). Through redis-py's asyncio client a GET cost 0.64 ms on a 2-core machine when requests arrive one at a
+time, against 0.26 ms for the same round trip written to a bare socket and parsed with hiredis, and 0.31 ms through
+this module (`benchmarks/redis_get.py`): redis-py takes a pooled connection and gives it back, wakes a stream reader,
+and runs a timeout context and a response callback per command. Here every GET goes out on one shared connection
+in a single write, and replies are handed to their callers in order as hiredis parses them (Redis answers a
+connection's commands in the order they were sent, which is what makes one connection enough for any number of
+callers).
 
 Everything else (writes, the rate-limit counters, the vector search, PING) stays on redis-py. A URL this module does
 not take on (query options such as `ssl_cert_reqs`) leaves the reads on redis-py too: `FastReads.from_url` returns
