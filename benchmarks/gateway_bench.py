@@ -561,11 +561,7 @@ def main() -> int:
                     row["added_ttft_p99_ms"] = row["ttft_p99_ms"] - direct["ttft_p99_ms"]
                     row["rps_vs_direct"] = row["rps"] / direct["rps"]
     report = {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {cpu_model()}",
-        "load_average_before": [round(x, 2) for x in load_before],
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "python": platform.python_version(),
+        **run_header(load_before),
         "upstream": {"ttft_ms": args.ttft_ms, "itl_ms": args.itl_ms, "tokens": args.tokens},
         "client": "official openai AsyncOpenAI (aiohttp transport) on uvloop, streaming, one process",
         "litellm": litellm_note,
@@ -575,12 +571,27 @@ def main() -> int:
         "per_run": runs,
     }
     report["targets"] = check_targets(report["results"])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    table = render_table(report)
-    args.out.with_suffix(".md").write_text(table)
-    print(table)
+    write_results(args.out, report, render_table(report))
     return 0
+
+
+def run_header(load_before: tuple[float, float, float]) -> dict[str, Any]:
+    """The first keys of every benchmark's report: when, on what, and the load average before the run and now."""
+    return {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {cpu_model()}",
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+    }
+
+
+def write_results(out: Path, report: dict[str, Any], table: str) -> None:
+    """The report as JSON at `out`, its table as markdown beside it, and the table printed."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    out.with_suffix(".md").write_text(table)
+    print(table)
 
 
 def summary(row: dict[str, Any]) -> str:

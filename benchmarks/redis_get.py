@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
-import json
 import os
-import platform
 import statistics
 import subprocess
 import tempfile
@@ -116,10 +113,7 @@ def main() -> int:
         redis.terminate()
         redis.wait(10)
     report = {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {bench.cpu_model()}",
-        "python": platform.python_version(),
-        "load_average_before": list(load_before),
+        **bench.run_header(load_before),
         "requests": args.requests,
         "cadences": {
             cadence: {
@@ -129,11 +123,7 @@ def main() -> int:
             for cadence, ways in samples.items()
         },
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    table = render(report)
-    args.out.with_suffix(".md").write_text(table)
-    print(table)
+    bench.write_results(args.out, report, render(report))
     return 0
 
 

@@ -22,10 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
-import json
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -193,6 +190,7 @@ def main() -> int:
         "raw+own": [*here, "--serve", "raw", "--port", str(ports["raw+own"]), "--to", upstream],
     }
     processes = []
+    load_before = os.getloadavg()  # before the servers start: the run's own load is not "before"
     try:
         for name, command in commands.items():
             process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -203,12 +201,8 @@ def main() -> int:
         for process in processes:
             process.terminate()
             process.wait(10)
-    report = summarize(rounds, args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    table = render(report)
-    args.out.with_suffix(".md").write_text(table)
-    print(table)
+    report = summarize(rounds, args, load_before)
+    bench.write_results(args.out, report, render(report))
     return 0
 
 
@@ -243,7 +237,9 @@ async def measure(ports: dict[str, int], rounds: int, requests: int) -> list[dic
     return out
 
 
-def summarize(rounds: list[dict[str, float]], args: argparse.Namespace) -> dict[str, Any]:
+def summarize(
+    rounds: list[dict[str, float]], args: argparse.Namespace, load_before: tuple[float, float, float]
+) -> dict[str, Any]:
     paths: dict[str, Any] = {}
     for name in rounds[0]:
         added = [r[name] - r["direct"] for r in rounds]
@@ -253,10 +249,7 @@ def summarize(rounds: list[dict[str, float]], args: argparse.Namespace) -> dict[
             "added_spread_ms": None if name == "direct" else [min(added), max(added)],
         }
     return {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {bench.cpu_model()}",
-        "python": platform.python_version(),
-        "load_average_before": list(os.getloadavg()),
+        **bench.run_header(load_before),
         "rounds": args.rounds,
         "requests_per_round": args.requests,
         "paths": paths,

@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
-import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -460,21 +457,13 @@ def main() -> int:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     report = {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {gb.cpu_model()}",
-        "load_average_before": [round(x, 2) for x in load_before],
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "python": platform.python_version(),
+        **gb.run_header(load_before),
         "requests": args.requests,
         "runs": args.runs,
         "decision": decision,
         "end_to_end": e2e,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    table = render(report)
-    args.out.with_suffix(".md").write_text(table)
-    print(table)
+    gb.write_results(args.out, report, render(report))
     return 0
 
 
