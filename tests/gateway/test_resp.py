@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gateway_harness import RedisServer
+from gateway_harness import RedisServer, private_ca
 from redis.exceptions import AuthenticationError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -206,12 +206,7 @@ def test_urls_with_options_it_does_not_take_on_stay_with_redis_py() -> None:
 
 
 def test_tls_is_verified() -> None:
-    trustme = pytest.importorskip("trustme")
-    ca = trustme.CA()
-    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("localhost").configure_cert(server_tls)
-    trusting = ssl.create_default_context()
-    ca.configure_trust(trusting)
+    server_tls, trusting = private_ca("localhost")
     commands: list[bytes] = []
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
