@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import orjson
@@ -279,3 +280,37 @@ def test_semantic_entries_live_in_an_index_of_vector_and_tag_fields_only(
     attributes = info[info.index(b"attributes") + 1]
     types = sorted(attr[attr.index(b"type") + 1] for attr in attributes)
     assert types == [b"TAG", b"TAG", b"VECTOR"]
+
+
+def test_latencies_measured_before_the_answer_are_in_the_histograms_after_it(gateway: Any, upstreams: Any) -> None:
+    """The TTFT, upstream and lookup timings are observed after the response (off the path to the first token):
+    each one still lands in its histogram, once per request, and the in-flight gauge counts a request that waits."""
+    upstream: StandIn = upstreams("up")
+    gw = gateway(upstream)
+    ask(gw, "Say hi")  # non-streamed miss: upstream, exact lookup, TTFT (local)
+    assert wait_for(lambda: stored(gw))
+    ask(gw, "Say hi")  # non-streamed exact hit: exact lookup, TTFT (none)
+    stream = gw.client().chat.completions.create(
+        model="local", messages=[{"role": "user", "content": "Say hi"}], temperature=0.7, stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)  # streamed bypass: upstream, TTFT
+
+    def count(name: str, **labels: str) -> float:
+        return gw.metric(f"inferstack_gateway_{name}_count", **labels)
+
+    # The stream's own observations follow its last byte, and its TTFT waits for the deferred batch.
+    assert wait_for(lambda: count("ttft_seconds", model="local", upstream_kind="local") == 2)
+    assert count("upstream_latency_seconds", upstream="main") == 2
+    assert gw.metric("inferstack_gateway_upstream_latency_seconds_sum", upstream="main") > 0
+    assert count("cache_lookup_seconds", kind="exact") == 2
+    assert count("ttft_seconds", model="local", upstream_kind="none") == 1
+
+    assert gw.metric("inferstack_gateway_in_flight_requests") == 0
+    upstream.ttft_s = 0.5
+    waiting = threading.Thread(target=ask, args=(gw, "Say hello"), kwargs={"temperature": 0.7})
+    waiting.start()
+    try:
+        assert wait_for(lambda: gw.metric("inferstack_gateway_in_flight_requests") == 1)
+    finally:
+        waiting.join()
+    assert gw.metric("inferstack_gateway_in_flight_requests") == 0

@@ -100,6 +100,11 @@ class Gateway:
         self._postponed = 0
         self._arriving = 0
         """Requests between arrival and their upstream call or cached answer."""
+        self._in_flight = 0
+        # Read at scrape time: a Gauge.inc() per request takes a lock on the path to the first token.
+        self.metrics.in_flight.set_function(lambda: self._in_flight)
+        self._exact_lookup = self.metrics.cache_lookup.labels("exact")
+        self._semantic_lookup_seconds = self.metrics.cache_lookup.labels("semantic")
         # Label children resolved once: a labels() call takes a lock and validates on every request.
         self._model_metrics = {
             (alias, kind): (self.metrics.ttft.labels(alias, kind), self.metrics.itl.labels(alias))
@@ -175,6 +180,9 @@ class Gateway:
             )
         counter.inc()
         elapsed = time.perf_counter() - exchange.started
+        if exchange.observations is not None:
+            for histogram, value in exchange.observations:
+                histogram.observe(value)
         if self.config.server.access_log:
             self._defer(lambda: _access_log(exchange, elapsed))
         if exchange.span is not None and self.tracer is not None:
@@ -335,14 +343,14 @@ class Gateway:
         await self._complete("completions", scope, receive, send, exchange)
 
     async def _complete(self, kind: Kind, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
-        self.metrics.in_flight.inc()
+        self._in_flight += 1
         self._arriving += 1
         exchange.arriving = True
         try:
             await self._complete_inner(kind, scope, receive, send, exchange)
         finally:
             self._arrived(exchange)
-            self.metrics.in_flight.dec()
+            self._in_flight -= 1
 
     def _arrived(self, exchange: Exchange) -> None:
         """The request has gone upstream (or been answered): deferred work may run now."""
@@ -384,7 +392,7 @@ class Gateway:
             )  # fmt: skip
 
         exact = keys if keys and model.cache.exact else None
-        cached, looked_up = await self._admit(principal, request, exact)
+        cached, looked_up = await self._admit(principal, request, exact, exchange)
         if cached is not None:
             exchange.cache = "hit"
             await self._send_cached(send, exchange, request, cached)
@@ -470,7 +478,7 @@ class Gateway:
         return self.store is not None and self.store.available()
 
     async def _admit(
-        self, principal: Principal, request: ParsedRequest, exact: CacheKeys | None
+        self, principal: Principal, request: ParsedRequest, exact: CacheKeys | None, exchange: Exchange
     ) -> tuple[bytes | None, bool]:
         """Count the request against its key's limits and look up the exact cache.
 
@@ -507,7 +515,7 @@ class Gateway:
         except (RedisError, OSError) as exc:
             store.failed("admit", exc)
         if exact is not None and answered:
-            self.metrics.cache_lookup.labels("exact").observe(time.perf_counter() - started)
+            exchange.observe_later(self._exact_lookup, time.perf_counter() - started)
         if not leased and not answered:
             self._admit_locally(principal, tokens)
         elif refused == "requests":
@@ -546,7 +554,7 @@ class Gateway:
         except (RedisError, OSError) as exc:
             self.store.failed("semantic", exc)
             return None, embedding
-        self.metrics.cache_lookup.labels("semantic").observe(time.perf_counter() - started)
+        exchange.observe_later(self._semantic_lookup_seconds, time.perf_counter() - started)
         if found is None:
             return None, embedding
         distance, answer = found
@@ -554,7 +562,7 @@ class Gateway:
         return (answer if distance <= model.cache.semantic.max_distance else None), embedding
 
     async def _send_cached(self, send: Send, exchange: Exchange, request: ParsedRequest, answer: bytes) -> None:
-        self._model_metrics[request.model, "none"][0].observe(time.perf_counter() - exchange.started)
+        exchange.observe_later(self._model_metrics[request.model, "none"][0], time.perf_counter() - exchange.started)
         if not request.stream:
             await self._send(send, exchange, 200, answer, JSON)
             return
@@ -638,6 +646,7 @@ class Gateway:
             raise
         exchange.upstream = opened.upstream.name
         exchange.upstream_kind = opened.upstream.kind
+        exchange.observe_later(opened.upstream.latency, opened.latency_s)
         if opened.status >= 400:
             # The upstream refused the request itself (4xx): pass it on, in OpenAI's shape, and do not fail over.
             exchange.cache = "bypass" if keys is None else exchange.cache
@@ -645,7 +654,7 @@ class Gateway:
             return
         if not request.stream:
             ttft = self._model_metrics[request.model, exchange.upstream_kind][0]
-            ttft.observe(time.perf_counter() - exchange.started)
+            exchange.observe_later(ttft, time.perf_counter() - exchange.started)
             await self._send(send, exchange, 200, opened.first, JSON)
             self._after(principal, request, model, keys, embedding, opened.first, streamed=False)
             return
@@ -671,20 +680,27 @@ class Gateway:
         response = opened.response
         error: str | None = None
         try:
+            chunk = opened.first
+            if not response.at_eof():
+                # The first chunk is in hand and a fresh response's write does not wait: it goes out before the
+                # budget's timer is armed, which on a cold path costs tens of microseconds.
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                chunk = b""
             async with asyncio.timeout_at(deadline):
-                chunk = opened.first
                 while True:
+                    if not chunk:
+                        chunk = await response.readany()
+                        if not chunk:
+                            break
+                        chunks.append(chunk)
+                        arrivals.append(time.perf_counter())
                     # When the upstream has already ended its stream, its last chunk also ends the response.
                     if response.at_eof() and _ends_with_done(chunks):
                         exchange.finished = True
                         await send({"type": "http.response.body", "body": chunk})
                         return b"".join(chunks)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    chunk = await response.readany()
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                    arrivals.append(time.perf_counter())
+                    chunk = b""
         except TimeoutError:
             error = "The request budget ran out while the upstream was still streaming."
             opened.upstream.error("timeout_mid_stream")

@@ -130,6 +130,8 @@ class Opened:
     status: int
     first: bytes
     """Streams: the first chunk. Otherwise: the whole body."""
+    latency_s: float
+    """Time to the response's headers. The caller puts it in `upstream.latency` once the answer is on its way."""
 
 
 async def open_upstream(
@@ -176,8 +178,9 @@ async def open_upstream(
             async with asyncio.timeout(limit):
                 headers = upstream.headers if extra_headers is None else {**upstream.headers, **extra_headers}
                 response = await client.request(b"POST", upstream.targets[path], headers, payload(upstream))
-                upstream.latency.observe(loop.time() - started)
+                latency = loop.time() - started
                 if response.status >= 500:
+                    upstream.latency.observe(latency)
                     body = await response.read()
                     failures.append(f"{upstream.name}: HTTP {response.status}")
                     upstream.error(f"http_{response.status}")
@@ -225,7 +228,7 @@ async def open_upstream(
         upstream.breaker.success()
         if stream:
             upstream.observe_ttft(loop.time() - started)
-        return Opened(upstream, response, response.status, first)
+        return Opened(upstream, response, response.status, first, latency)
     detail = "; ".join(failures) or "no upstream attempted"
     if timed_out and loop.time() >= deadline:
         raise GatewayError(
