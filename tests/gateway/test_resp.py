@@ -129,6 +129,43 @@ def test_a_frozen_redis_fails_the_reads_within_the_timeout_and_says_so_once(stop
     assert after == b"v"
 
 
+def test_a_budget_shorter_than_the_timeout_gives_up_alone_and_leaves_the_connection(
+    stoppable_redis: RedisServer,
+) -> None:
+    stoppable_redis.command("SET", "resp:a", "first")
+    stoppable_redis.command("SET", "resp:b", "second")
+    assert stoppable_redis.process is not None
+    pid = stoppable_redis.process.pid
+    reported: list[RedisError] = []
+
+    async def main() -> tuple[BaseException | bytes | None, float, bytes | None, bool]:
+        reader = reads(stoppable_redis.url, timeout_s=2.0, on_timeout=reported.append)
+        try:
+            await reader.get(b"resp:a", 0.5)  # connected
+            connection = reader._connection
+            os.kill(pid, signal.SIGSTOP)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            try:
+                result: BaseException | bytes | None = await reader.get(b"resp:a", 0.05)
+            except BaseException as exc:  # the test inspects what was raised
+                result = exc
+            waited = loop.time() - started
+            os.kill(pid, signal.SIGCONT)
+            # The same connection answers the next caller with its own value: the late reply was dropped.
+            after = await reader.get(b"resp:b", 1.0)
+            return result, waited, after, reader._connection is connection
+        finally:
+            reader.close()
+
+    result, waited, after, same_connection = run(main)
+    assert type(result) is TimeoutError, result  # the caller's budget, not RedisTimeoutError: Redis is not down
+    assert "budget of 50 ms" in str(result)
+    assert 0.045 <= waited < 0.5
+    assert after == b"second" and same_connection
+    assert reported == []
+
+
 def test_a_killed_redis_is_a_connection_error_and_a_restarted_one_is_used_again(own_redis: RedisServer) -> None:
     own_redis.command("SET", "resp:k", "before")
 

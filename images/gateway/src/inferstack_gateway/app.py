@@ -499,12 +499,13 @@ class Gateway:
         refused: str | None = None
         answered = False
         started = time.perf_counter()
+        budget_s = self.config.budgets.exact_cache_ms / 1000
         try:
-            async with asyncio.timeout(self.config.budgets.exact_cache_ms / 1000):
-                if leased:
-                    assert exact is not None
-                    cached = await store.get_exact(exact.exact)
-                else:
+            if leased:
+                assert exact is not None
+                cached = await store.get_exact(exact.exact, budget_s)  # applies the budget itself, at less cost
+            else:
+                async with asyncio.timeout(budget_s):
                     refused, cached = await limiter.admit(principal, tokens, exact.exact if exact else None)
             answered = True
             store.succeeded()

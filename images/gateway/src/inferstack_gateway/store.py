@@ -130,14 +130,20 @@ class RedisStore:
         result = await pipe.execute()
         return [int(total) for total in result[::2]]
 
-    async def get_exact(self, exact_key: str) -> bytes | None:
+    async def get_exact(self, exact_key: str, budget_s: float) -> bytes | None:
         """The exact lookup: one GET, the only Redis command on a leased request's path (pipelined, resp.py).
 
-        It used to carry the key's pending token charges in the same pipeline; a pipeline of three costs redis-py
-        about 1.5 times a single command in this position (cold, between requests), so the charges now go with the
-        batched flush (limits.FLUSH_S) instead."""
+        Raises the builtin TimeoutError when `budget_s` (the exact stage's budget) runs out first. It used to carry
+        the key's pending token charges in the same pipeline; a pipeline of three costs redis-py about 1.5 times a
+        single command in this position (cold, between requests), so the charges now go with the batched flush
+        (limits.FLUSH_S) instead."""
         key = f"{self.prefix}x:{exact_key}"
-        value = await (self.client.get(key) if self.reads is None else self.reads.get(key.encode()))
+        value: bytes | str | None
+        if self.reads is not None:
+            value = await self.reads.get(key.encode(), budget_s)
+        else:
+            async with asyncio.timeout(budget_s):
+                value = await self.client.get(key)
         return value if isinstance(value, bytes) else None
 
     # -- writes -------------------------------------------------------------------------------------------------------
