@@ -205,6 +205,102 @@ def test_cancelling_a_request_closes_its_connection_so_the_upstream_sees_the_abo
     assert run(handler, client_side) == (0, 0)
 
 
+def test_a_deadline_with_no_headers_raises_timeout_error_and_aborts_the_request() -> None:
+    saw_close = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        await reader.read()  # returns when the client closes
+        saw_close.set()
+
+    async def client_side(http: HttpClient, target: Target) -> tuple[float, int, int]:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(2):  # a safety net for the test itself: `waited` tells which one fired
+                await http.request(b"POST", target, {}, b"{}", deadline=started + 0.1)  # the server never answers
+        waited = loop.time() - started
+        await asyncio.wait_for(saw_close.wait(), 2)
+        return waited, http.idle_connections(), http.busy_connections()
+
+    waited, idle, busy = run(handler, client_side)
+    assert 0.09 <= waited < 0.5
+    assert (idle, busy) == (0, 0)
+
+
+def test_a_deadline_bounds_the_body_until_it_is_lifted() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.3)  # well past the first request's deadline
+        writer.write(b"4\r\nlate\r\n0\r\n\r\n")
+        await writer.drain()
+        await reader.read()
+
+    async def stalls(http: HttpClient, target: Target) -> tuple[bytes, float]:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        response = await http.request(b"POST", target, {}, b"{}", deadline=started + 0.1)
+        first = await response.readany()
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(2):  # a safety net, as above
+                await response.readany()  # the deadline is still armed
+        waited = loop.time() - started
+        response.close()
+        return first, waited
+
+    first, waited = run(handler, stalls)
+    assert first == b"first" and 0.09 <= waited < 0.3
+
+    async def lifted(http: HttpClient, target: Target) -> bytes:
+        loop = asyncio.get_running_loop()
+        response = await http.request(b"POST", target, {}, b"{}", deadline=loop.time() + 0.1)
+        first = await response.readany()
+        response.disarm()
+        rest = await response.read()  # arrives 0.3 s in, after the deadline that no longer applies
+        response.close()
+        return first + rest
+
+    assert run(handler, lifted) == b"firstlate"
+
+
+def test_a_deadline_bounds_the_wait_for_a_pool_slot_and_is_lifted_by_close() -> None:
+    gate = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            await gate.wait()
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+
+    async def client_side(http: HttpClient, target: Target) -> tuple[float, bytes, bytes]:
+        loop = asyncio.get_running_loop()
+        one = asyncio.ensure_future(http.request(b"POST", target, {}, b"{}", deadline=loop.time() + 0.2))
+        await asyncio.sleep(0.05)
+        started = loop.time()
+        with pytest.raises(TimeoutError):
+            await http.request(b"POST", target, {}, b"{}", deadline=started + 0.05)  # the only slot is taken
+        waited = loop.time() - started
+        gate.set()
+        response = await one
+        body = await response.read()
+        response.close()  # back to the pool, its deadline lifted
+        await asyncio.sleep(0.25)  # past the first request's deadline: nothing fires on the reused connection
+        again = await http.request(b"POST", target, {}, b"{}")
+        second = await again.read()
+        again.close()
+        return waited, body, second
+
+    waited, body, second = run(handler, client_side, limit_per_origin=1)
+    assert 0.045 <= waited < 0.2
+    assert body == second == b"ok"
+
+
 def test_a_refused_connection_fails_with_connect_failed() -> None:
     async def main() -> None:
         http = HttpClient(limit_per_origin=1, keepalive_s=4, connect_timeout_s=1)

@@ -137,6 +137,16 @@ def test_an_upstream_that_never_answers_fails_within_its_ttft_budget_plus_margin
     assert time.perf_counter() - started < 0.3 + 0.4
 
 
+def test_a_stream_longer_than_the_ttft_budget_is_bounded_by_the_request_budget_only(
+    gateway: Any, upstreams: Any
+) -> None:
+    # GIVEN a TTFT budget of 0.2 s and an upstream whose first token is quick but whose stream lasts about 0.6 s
+    gw = gateway(upstreams("steady", itl_s=0.15, tokens=5), budgets={"upstream_ttft_ms": 200, "request_ms": 5000})
+    # WHEN it streams, THEN the TTFT budget stops counting at the first token: the whole answer arrives
+    text = streamed_text(gw, temperature=1)
+    assert text.startswith("steady#") and len(text.split()) == 5, text
+
+
 # -- clients that leave ------------------------------------------------------------------------------------------
 
 

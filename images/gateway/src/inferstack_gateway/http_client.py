@@ -78,6 +78,7 @@ class Response:
         "_complete",
         "_connection",
         "_error",
+        "_expiry",
         "_framed",
         "_keep_alive",
         "_waiter",
@@ -95,8 +96,10 @@ class Response:
         self._complete = False
         self._keep_alive = False
         self._framed = False  # a content-length or chunked body: its end is known without the connection closing
-        self._error: HttpClientError | None = None
+        self._error: Exception | None = None
+        """HttpClientError, or the builtin TimeoutError once the request's deadline passed (see `disarm`)."""
         self._waiter: asyncio.Future[None] | None = None
+        self._expiry: asyncio.TimerHandle | None = None
 
     # -- the reading side --------------------------------------------------------------------------------------------
 
@@ -129,8 +132,16 @@ class Response:
             parts.append(chunk)
         return b"".join(parts)
 
+    def disarm(self) -> None:
+        """Lift the deadline given to `HttpClient.request`: the caller times the rest itself, if at all."""
+        expiry = self._expiry
+        if expiry is not None:
+            self._expiry = None
+            expiry.cancel()
+
     def close(self) -> None:
         """Give the connection back to its pool after a complete response, or close it (which aborts the request)."""
+        self.disarm()
         connection = self._connection
         if connection is None:
             return
@@ -164,7 +175,13 @@ class Response:
         self._keep_alive = keep_alive
         self._wake()
 
-    def _broken(self, error: HttpClientError) -> None:
+    def _expire(self) -> None:
+        self._expiry = None
+        connection = self._connection
+        if connection is not None and not self._complete:
+            connection._fail(TimeoutError("the request's deadline passed"))
+
+    def _broken(self, error: Exception) -> None:
         if not self._complete:
             self._error = error
         self._wake()
@@ -253,7 +270,7 @@ class _Connection(asyncio.Protocol):
         self.transport.write(data)
         return self.response
 
-    def _fail(self, error: HttpClientError) -> None:
+    def _fail(self, error: Exception) -> None:
         if self.response is not None:
             self.response._broken(error)
         waiter = self.headers_arrived
@@ -297,9 +314,16 @@ class _Pool:
         self.slots = asyncio.Semaphore(limit)
         self.ssl = tls
 
-    async def acquire(self, connect_timeout_s: float) -> tuple[_Connection, bool]:
-        """A connection for one request, and whether it was reused (it may have been closed by the server since)."""
-        await self.slots.acquire()
+    async def acquire(self, connect_timeout_s: float, deadline: float | None = None) -> tuple[_Connection, bool]:
+        """A connection for one request, and whether it was reused (it may have been closed by the server since).
+
+        With a `deadline` (event-loop time), waiting for a free slot or a new connection past it raises TimeoutError;
+        taking an idle connection does not wait, and arms no timer."""
+        if deadline is not None and self.slots.locked():
+            async with asyncio.timeout_at(deadline):
+                await self.slots.acquire()
+        else:
+            await self.slots.acquire()
         now = time.monotonic()
         while self.idle:
             connection = self.idle.pop()
@@ -309,7 +333,11 @@ class _Pool:
             self.busy.add(connection)
             return connection, True
         try:
-            connection = await self.connect(connect_timeout_s)
+            if deadline is None:
+                connection = await self.connect(connect_timeout_s)
+            else:
+                async with asyncio.timeout_at(deadline):
+                    connection = await self.connect(connect_timeout_s)
         except BaseException:
             self.slots.release()
             raise
@@ -385,8 +413,15 @@ class HttpClient:
         target: Target,
         headers: Mapping[str, str],
         body: bytes = b"",
+        *,
+        deadline: float | None = None,
     ) -> Response:
         """Send one request and return once the response's status and headers have arrived.
+
+        `deadline` (event-loop time) bounds the wait for a connection, for the headers and for every read of the
+        body until the caller lifts it with `Response.disarm()` (or closes the response): past it they raise the
+        builtin TimeoutError. One timer handle does it, where `asyncio.timeout()` around the calls would cost three
+        times as much on a cold path (`benchmarks/cold_calls.py`): this is on the way to every first token.
 
         A pooled connection that turns out to have been closed by the server while it sat idle (no byte of an answer
         came back) is replaced once by a new connection. Cancelling the call closes the connection, which is how an
@@ -399,8 +434,10 @@ class HttpClient:
             pool = self._pools[target.origin] = _Pool(target, self._limit, self._keepalive_s, tls)
         data = _encode(method, target, headers, body)
         for attempt in (1, 2):
-            connection, reused = await pool.acquire(self._connect_timeout_s)
+            connection, reused = await pool.acquire(self._connect_timeout_s, deadline)
             response = connection.send(data)
+            if deadline is not None:
+                response._expiry = asyncio.get_running_loop().call_at(deadline, response._expire)
             waiter = connection.headers_arrived
             assert waiter is not None
             try:

@@ -175,33 +175,36 @@ async def open_upstream(
         response: Response | None = None
         upstream.inflight += 1  # until the caller releases it (stream end), or a failure below
         try:
-            async with asyncio.timeout(limit):
-                headers = upstream.headers if extra_headers is None else {**upstream.headers, **extra_headers}
-                response = await client.request(b"POST", upstream.targets[path], headers, payload(upstream))
-                latency = loop.time() - started
-                if response.status >= 500:
-                    upstream.latency.observe(latency)
-                    body = await response.read()
-                    failures.append(f"{upstream.name}: HTTP {response.status}")
-                    upstream.error(f"http_{response.status}")
-                    logger.warning(
-                        "upstream failed, failing over",
-                        extra={
-                            "upstream": upstream.name,
-                            "status": response.status,
-                            "body": body[:200].decode("utf-8", "replace"),
-                        },
-                    )
-                    response.close()
-                    upstream.inflight -= 1
-                    continue
-                if response.status >= 400 or not stream:
-                    first = await response.read()
-                    response.close()  # complete: its connection goes back to the pool now
-                else:
-                    first = await response.readany()
-                    if not first:
-                        raise StreamBroken("the stream closed before its first event")
+            # The client applies the limit (one timer, lifted once the first chunk is in hand).
+            headers = upstream.headers if extra_headers is None else {**upstream.headers, **extra_headers}
+            response = await client.request(
+                b"POST", upstream.targets[path], headers, payload(upstream), deadline=started + limit
+            )
+            latency = loop.time() - started
+            if response.status >= 500:
+                upstream.latency.observe(latency)
+                body = await response.read()
+                failures.append(f"{upstream.name}: HTTP {response.status}")
+                upstream.error(f"http_{response.status}")
+                logger.warning(
+                    "upstream failed, failing over",
+                    extra={
+                        "upstream": upstream.name,
+                        "status": response.status,
+                        "body": body[:200].decode("utf-8", "replace"),
+                    },
+                )
+                response.close()
+                upstream.inflight -= 1
+                continue
+            if response.status >= 400 or not stream:
+                first = await response.read()
+                response.close()  # complete: its connection goes back to the pool now
+            else:
+                first = await response.readany()
+                response.disarm()  # the stream's reads are timed by the request budget from here on
+                if not first:
+                    raise StreamBroken("the stream closed before its first event")
         except TimeoutError:
             upstream.inflight -= 1
             if response is not None:
