@@ -13,13 +13,16 @@ Everything else (writes, the rate-limit counters, the vector search, PING) stays
 not take on (query options such as `ssl_cert_reqs`) leaves the reads on redis-py too: `FastReads.from_url` returns
 None, so behaviour never depends on which client read the key.
 
-Failures are redis-py's exceptions, so the store handles both clients alike:
+Failures are redis-py's exceptions, so the store handles both clients alike, except the caller's own budget:
 - no connection, or the connection lost: `redis.exceptions.ConnectionError` for every command in flight;
 - no reply to the oldest command within `timeout_s` (Redis frozen, or the network gone): `redis.exceptions.TimeoutError`
   for every command in flight, and the connection is dropped; the next read opens a new one;
 - an error reply (for example a wrong password at connect): `redis.exceptions.ResponseError` or
-  `AuthenticationError`.
-A caller that gives up on a read (its budget ran out) leaves its slot in the queue; the reply is read and dropped.
+  `AuthenticationError`;
+- the caller's own budget (`get(key, budget_s)`) run out: the builtin TimeoutError, for that caller only; the
+  connection stays, and Redis is not reported.
+A caller that gives up on a read (its budget ran out, or it was cancelled) leaves its slot in the queue; the reply is
+read and dropped.
 """
 
 from __future__ import annotations
