@@ -29,11 +29,13 @@ def peak_rss_mb(pid: int) -> float:
 
 
 @pytest.fixture
-def gateway_process(upstreams: Any, redis_server: Any, tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def gateway_process(
+    upstreams: Any, redis_server: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     upstream = upstreams("up", tokens=16)
     port = free_port()
     config = {
-        "server": {"host": "127.0.0.1", "port": port, "access_log": True},
+        "server": {"host": "127.0.0.1", "port": port, "access_log": True, **getattr(request, "param", {})},
         "redis": {"url": redis_server.url, "key_prefix": f"proc{port}:"},
         "upstreams": {"main": {"url": upstream.base}},
         "tiers": {"small": {"upstreams": ["main"]}},
@@ -101,3 +103,35 @@ def test_resident_memory_under_sustained_load_stays_under_200_mb_per_worker(
 def _children(pid: int) -> list[int]:
     path = Path(f"/proc/{pid}/task/{pid}/children")
     return [int(child) for child in path.read_text().split()] if path.exists() else []
+
+
+def _idle_connection_open_after(url: str, idle_s: float) -> bool:
+    """Whether a keep-alive connection the gateway has answered on is still open after `idle_s` of silence."""
+    import socket
+
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: gw\r\n\r\n")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        time.sleep(idle_s)
+        sock.settimeout(0.2)
+        try:
+            return sock.recv(1) != b""  # b"": the server closed it
+        except TimeoutError:
+            return True  # nothing to read, and not closed
+
+
+def test_an_idle_client_connection_outlives_the_client_pools_idle_time(
+    gateway_process: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    # uvicorn's default of 5 s closed connections that clients (aiohttp's pool keeps them 15 s) were about to reuse
+    url, _ = gateway_process
+    assert _idle_connection_open_after(url, 6.0)
+
+
+@pytest.mark.parametrize("gateway_process", [{"keepalive_s": 1}], indirect=True)
+def test_server_keepalive_s_closes_an_idle_client_connection(
+    gateway_process: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    url, _ = gateway_process
+    assert not _idle_connection_open_after(url, 2.0)

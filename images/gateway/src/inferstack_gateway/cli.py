@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         access_log=False,  # the gateway writes its own structured access log
         log_config=None,
         server_header=False,
+        timeout_keep_alive=config.server.keepalive_s,
         proxy_headers=False,  # the gateway reads no client address: skip uvicorn's per-request X-Forwarded-* pass
         timeout_graceful_shutdown=30,
     )

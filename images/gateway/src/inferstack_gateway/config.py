@@ -77,6 +77,11 @@ class ServerConfig(_Frozen):
     """Larger request bodies are refused with 413 before they are parsed."""
     upstream_connections: int = Field(default=1024, ge=1)
     """Most connections open at once to one upstream origin (a keep-alive pool each); more requests wait for one."""
+    keepalive_s: int = Field(default=75, ge=1, le=3600)
+    """How long an idle client connection stays open. It must outlast the idle time of the clients' own connection
+    pools (aiohttp's 15 s, httpx's 5 s): when the server closes first, a client can send its next request on a
+    connection that is being closed, and that request is lost or hangs until the client's timeout. uvicorn's default
+    of 5 s did this to the official openai client (aiohttp transport) at every idle gap of about 5 s."""
     access_log: bool = True
     """One structured JSON line per request, with its request id."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
