@@ -25,6 +25,22 @@ async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     return head, await reader.readexactly(length)
 
 
+def answers_ok_after(gate: asyncio.Event) -> Handler:
+    """A keep-alive server that answers each request with "ok", once `gate` is set."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            await gate.wait()
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+
+    return handler
+
+
 def run(handler: Handler, client_side: Callable[[HttpClient, Target], Awaitable[Any]], **client: Any) -> Any:
     async def main() -> Any:
         handlers: set[asyncio.Task[Any]] = set()
@@ -267,16 +283,7 @@ def test_a_deadline_bounds_the_body_until_it_is_lifted() -> None:
 
 def test_a_deadline_bounds_the_wait_for_a_pool_slot_and_is_lifted_by_close() -> None:
     gate = asyncio.Event()
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                await read_request(reader)
-            except asyncio.IncompleteReadError:
-                return
-            await gate.wait()
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-            await writer.drain()
+    handler = answers_ok_after(gate)
 
     async def client_side(http: HttpClient, target: Target) -> tuple[float, bytes, bytes]:
         loop = asyncio.get_running_loop()
@@ -284,7 +291,8 @@ def test_a_deadline_bounds_the_wait_for_a_pool_slot_and_is_lifted_by_close() -> 
         await asyncio.sleep(0.05)
         started = loop.time()
         with pytest.raises(TimeoutError):
-            await http.request(b"POST", target, {}, b"{}", deadline=started + 0.05)  # the only slot is taken
+            async with asyncio.timeout(2):  # a safety net, as above
+                await http.request(b"POST", target, {}, b"{}", deadline=started + 0.05)  # the only slot is taken
         waited = loop.time() - started
         gate.set()
         response = await one
@@ -318,16 +326,7 @@ def test_a_refused_connection_fails_with_connect_failed() -> None:
 
 def test_the_pool_limit_queues_the_request_beyond_it() -> None:
     gate = asyncio.Event()
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                await read_request(reader)
-            except asyncio.IncompleteReadError:
-                return
-            await gate.wait()
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-            await writer.drain()
+    handler = answers_ok_after(gate)
 
     async def client_side(http: HttpClient, target: Target) -> tuple[bool, bytes]:
         one = asyncio.ensure_future(http.request(b"POST", target, {}, b"{}"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -107,8 +108,6 @@ def _children(pid: int) -> list[int]:
 
 def _idle_connection_open_after(url: str, idle_s: float) -> bool:
     """Whether a keep-alive connection the gateway has answered on is still open after `idle_s` of silence."""
-    import socket
-
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=5) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: gw\r\n\r\n")

@@ -103,7 +103,7 @@ class Gateway:
         self._in_flight = 0
         # Read at scrape time: a Gauge.inc() per request takes a lock on the path to the first token.
         self.metrics.in_flight.set_function(lambda: self._in_flight)
-        self._exact_lookup = self.metrics.cache_lookup.labels("exact")
+        self._exact_lookup_seconds = self.metrics.cache_lookup.labels("exact")
         self._semantic_lookup_seconds = self.metrics.cache_lookup.labels("semantic")
         # Label children resolved once: a labels() call takes a lock and validates on every request.
         self._model_metrics = {
@@ -516,7 +516,7 @@ class Gateway:
         except (RedisError, OSError) as exc:
             store.failed("admit", exc)
         if exact is not None and answered:
-            exchange.observe_later(self._exact_lookup, time.perf_counter() - started)
+            exchange.observe_later(self._exact_lookup_seconds, time.perf_counter() - started)
         if not leased and not answered:
             self._admit_locally(principal, tokens)
         elif refused == "requests":

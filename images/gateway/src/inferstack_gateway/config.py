@@ -81,7 +81,7 @@ class ServerConfig(_Frozen):
     """How long an idle client connection stays open. It must outlast the idle time of the clients' own connection
     pools (aiohttp's 15 s, httpx's 5 s): when the server closes first, a client can send its next request on a
     connection that is being closed, and that request is lost or hangs until the client's timeout. uvicorn's default
-    of 5 s did this to the official openai client (aiohttp transport) at every idle gap of about 5 s."""
+    of 5 s did this to requests that the official openai client (aiohttp transport) sent after about 5 s idle."""
     access_log: bool = True
     """One structured JSON line per request, with its request id."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"

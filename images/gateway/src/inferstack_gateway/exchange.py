@@ -40,8 +40,9 @@ class Exchange:
     def observe_later(self, histogram: Any, value: float) -> None:
         """Record a measurement now and put it in `histogram` once the response has been sent.
 
-        A Prometheus observation takes a lock and walks the buckets; on a cold path (one request every few tens of
-        milliseconds) that is 20 µs or more, which need not be spent before the client has its answer."""
+        A Prometheus observation takes a lock and walks the buckets: under a microsecond in a hot loop, 9 to 14 µs on
+        a cold path such as one request every few tens of milliseconds (benchmarks/cold_calls.py), and none of it
+        need be spent before the client has its answer."""
         if self.observations is None:
             self.observations = [(histogram, value)]
         else:

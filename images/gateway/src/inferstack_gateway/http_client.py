@@ -319,8 +319,8 @@ class _Pool:
 
         With a `deadline` (event-loop time), waiting for a free slot or a new connection past it raises TimeoutError;
         taking an idle connection does not wait, and arms no timer."""
-        if deadline is not None and self.slots.locked():
-            async with asyncio.timeout_at(deadline):
+        if self.slots.locked():
+            async with asyncio.timeout_at(deadline):  # None: no deadline
                 await self.slots.acquire()
         else:
             await self.slots.acquire()
@@ -333,11 +333,8 @@ class _Pool:
             self.busy.add(connection)
             return connection, True
         try:
-            if deadline is None:
+            async with asyncio.timeout_at(deadline):
                 connection = await self.connect(connect_timeout_s)
-            else:
-                async with asyncio.timeout_at(deadline):
-                    connection = await self.connect(connect_timeout_s)
         except BaseException:
             self.slots.release()
             raise

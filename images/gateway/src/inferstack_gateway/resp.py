@@ -177,12 +177,13 @@ class FastReads:
         reply, when it comes, is dropped. It fails the reply's future from a timer rather than wrapping the call in
         `asyncio.timeout()`, which on a cold path costs three times as much (benchmarks/cold_calls.py)."""
         connection = self._connection
+        left_s = budget_s
         if connection is None or connection.lost:
-            if budget_s is None:
+            started = asyncio.get_running_loop().time()
+            async with asyncio.timeout(budget_s):  # None: no budget
                 connection = await self._connect()
-            else:
-                async with asyncio.timeout(budget_s):
-                    connection = await self._connect()
+            if left_s is not None:
+                left_s -= asyncio.get_running_loop().time() - started  # the connect spent part of the budget
         loop = self.loop
         assert loop is not None
         if len(connection.waiting) >= MAX_IN_FLIGHT:
@@ -191,10 +192,10 @@ class FastReads:
         (future,) = connection.send(b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(key), key), 1)
         if self._watchdog is None:
             self._watchdog = loop.call_at(loop.time() + self._timeout_s, self._check)
-        if budget_s is None:
+        if left_s is None or budget_s is None:
             reply = await future
         else:
-            expiry = loop.call_at(loop.time() + budget_s, _expire, future, budget_s)
+            expiry = loop.call_at(loop.time() + left_s, _expire, future, budget_s)
             try:
                 reply = await future
             finally:
