@@ -315,3 +315,37 @@ def test_latencies_measured_before_the_answer_are_in_the_histograms_after_it(gat
     finally:
         waiting.join()
     assert wait_for(lambda: gw.metric("inferstack_gateway_in_flight_requests") == 0)
+
+
+def test_repeated_hits_come_from_the_near_cache_and_a_rewritten_entry_is_served_fresh(
+    gateway: Any, upstreams: Any, redis_server: Any
+) -> None:
+    upstream: StandIn = upstreams("up")
+    gw = gateway(upstream)
+    first, _ = ask(gw, "Say hi near")
+    assert wait_for(lambda: stored(gw))
+    answers = [ask(gw, "Say hi near") for _ in range(4)]
+    assert answers == [(first, "hit")] * 4
+    # the first hit read Redis (and kept the value); the three after it were answered from memory
+    assert gw.metric("inferstack_gateway_near_cache_hits_total") == 3
+    assert gw.metric("inferstack_gateway_near_cache_entries") == 1
+    # WHEN another replica (or an operator) rewrites the entry in Redis
+    invalidations = gw.metric("inferstack_gateway_near_cache_invalidations_total")
+    (key,) = redis_server.command("KEYS", f"{gw.app.config.redis.key_prefix}x:*")
+    entry = orjson.loads(redis_server.command("GET", key))
+    entry["choices"][0]["message"]["content"] = "rewritten"
+    redis_server.command("SET", key, orjson.dumps(entry), "EX", "600")
+    # THEN the next hit serves the new entry: Redis invalidated the copy in memory
+    assert wait_for(lambda: gw.metric("inferstack_gateway_near_cache_invalidations_total") > invalidations)
+    assert ask(gw, "Say hi near") == ("rewritten", "hit")
+    assert len(upstream.requests) == 1
+
+
+def test_near_cache_mb_0_turns_it_off(gateway: Any, upstreams: Any) -> None:
+    upstream: StandIn = upstreams("up")
+    gw = gateway(upstream, redis={"near_cache_mb": 0})
+    first, _ = ask(gw, "Say hi far")
+    assert wait_for(lambda: stored(gw))
+    assert [ask(gw, "Say hi far") for _ in range(3)] == [(first, "hit")] * 3
+    assert gw.app.metrics.registry.get_sample_value("inferstack_gateway_near_cache_hits_total") is None
+    assert gw.app.store is not None and gw.app.store.reads is not None and gw.app.store.reads.near is None

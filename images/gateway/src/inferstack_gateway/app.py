@@ -260,6 +260,8 @@ class Gateway:
         if config.redis.url is not None:
             self.store = RedisStore(config.redis, self.metrics, config.embeddings.dimensions)
             self.shared_limits = SharedLimiter(self.store)
+            if self.store.reads is not None and self.store.reads.near is not None:
+                self.metrics.watch_near_cache(self.store.reads)
         if config.embeddings.url is not None:
             self.embedder = Embedder(config.embeddings, self.http)
         self.tracer = setup_tracing(config.tracing)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Protocol
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 # Sub-millisecond buckets for cache lookups; TTFT up to the 100 ms p99 target and beyond for cold paths.
 _FAST = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25)
@@ -10,7 +15,45 @@ _TTFT = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5,
 _ITL = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25)
 
 
+class NearCache(Protocol):
+    """What the near-cache metrics read (resp.FastReads): plain counts, kept without a lock on the request path."""
+
+    near_hits: int
+    near_invalidations: int
+
+    def near_bytes(self) -> int: ...
+    def near_entries(self) -> int: ...
+
+
+class _NearCacheCollector(Collector):
+    def __init__(self, near: NearCache) -> None:
+        self._near = near
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        near = self._near
+        yield CounterMetricFamily(
+            "inferstack_gateway_near_cache_hits",
+            "Exact-cache hits answered from this worker's memory, with no Redis round trip",
+            value=near.near_hits,
+        )
+        yield CounterMetricFamily(
+            "inferstack_gateway_near_cache_invalidations",
+            "Invalidation messages from Redis's client tracking (keys written, deleted, expired or flushed)",
+            value=near.near_invalidations,
+        )
+        yield GaugeMetricFamily(
+            "inferstack_gateway_near_cache_bytes", "Bytes held by the near cache", value=near.near_bytes()
+        )
+        yield GaugeMetricFamily(
+            "inferstack_gateway_near_cache_entries", "Entries held by the near cache", value=near.near_entries()
+        )
+
+
 class Metrics:
+    def watch_near_cache(self, near: NearCache) -> None:
+        """Export the near cache's counts, read at scrape time."""
+        self.registry.register(_NearCacheCollector(near))
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry

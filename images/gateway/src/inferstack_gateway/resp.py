@@ -23,17 +23,39 @@ Failures are redis-py's exceptions, so the store handles both clients alike, exc
   connection stays, and Redis is not reported.
 A caller that gives up on a read (its budget ran out, or it was cancelled) leaves its slot in the queue; the reply is
 read and dropped.
+
+The near cache (`near_bytes` > 0): values read are also kept in this process, and a repeated GET is answered from
+memory with no round trip, with Redis's server-assisted client-side caching keeping them true
+(https://redis.io/docs/latest/develop/reference/client-side-caching/). The connection speaks RESP3 (`HELLO 3`) with
+`CLIENT TRACKING ON`: Redis remembers the keys it read and pushes an `invalidate` message on the same connection when
+one is written, deleted, expired or evicted, or all of them on FLUSHDB/FLUSHALL (a null key list). So that the
+invalidations are read in order with the replies:
+- a value is stored when its reply is parsed, inside `data_received`, never later from the caller's task; the GET is
+  sent with a PTTL in the same write, and the value is stored with that expiry only if no invalidation arrived
+  between the two replies;
+- a key that has expired (by the PTTL) is never served, whether or not Redis has sent its invalidation yet;
+- everything is dropped when the connection is lost, and a new connection starts empty;
+- a value is served only while the connection has heard from Redis within `NEAR_FRESH_S`: a connection gone silent
+  (a network cut with no reset) could be missing invalidations, so after that the GET goes to Redis again, which
+  also proves the connection alive (or fails it, through the watchdog).
+A Redis that refuses `HELLO 3` or `CLIENT TRACKING` (older than 6, or the command denied by an ACL) leaves the
+near cache off for that connection, logged once; the reads work as without it. Size, least-recently-used eviction
+and per-entry expiry are cachetools' `TLRUCache`. redis-py has client-side caching of its own, but only on its
+synchronous client.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import logging
+import math
 import ssl
 from collections.abc import Callable
 from typing import Any, cast
 
 import hiredis
+from cachetools import TLRUCache
 from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection, parse_url
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -45,7 +67,15 @@ MAX_IN_FLIGHT = 10_000
 SECOND_LOOK_S = 0.001
 """How long after finding a command overdue the watchdog looks again, the sockets having been read in between."""
 
+NEAR_FRESH_S = 1.0
+"""The near cache answers only while its connection has heard from Redis within this long (see the module's text)."""
+
+NEAR_ENTRY_OVERHEAD = 200
+"""Bytes counted per near-cache entry on top of its key and value (the dict slot, the tuple, the objects' headers)."""
+
 _SUPPORTED = {"host", "port", "db", "username", "password", "path", "connection_class"}
+
+logger = logging.getLogger(__name__)
 
 
 def _command(*parts: bytes) -> bytes:
@@ -60,8 +90,14 @@ class _Connection(asyncio.Protocol):
         self.owner = owner
         self.transport: asyncio.Transport | None = None
         self.reader = hiredis.Reader()
-        self.waiting: collections.deque[tuple[asyncio.Future[Any], float]] = collections.deque()
+        # (the caller's future, or None for a PTTL sent for the near cache; when sent; the key a near-cache fill
+        # stores, on the PTTL's entry)
+        self.waiting: collections.deque[tuple[asyncio.Future[Any] | None, float, bytes | None]] = collections.deque()
         self.lost = False
+        self.tracking = False  # RESP3 with CLIENT TRACKING ON: the near cache may be filled and served
+        self.heard = 0.0  # loop time of the last bytes from Redis
+        self.invalidations = 0  # invalidate messages read so far
+        self._fill: tuple[Any, int] | None = None  # a GET's reply and the invalidation count then, until its PTTL
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -69,6 +105,9 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.reader.feed(data)
         waiting = self.waiting
+        loop = self.owner.loop
+        if loop is not None:
+            self.heard = loop.time()
         while True:
             try:
                 reply = self.reader.gets()
@@ -77,12 +116,53 @@ class _Connection(asyncio.Protocol):
                 return
             if reply is False:
                 return
+            if type(reply) is hiredis.PushNotification:
+                self._pushed(reply)
+                continue
             if not waiting:
                 self.fail(RedisConnectionError("a reply from Redis that no command asked for"))
                 return
-            future, _ = waiting.popleft()
+            future, _, fill = waiting.popleft()
+            if future is None:  # the PTTL that follows a near-cache fill's GET
+                self._store(fill, reply)
+                continue
+            if fill is not None:
+                self._fill = (reply, self.invalidations)
             if not future.done():  # a caller whose budget ran out has gone; its reply is dropped
                 future.set_result(reply)
+
+    def _pushed(self, push: list[Any]) -> None:
+        """An out-of-band RESP3 message: `invalidate` with the keys written since they were read, or None for all."""
+        if not push or push[0] != b"invalidate":
+            return
+        self.invalidations += 1
+        near = self.owner.near
+        if near is None:
+            return
+        keys = push[1] if len(push) > 1 else None
+        if keys is None:
+            near.clear()
+        else:
+            for key in keys:
+                near.pop(key, None)
+        self.owner.near_invalidations += 1
+
+    def _store(self, key: bytes | None, pttl: Any) -> None:
+        fill, self._fill = self._fill, None
+        near = self.owner.near
+        if near is None or key is None or fill is None:
+            return
+        value, invalidations = fill
+        # Stored only if nothing was invalidated between the GET's reply and this one (the key may have been
+        # rewritten in between: the PTTL would then be the new value's), and only a key that exists (-2: gone).
+        if type(value) is not bytes or invalidations != self.invalidations or type(pttl) is not int or pttl == -2:
+            return
+        loop = self.owner.loop
+        assert loop is not None
+        expires = math.inf if pttl == -1 else loop.time() + pttl / 1000
+        entry = (value, expires)
+        if _near_size(entry) <= near.maxsize:  # a value larger than the whole near cache is not kept
+            near[key] = entry
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -94,17 +174,35 @@ class _Connection(asyncio.Protocol):
         assert loop is not None
         now = loop.time()
         futures = [loop.create_future() for _ in range(replies)]
-        self.waiting.extend((future, now) for future in futures)
+        self.waiting.extend((future, now, None) for future in futures)
         self.transport.write(data)
         return futures
 
+    def send_get(self, key: bytes) -> asyncio.Future[Any]:
+        """GET `key`; on a tracking connection with a near cache, with a PTTL whose reply stores the value."""
+        assert self.transport is not None
+        loop = self.owner.loop
+        assert loop is not None
+        now = loop.time()
+        future = loop.create_future()
+        get = b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(key), key)
+        if self.tracking and self.owner.near is not None:
+            self.waiting.append((future, now, key))
+            self.waiting.append((None, now, key))
+            self.transport.write(get + b"*2\r\n$4\r\nPTTL\r\n$%d\r\n%s\r\n" % (len(key), key))
+        else:
+            self.waiting.append((future, now, None))
+            self.transport.write(get)
+        return future
+
     def fail(self, error: RedisError) -> None:
         self.lost = True
+        self.tracking = False
         if self.transport is not None:
             self.transport.abort()
         waiting, self.waiting = self.waiting, collections.deque()
-        for future, _ in waiting:
-            if not future.done():
+        for future, _, _ in waiting:
+            if future is not None and not future.done():
                 future.set_exception(error)
                 future.exception()  # retrieved: a caller that already left must not log "never retrieved"
         self.owner.forget(self)
@@ -125,6 +223,7 @@ class FastReads:
         tls: ssl.SSLContext | None,
         timeout_s: float,
         on_timeout: Callable[[RedisError], None] | None = None,
+        near_bytes: int = 0,
     ) -> None:
         self._host = host
         self._port = port
@@ -143,10 +242,17 @@ class FastReads:
         self._watchdog: asyncio.TimerHandle | None = None
         self._suspect = False  # the oldest command was overdue at the last look
         self.loop: asyncio.AbstractEventLoop | None = None  # the serving loop, taken at the first connect
+        # key -> (value, loop time it expires); at most near_bytes of keys, values and NEAR_ENTRY_OVERHEAD each.
+        self.near: TLRUCache[bytes, tuple[bytes, float]] | None = None
+        if near_bytes > 0:
+            self.near = TLRUCache(maxsize=near_bytes, ttu=_expires_at, timer=self._now, getsizeof=_near_size)
+        self.near_hits = 0
+        self.near_invalidations = 0
+        self._near_refused = False  # logged once: this Redis does not do tracking
 
     @classmethod
     def from_url(
-        cls, url: str, timeout_s: float, on_timeout: Callable[[RedisError], None] | None = None
+        cls, url: str, timeout_s: float, on_timeout: Callable[[RedisError], None] | None = None, near_bytes: int = 0
     ) -> FastReads | None:
         """A reader for a redis://, rediss:// or unix:// URL, or None for a URL with options it does not take on."""
         options = parse_url(url)
@@ -168,15 +274,36 @@ class FastReads:
             tls=tls,
             timeout_s=timeout_s,
             on_timeout=on_timeout,
+            near_bytes=near_bytes,
         )
+
+    def near_bytes(self) -> int:
+        return int(self.near.currsize) if self.near is not None else 0
+
+    def near_entries(self) -> int:
+        return len(self.near) if self.near is not None else 0
+
+    def _now(self) -> float:
+        loop = self.loop
+        return loop.time() if loop is not None else -math.inf
 
     async def get(self, key: bytes, budget_s: float | None = None) -> bytes | None:
         """The value of `key`, or None. With `budget_s`, a builtin TimeoutError once that has passed with no reply.
 
         The budget is the caller's own (the exact stage's): running out of it leaves the connection as it is, and the
         reply, when it comes, is dropped. It fails the reply's future from a timer rather than wrapping the call in
-        `asyncio.timeout()`, which on a cold path costs three times as much (benchmarks/cold_calls.py)."""
+        `asyncio.timeout()`, which on a cold path costs three times as much (benchmarks/cold_calls.py).
+
+        A value in the near cache is returned at once, without a round trip (see the module's text)."""
         connection = self._connection
+        near = self.near
+        if near is not None and connection is not None and connection.tracking:
+            assert self.loop is not None
+            if self.loop.time() - connection.heard < NEAR_FRESH_S:
+                held = near.get(key)
+                if held is not None:
+                    self.near_hits += 1
+                    return held[0]
         left_s = budget_s
         if connection is None or connection.lost:
             started = asyncio.get_running_loop().time()
@@ -189,7 +316,7 @@ class FastReads:
         if len(connection.waiting) >= MAX_IN_FLIGHT:
             self._timed_out(connection, f"{MAX_IN_FLIGHT} commands sent to Redis are unanswered")
             raise RedisTimeoutError("Redis is not answering")
-        (future,) = connection.send(b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(key), key), 1)
+        future = connection.send_get(key)
         if self._watchdog is None:
             self._watchdog = loop.call_at(loop.time() + self._timeout_s, self._check)
         if left_s is None or budget_s is None:
@@ -214,8 +341,11 @@ class FastReads:
             self._connection.fail(RedisConnectionError("the gateway is closing its Redis connection"))
 
     def forget(self, connection: _Connection) -> None:
+        """A lost connection: its invalidations stop, so the near cache it kept true goes with it."""
         if self._connection is connection:
             self._connection = None
+        if self.near is not None:
+            self.near.clear()
 
     def _check(self) -> None:
         """The watchdog: fail the connection if its oldest command has waited `timeout_s` (armed while any wait)."""
@@ -272,6 +402,8 @@ class FastReads:
                     for reply in replies:
                         if isinstance(reply, hiredis.ReplyError):
                             raise _refused(where, str(reply))
+                if self.near is not None:
+                    await self._track(connection, where)
         except BaseException as exc:
             if connection is not None:
                 connection.fail(RedisConnectionError("the connection did not complete its set-up"))
@@ -284,6 +416,28 @@ class FastReads:
             raise
         self._connection = connection
         return connection
+
+    async def _track(self, connection: _Connection, where: str) -> None:
+        """RESP3 and CLIENT TRACKING ON for the near cache; a Redis that refuses either leaves it off."""
+        for command in (_command(b"HELLO", b"3"), _command(b"CLIENT", b"TRACKING", b"ON")):
+            reply = await connection.send(command, 1)[0]
+            if isinstance(reply, hiredis.ReplyError):
+                if not self._near_refused:
+                    self._near_refused = True
+                    logger.warning(
+                        "redis does not do client tracking: the near cache is off, every exact lookup is a round trip",
+                        extra={"redis": where, "error": str(reply)},
+                    )
+                return
+        connection.tracking = True
+
+
+def _expires_at(key: bytes, entry: tuple[bytes, float], now: float) -> float:
+    return entry[1]
+
+
+def _near_size(entry: tuple[bytes, float]) -> int:
+    return len(entry[0]) + NEAR_ENTRY_OVERHEAD
 
 
 def _expire(future: asyncio.Future[Any], budget_s: float) -> None:

@@ -59,7 +59,9 @@ class RedisStore:
         )
         # The exact lookup's GETs, pipelined on one connection (resp.py); None for a URL with options only redis-py
         # takes, and then redis-py reads them too.
-        self.reads = FastReads.from_url(config.url, timeout, on_timeout=lambda exc: self.failed("get", exc))
+        self.reads = FastReads.from_url(
+            config.url, timeout, on_timeout=lambda exc: self.failed("get", exc), near_bytes=config.near_cache_mb << 20
+        )
         metrics.redis_up.set(1)
 
     # -- health ---------------------------------------------------------------------------------------------------
