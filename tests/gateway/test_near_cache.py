@@ -243,7 +243,7 @@ def test_it_holds_at_most_its_size_dropping_the_least_recently_used() -> None:
         value = b"x" * 1000
         for i in range(5):
             server.command("SET", f"near:{i}", value)
-        limit = 3 * (len(value) + NEAR_ENTRY_OVERHEAD)
+        limit = 3 * (len(b"near:0") + len(value) + NEAR_ENTRY_OVERHEAD)
 
         async def main() -> tuple[int, int, list[bool]]:
             reader = near_reads(server.url, near_bytes=limit)
@@ -356,3 +356,31 @@ def test_a_value_invalidated_between_its_reply_and_its_ttl_is_not_kept() -> None
     assert first == second == b"old"
     assert served == [b"HELLO", b"CLIENT", b"GET", b"PTTL", b"GET", b"PTTL"]  # the second read was a round trip
     assert entries == 0
+
+
+def test_no_entry_outlives_the_max_age_which_bounds_what_redis_does_not_invalidate(
+    own_redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SWAPDB changes what database 0 holds with no tracked write, so Redis sends no invalidation: the copy in memory
+    # is served until NEAR_MAX_AGE_S after it was read, and not after.
+    monkeypatch.setattr(resp, "NEAR_MAX_AGE_S", 0.3)
+    own_redis.command("SET", "near:swapped", "db0")
+
+    async def main() -> tuple[bytes | None, bytes | None, bytes | None]:
+        reader = near_reads(own_redis.url)
+        other = aioredis.Redis.from_url(own_redis.url.replace("/0", "/1"))
+        try:
+            await other.set("near:swapped", "db1")
+            await reader.get(b"near:swapped")
+            await other.swapdb(0, 1)
+            await settle()
+            within = await reader.get(b"near:swapped")
+            await asyncio.sleep(0.3)
+            return within, await reader.get(b"near:swapped"), await reader.get(b"near:swapped")
+        finally:
+            reader.close()
+            await other.aclose()
+
+    within, after, again = run(main)
+    assert within == b"db0"  # not invalidated by Redis: the documented limit of client tracking
+    assert after == b"db1" and again == b"db1"

@@ -105,7 +105,8 @@ class RedisConfig(_Frozen):
     near_cache_mb: int = Field(default=32, ge=0, le=4096)
     """Exact-cache entries kept in each worker's memory too, up to this many MB (least recently used evicted first),
     so that a repeated hit costs no Redis round trip. Kept true by Redis's client tracking (RESP3 invalidations on
-    every write, delete, expiry and flush, Redis 6 or later); a Redis that refuses it leaves this off. 0: off."""
+    every write, delete, expiry and flush, Redis 6 or later); a Redis that refuses it leaves this off. An entry is
+    re-read at least every 60 s (SWAPDB is not invalidated). 0: off."""
 
     @field_validator("url")
     @classmethod

@@ -33,7 +33,9 @@ invalidations are read in order with the replies:
 - a value is stored when its reply is parsed, inside `data_received`, never later from the caller's task; the GET is
   sent with a PTTL in the same write, and the value is stored with that expiry only if no invalidation arrived
   between the two replies;
-- a key that has expired (by the PTTL) is never served, whether or not Redis has sent its invalidation yet;
+- a key that has expired (by the PTTL, counted from when it was sent) is never served, whether or not Redis has
+  sent its invalidation yet; and no entry is served more than `NEAR_MAX_AGE_S` after it was read, which bounds what
+  Redis does not invalidate: SWAPDB, for one, changes a database's keys without a tracked write;
 - everything is dropped when the connection is lost, and a new connection starts empty;
 - a value is served only while the connection has heard from Redis within `NEAR_FRESH_S`: a connection gone silent
   (a network cut with no reset) could be missing invalidations, so after that the GET goes to Redis again, which
@@ -70,8 +72,13 @@ SECOND_LOOK_S = 0.001
 NEAR_FRESH_S = 1.0
 """The near cache answers only while its connection has heard from Redis within this long (see the module's text)."""
 
-NEAR_ENTRY_OVERHEAD = 200
-"""Bytes counted per near-cache entry on top of its key and value (the dict slot, the tuple, the objects' headers)."""
+NEAR_ENTRY_OVERHEAD = 400
+"""Bytes counted per near-cache entry on top of its key's and value's lengths: cachetools' structures (about 290
+bytes, measured with tracemalloc), the entry's tuple and the two bytes objects' headers."""
+
+NEAR_MAX_AGE_S = 60.0
+"""The longest an entry is served from memory, whatever its TTL: a bound on anything that changes Redis's keyspace
+without a tracked write (SWAPDB, a replica promoted with other data under the same connection name)."""
 
 _SUPPORTED = {"host", "port", "db", "username", "password", "path", "connection_class"}
 
@@ -122,9 +129,9 @@ class _Connection(asyncio.Protocol):
             if not waiting:
                 self.fail(RedisConnectionError("a reply from Redis that no command asked for"))
                 return
-            future, _, fill = waiting.popleft()
+            future, sent, fill = waiting.popleft()
             if future is None:  # the PTTL that follows a near-cache fill's GET
-                self._store(fill, reply)
+                self._store(fill, reply, sent)
                 continue
             if fill is not None:
                 self._fill = (reply, self.invalidations)
@@ -147,7 +154,7 @@ class _Connection(asyncio.Protocol):
                 near.pop(key, None)
         self.owner.near_invalidations += 1
 
-    def _store(self, key: bytes | None, pttl: Any) -> None:
+    def _store(self, key: bytes | None, pttl: Any, sent: float) -> None:
         fill, self._fill = self._fill, None
         near = self.owner.near
         if near is None or key is None or fill is None:
@@ -157,11 +164,10 @@ class _Connection(asyncio.Protocol):
         # rewritten in between: the PTTL would then be the new value's), and only a key that exists (-2: gone).
         if type(value) is not bytes or invalidations != self.invalidations or type(pttl) is not int or pttl == -2:
             return
-        loop = self.owner.loop
-        assert loop is not None
-        expires = math.inf if pttl == -1 else loop.time() + pttl / 1000
-        entry = (value, expires)
-        if _near_size(entry) <= near.maxsize:  # a value larger than the whole near cache is not kept
+        # Counted from when the PTTL was sent, not from its reply: Redis ran it in between, so this errs early.
+        expires = sent + NEAR_MAX_AGE_S if pttl == -1 else sent + min(pttl / 1000, NEAR_MAX_AGE_S)
+        entry = (value, expires, len(key) + len(value) + NEAR_ENTRY_OVERHEAD)
+        if entry[2] <= near.maxsize:  # a value larger than the whole near cache is not kept
             near[key] = entry
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -242,8 +248,9 @@ class FastReads:
         self._watchdog: asyncio.TimerHandle | None = None
         self._suspect = False  # the oldest command was overdue at the last look
         self.loop: asyncio.AbstractEventLoop | None = None  # the serving loop, taken at the first connect
-        # key -> (value, loop time it expires); at most near_bytes of keys, values and NEAR_ENTRY_OVERHEAD each.
-        self.near: TLRUCache[bytes, tuple[bytes, float]] | None = None
+        # key -> (value, loop time it expires, bytes counted); at most near_bytes of keys, values and
+        # NEAR_ENTRY_OVERHEAD each.
+        self.near: TLRUCache[bytes, tuple[bytes, float, int]] | None = None
         if near_bytes > 0:
             self.near = TLRUCache(maxsize=near_bytes, ttu=_expires_at, timer=self._now, getsizeof=_near_size)
         self.near_hits = 0
@@ -432,12 +439,12 @@ class FastReads:
         connection.tracking = True
 
 
-def _expires_at(key: bytes, entry: tuple[bytes, float], now: float) -> float:
+def _expires_at(key: bytes, entry: tuple[bytes, float, int], now: float) -> float:
     return entry[1]
 
 
-def _near_size(entry: tuple[bytes, float]) -> int:
-    return len(entry[0]) + NEAR_ENTRY_OVERHEAD
+def _near_size(entry: tuple[bytes, float, int]) -> int:
+    return entry[2]
 
 
 def _expire(future: asyncio.Future[Any], budget_s: float) -> None:
