@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -75,6 +76,17 @@ def own_redis() -> Iterator[RedisServer]:
     server = RedisServer()
     server.start()
     yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def stoppable_redis() -> Iterator[RedisServer]:
+    """A Redis of the test's own, which it may freeze (SIGSTOP): it is let go on again before it is cleaned up."""
+    server = RedisServer()
+    server.start()
+    yield server
+    if server.process is not None and server.process.poll() is None:
+        os.kill(server.process.pid, signal.SIGCONT)
     server.cleanup()
 
 

@@ -373,6 +373,13 @@ async def finish_task(task: asyncio.Task[None]) -> None:
     await task
 
 
+def run_on_uvloop(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run `main()` on uvloop, as the gateway runs (its timers run before the sockets are read in each iteration)."""
+    import uvloop
+
+    return uvloop.run(main())
+
+
 def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
     """Poll for an eventual effect (a background write-back, an upstream noticing a disconnect)."""
     deadline = time.monotonic() + timeout

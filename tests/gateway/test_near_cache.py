@@ -10,12 +10,12 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, cast
+from collections.abc import Callable
+from typing import cast
 
 import pytest
 import redis.asyncio as aioredis
-from gateway_harness import RedisServer
+from gateway_harness import RedisServer, run_on_uvloop
 
 from inferstack_gateway import resp
 from inferstack_gateway.resp import NEAR_ENTRY_OVERHEAD, FastReads
@@ -29,12 +29,6 @@ def near_reads(url: str, near_bytes: int = MB, timeout_s: float = 0.5) -> FastRe
     return reader
 
 
-def run(main: Callable[[], Awaitable[Any]]) -> Any:
-    import uvloop
-
-    return uvloop.run(main())  # type: ignore[arg-type]
-
-
 def gets_served(server: RedisServer) -> int:
     """GET commands Redis has executed since its start."""
     stats = server.command("INFO", "commandstats")
@@ -44,16 +38,6 @@ def gets_served(server: RedisServer) -> int:
 async def settle() -> None:
     """Let an invalidation pushed by Redis reach the reader (one loopback round trip, with room for a busy box)."""
     await asyncio.sleep(0.05)
-
-
-@pytest.fixture
-def stoppable_redis() -> Iterator[RedisServer]:
-    server = RedisServer()
-    server.start()
-    yield server
-    if server.process is not None and server.process.poll() is None:
-        os.kill(server.process.pid, signal.SIGCONT)
-    server.cleanup()
 
 
 def test_a_repeated_read_is_answered_from_memory_without_a_round_trip(own_redis: RedisServer) -> None:
@@ -67,7 +51,7 @@ def test_a_repeated_read_is_answered_from_memory_without_a_round_trip(own_redis:
         finally:
             reader.close()
 
-    values, served, hits, entries = run(main)
+    values, served, hits, entries = run_on_uvloop(main)
     assert values == [b"value"] * 5
     assert served == 1 and hits == 4 and entries == 1
 
@@ -97,7 +81,7 @@ def test_writes_deletes_and_flushes_by_another_client_are_seen_at_the_next_read(
             reader.close()
             await other.aclose()
 
-    assert run(main) == [b"one", b"one", b"two", b"two", None, b"bee", b"bee", None]
+    assert run_on_uvloop(main) == [b"one", b"one", b"two", b"two", None, b"bee", b"bee", None]
 
 
 def test_an_entry_is_never_served_past_its_ttl_even_before_redis_says_it_expired() -> None:
@@ -127,7 +111,7 @@ def test_an_entry_is_never_served_past_its_ttl_even_before_redis_says_it_expired
             finally:
                 reader.close()
 
-        values, hits_after, expires_in = run(main)
+        values, hits_after, expires_in = run_on_uvloop(main)
         assert values == [b"short-lived", b"short-lived", b"kept", None, b"kept"]
         assert 0.2 < expires_in <= 0.3
         assert hits_after == 1  # only the key without a TTL came from memory after the sleep
@@ -171,7 +155,7 @@ def test_reads_racing_writes_never_keep_a_value_that_was_overwritten(own_redis: 
             reader.close()
             await other.aclose()
 
-    outcomes, near_hits = run(main)
+    outcomes, near_hits = run_on_uvloop(main)
     assert sum(int(last.split(b":")[1]) + 1 for _, last in outcomes) >= 200, outcomes  # writes raced the reads
     assert near_hits > 0  # and some reads came from memory in between
     assert all(read == last for read, last in outcomes), outcomes
@@ -194,7 +178,7 @@ def test_a_lost_connection_empties_it_and_a_new_connection_starts_empty(own_redi
         finally:
             reader.close()
 
-    first_after, entries_when_lost, second_after = run(main)
+    first_after, entries_when_lost, second_after = run_on_uvloop(main)
     assert entries_when_lost == 0
     assert first_after == b"after" and second_after == b"after"
 
@@ -231,7 +215,7 @@ def test_a_connection_gone_quiet_is_not_trusted_and_a_frozen_redis_is_then_found
             os.kill(pid, signal.SIGCONT)
             reader.close()
 
-    fresh, stale = run(main)
+    fresh, stale = run_on_uvloop(main)
     assert fresh == b"v"
     assert type(stale) is TimeoutError, stale
 
@@ -257,7 +241,7 @@ def test_it_holds_at_most_its_size_dropping_the_least_recently_used() -> None:
             finally:
                 reader.close()
 
-        size, entries, held = run(main)
+        size, entries, held = run_on_uvloop(main)
         assert size <= limit and entries == 3
         assert held == [True, False, False, True, True]
     finally:
@@ -285,7 +269,7 @@ def test_a_redis_that_refuses_tracking_leaves_it_off_says_so_once_and_still_read
                 reader.close()
 
         with caplog.at_level(logging.WARNING, logger="inferstack_gateway.resp"):
-            values, hits, served = run(main)
+            values, hits, served = run_on_uvloop(main)
         assert values == [b"v"] * 4
         assert hits == 0 and served == 4
         refusals = [r for r in caplog.records if "does not do client tracking" in r.getMessage()]
@@ -306,7 +290,7 @@ def test_without_a_size_nothing_is_kept_and_nothing_is_asked_of_redis(own_redis:
         finally:
             reader.close()
 
-    values, clients = run(main)
+    values, clients = run_on_uvloop(main)
     assert values == [b"v"] * 3
     (reader_line,) = [line for line in clients.split(b"\n") if b"cmd=get" in line]
     assert b" resp=2" in reader_line and b" flags=N " in reader_line  # RESP2 and no tracking (t), as before
@@ -352,7 +336,7 @@ def test_a_value_invalidated_between_its_reply_and_its_ttl_is_not_kept() -> None
             reader.close()
             server.close()
 
-    first, second, entries = run(main)
+    first, second, entries = run_on_uvloop(main)
     assert first == second == b"old"
     assert served == [b"HELLO", b"CLIENT", b"GET", b"PTTL", b"GET", b"PTTL"]  # the second read was a round trip
     assert entries == 0
@@ -381,6 +365,6 @@ def test_no_entry_outlives_the_max_age_which_bounds_what_redis_does_not_invalida
             reader.close()
             await other.aclose()
 
-    within, after, again = run(main)
+    within, after, again = run_on_uvloop(main)
     assert within == b"db0"  # not invalidated by Redis: the documented limit of client tracking
     assert after == b"db1" and again == b"db1"

@@ -9,12 +9,11 @@ import socket
 import ssl
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gateway_harness import RedisServer, private_ca
+from gateway_harness import RedisServer, private_ca, run_on_uvloop
 from redis.exceptions import AuthenticationError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -26,23 +25,6 @@ def reads(url: str, timeout_s: float = 0.05, **kw: Any) -> FastReads:
     reader = FastReads.from_url(url, timeout_s, **kw)
     assert reader is not None
     return reader
-
-
-def run(main: Callable[[], Awaitable[Any]]) -> Any:
-    """On uvloop, as the gateway runs (its timers run before the sockets are read in each loop iteration)."""
-    import uvloop
-
-    return uvloop.run(main())  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def stoppable_redis() -> Iterator[RedisServer]:
-    server = RedisServer()
-    server.start()
-    yield server
-    if server.process is not None and server.process.poll() is None:
-        os.kill(server.process.pid, signal.SIGCONT)
-    server.cleanup()
 
 
 def test_values_come_back_whole_binary_large_and_missing(redis_server: RedisServer) -> None:
@@ -58,7 +40,7 @@ def test_values_come_back_whole_binary_large_and_missing(redis_server: RedisServ
         finally:
             reader.close()
 
-    assert run(main) == [binary, large, None]
+    assert run_on_uvloop(main) == [binary, large, None]
 
 
 def test_concurrent_callers_share_one_connection_and_each_gets_its_own_reply(redis_server: RedisServer) -> None:
@@ -74,7 +56,7 @@ def test_concurrent_callers_share_one_connection_and_each_gets_its_own_reply(red
         finally:
             reader.close()
 
-    values, connections = run(main)
+    values, connections = run_on_uvloop(main)
     assert values == [(f"value {i}" * (i % 7 + 1)).encode() for i in range(300)]
     assert connections == 1
 
@@ -98,7 +80,7 @@ def test_a_caller_that_gave_up_does_not_shift_the_replies_of_the_next(stoppable_
         finally:
             reader.close()
 
-    assert run(main) == b"second"
+    assert run_on_uvloop(main) == b"second"
 
 
 def test_a_frozen_redis_fails_the_reads_within_the_timeout_and_says_so_once(stoppable_redis: RedisServer) -> None:
@@ -122,7 +104,7 @@ def test_a_frozen_redis_fails_the_reads_within_the_timeout_and_says_so_once(stop
         finally:
             reader.close()
 
-    results, waited, after = run(main)
+    results, waited, after = run_on_uvloop(main)
     assert all(isinstance(result, RedisTimeoutError) for result in results), results
     assert 0.09 <= waited < 0.5
     assert len(reported) == 1 and isinstance(reported[0], RedisTimeoutError)
@@ -158,7 +140,7 @@ def test_a_budget_shorter_than_the_timeout_gives_up_alone_and_leaves_the_connect
         finally:
             reader.close()
 
-    result, waited, after, same_connection = run(main)
+    result, waited, after, same_connection = run_on_uvloop(main)
     assert type(result) is TimeoutError, result  # the caller's budget, not RedisTimeoutError: Redis is not down
     assert "budget of 50 ms" in str(result)
     assert 0.045 <= waited < 0.5
@@ -185,7 +167,7 @@ def test_a_killed_redis_is_a_connection_error_and_a_restarted_one_is_used_again(
         finally:
             reader.close()
 
-    before, lost, refused, after = run(main)
+    before, lost, refused, after = run_on_uvloop(main)
     assert before == b"before" and after == b"after"
     assert "cannot connect to Redis at 127.0.0.1" in str(refused)
     assert str(lost)
@@ -210,7 +192,7 @@ def test_password_and_database_from_the_url() -> None:
                 for reader in (right, other_db, wrong):
                     reader.close()
 
-        in_db0, in_db3, refused = run(main)
+        in_db0, in_db3, refused = run_on_uvloop(main)
         assert (in_db0, in_db3) == (b"db0", None)
         assert "refused the credentials" in str(refused)
     finally:
@@ -231,7 +213,7 @@ def test_a_unix_socket_url() -> None:
             finally:
                 reader.close()
 
-        assert run(main) == b"over the socket"
+        assert run_on_uvloop(main) == b"over the socket"
     finally:
         server.cleanup()
 
@@ -278,7 +260,7 @@ def test_tls_is_verified() -> None:
             untrusted.close()
             server.close()
 
-    value, refused = run(main)
+    value, refused = run_on_uvloop(main)
     assert value == b"secure"
     assert "certificate verify failed" in str(refused)
     assert any(line.startswith(b"AUTH") for line in commands)  # inline commands: the scripted server reads lines
@@ -310,5 +292,5 @@ def test_an_event_loop_held_up_past_the_timeout_is_not_taken_for_a_frozen_redis(
             transport.close()
             theirs.close()
 
-    assert run(main) == b"v"
+    assert run_on_uvloop(main) == b"v"
     assert reported == []

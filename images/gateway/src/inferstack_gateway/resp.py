@@ -103,8 +103,9 @@ class _Connection(asyncio.Protocol):
         self.lost = False
         self.tracking = False  # RESP3 with CLIENT TRACKING ON: the near cache may be filled and served
         self.heard = 0.0  # loop time of the last bytes from Redis
-        self.invalidations = 0  # invalidate messages read so far
-        self._fill: tuple[Any, int] | None = None  # a GET's reply and the invalidation count then, until its PTTL
+        self._fill: tuple[Any, int] | None = (
+            None  # a GET's reply and the owner's invalidation count then, until its PTTL
+        )
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -134,25 +135,22 @@ class _Connection(asyncio.Protocol):
                 self._store(fill, reply, sent)
                 continue
             if fill is not None:
-                self._fill = (reply, self.invalidations)
+                self._fill = (reply, self.owner.near_invalidations)
             if not future.done():  # a caller whose budget ran out has gone; its reply is dropped
                 future.set_result(reply)
 
     def _pushed(self, push: list[Any]) -> None:
         """An out-of-band RESP3 message: `invalidate` with the keys written since they were read, or None for all."""
-        if not push or push[0] != b"invalidate":
-            return
-        self.invalidations += 1
         near = self.owner.near
-        if near is None:
+        if near is None or not push or push[0] != b"invalidate":
             return
+        self.owner.near_invalidations += 1
         keys = push[1] if len(push) > 1 else None
         if keys is None:
             near.clear()
         else:
             for key in keys:
                 near.pop(key, None)
-        self.owner.near_invalidations += 1
 
     def _store(self, key: bytes | None, pttl: Any, sent: float) -> None:
         fill, self._fill = self._fill, None
@@ -162,7 +160,12 @@ class _Connection(asyncio.Protocol):
         value, invalidations = fill
         # Stored only if nothing was invalidated between the GET's reply and this one (the key may have been
         # rewritten in between: the PTTL would then be the new value's), and only a key that exists (-2: gone).
-        if type(value) is not bytes or invalidations != self.invalidations or type(pttl) is not int or pttl == -2:
+        if (
+            type(value) is not bytes
+            or invalidations != self.owner.near_invalidations
+            or type(pttl) is not int
+            or pttl == -2
+        ):
             return
         # Counted from when the PTTL was sent, not from its reply: Redis ran it in between, so this errs early.
         expires = sent + NEAR_MAX_AGE_S if pttl == -1 else sent + min(pttl / 1000, NEAR_MAX_AGE_S)
