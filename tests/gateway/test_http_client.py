@@ -375,6 +375,106 @@ def test_a_large_unread_body_pauses_the_socket_and_is_read_whole() -> None:
     assert run(handler, client_side) == size
 
 
+def test_a_piped_body_goes_to_the_sink_read_by_read_and_the_read_that_ends_it_stays_for_readany() -> None:
+    steps = [asyncio.Event(), asyncio.Event()]
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n7\r\ndata: 1\r\n")
+        writer.write(b"7\r\ndata: 2\r\n")  # both arrive before the client pipes
+        await writer.drain()
+        await steps[0].wait()
+        writer.write(b"7\r\ndata: 3\r\n")
+        await writer.drain()
+        await steps[1].wait()
+        writer.write(b"7\r\ndata: 4\r\n0\r\n\r\n")
+        await writer.drain()
+        await reader.read()
+
+    async def client_side(http: HttpClient, target: Target) -> tuple[list[bytes], bytes]:
+        sunk: list[bytes] = []
+        response = await http.request(b"POST", target, {}, b"{}")
+        await asyncio.sleep(0.05)
+        response.pipe(lambda data: sunk.append(data) or True)
+        assert sunk == [b"data: 1data: 2"]  # what had arrived is handed over at once, in one piece
+        waiting = asyncio.ensure_future(response.piped())
+        steps[0].set()
+        await asyncio.sleep(0.05)
+        assert sunk[1:] == [b"data: 3"] and not waiting.done()  # no wake-up of the task per read
+        steps[1].set()
+        assert await waiting == "end"
+        last = await response.readany()
+        assert await response.readany() == b"" and response.at_eof()
+        response.close()
+        assert http.idle_connections() == 1
+        return sunk, last
+
+    assert run(handler, client_side) == ([b"data: 1data: 2", b"data: 3"], b"data: 4")
+
+
+def test_a_sink_that_is_full_pauses_the_upstream_until_resumed() -> None:
+    chunk, count = 65536, 256  # 16 MiB: more than the sockets' buffers between the two sides hold
+    written = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal written
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for _ in range(count):
+            writer.write(b"%x\r\n%b\r\n" % (chunk, b"x" * chunk))
+            await writer.drain()
+            written += chunk
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        await reader.read()
+
+    async def client_side(http: HttpClient, target: Target) -> int:
+        taken = 0
+        full = True
+
+        def sink(data: bytes) -> bool:
+            nonlocal taken
+            taken += len(data)
+            return not full
+
+        response = await http.request(b"POST", target, {}, b"{}")
+        response.pipe(sink)
+        assert await response.piped() == "paused"
+        await asyncio.sleep(0.3)
+        paused_at, written_at = taken, written
+        assert paused_at <= 2 * 2**20  # one read after the pause at most, then nothing
+        assert written_at < chunk * count  # the server is held back by TCP, not buffered whole here
+        full = False
+        response.resume()
+        assert await response.piped() == "end"
+        rest = await response.read()
+        response.close()
+        return taken + len(rest)
+
+    assert run(handler, client_side) == chunk * count
+
+
+def test_a_reset_while_piping_raises_from_piped() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n7\r\ndata: 1\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.transport.abort()
+
+    async def client_side(http: HttpClient, target: Target) -> list[bytes]:
+        sunk: list[bytes] = []
+        response = await http.request(b"POST", target, {}, b"{}")
+        response.pipe(lambda data: sunk.append(data) or True)
+        with pytest.raises(StreamBroken, match="closed the connection"):
+            await response.piped()
+        response.close()
+        assert http.idle_connections() == 0 and http.busy_connections() == 0
+        return sunk
+
+    assert run(handler, client_side) == [b"data: 1"]
+
+
 def test_https_verifies_the_server_certificate_and_its_host_name() -> None:
     server_tls, trusting = private_ca("127.0.0.1")
 

@@ -202,6 +202,61 @@ def _rss_bytes() -> int:
 # -- Redis and the embeddings service ----------------------------------------------------------------------------
 
 
+def test_a_client_that_stops_reading_holds_the_upstream_back_and_then_gets_every_byte(
+    gateway: Any, loop_thread: Any
+) -> None:
+    """Back-pressure through the relay: the gateway buffers no more than its socket buffers while the client does not
+    read, and the stream arrives whole once it does."""
+    event = b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": {"content": "x" * 65000}}]}) + b"\n\n"
+    count = 400  # 26 MB: far more than the loopback sockets' buffers on both sides of the gateway hold
+    written = [0]
+    writers: list[asyncio.StreamWriter] = []
+
+    async def flood(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+        while (await reader.readuntil(b"\r\n\r\n")).startswith(b"GET"):  # the gateway's warm-up at start
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        for _ in range(count):
+            writer.write(b"%x\r\n%b\r\n" % (len(event), event))
+            await writer.drain()
+            written[0] += 1
+        writer.write(b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")
+        await writer.drain()
+        await reader.read()
+
+    async def start() -> Any:
+        return await asyncio.start_server(flood, "127.0.0.1", 0)
+
+    async def stop() -> None:
+        server.close()
+        for writer in writers:
+            writer.close()
+        await server.wait_closed()
+
+    server = loop_thread.run(start())
+    port = server.sockets[0].getsockname()[1]
+    gw = gateway(None, upstreams={"main": {"url": f"http://127.0.0.1:{port}/v1"}})
+    body = orjson.dumps({"model": "local", "messages": [{"role": "user", "content": "flood"}], "stream": True})
+    host, gw_port = gw.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(gw_port), timeout=20)
+    try:
+        connection.request("POST", "/v1/chat/completions", body=body, headers=AUTH)
+        response = connection.getresponse()  # the head and the first chunk; then nothing is read for a while
+        assert response.status == 200, response.read()
+        assert wait_for(lambda: written[0] > 0)
+        time.sleep(0.5)
+        held = written[0]
+        time.sleep(0.3)
+        assert written[0] == held < count  # the upstream is held back, not read into the gateway's memory
+        received = response.read()  # now read it all
+    finally:
+        connection.close()
+        gw.stop(loop_thread)
+        loop_thread.run(stop())
+    assert received.count(b"x" * 65000) == count and received.endswith(b"data: [DONE]\n\n")
+
+
 def test_redis_frozen_then_killed_the_cache_is_skipped_within_budget_and_readyz_tells(
     gateway: Any, upstreams: Any, own_redis: Any
 ) -> None:

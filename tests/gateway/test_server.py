@@ -5,9 +5,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import orjson
 import pytest
+from gateway_harness import API_KEY_A, sha256
 
-from inferstack_gateway.server import HeadCoalescingTransport
+from inferstack_gateway.app import Gateway
+from inferstack_gateway.config import parse_config
+from inferstack_gateway.server import HeadCoalescingTransport, chunk_writer
 
 pytestmark = pytest.mark.asyncio
 
@@ -80,3 +84,45 @@ async def test_everything_else_is_the_wrapped_transports() -> None:
     assert inner.sends == [b"not a head"]
     assert transport.get_extra_info("peername") == "info:peername"
     assert transport.is_closing() is False
+
+
+async def test_under_another_asgi_server_a_stream_is_relayed_as_one_message_per_read(upstreams: Any) -> None:
+    """The direct chunk writer is uvicorn's httptools cycle only; any other server gets ASGI messages."""
+    upstream = upstreams("plain", tokens=6, itl_s=0.02)
+    config = {
+        "upstreams": {"main": {"url": upstream.base}},
+        "tiers": {"small": {"upstreams": ["main"]}},
+        "models": {"local": {"tier": "small", "cache": {"policy": "never"}}},
+        "auth": {"keys": [{"tenant": "t", "name": "k", "key_sha256": sha256(API_KEY_A)}]},
+        "server": {"access_log": False},
+    }
+    app = Gateway(parse_config(config, env={}))
+    body = orjson.dumps({"model": "local", "messages": [{"role": "user", "content": "hi"}], "stream": True})
+    requests = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if requests:
+            return requests.pop()
+        await asyncio.Event().wait()  # the client stays
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    assert chunk_writer(send) is None
+    scope = {
+        "type": "http", "method": "POST", "path": "/v1/chat/completions",
+        "headers": [(b"authorization", f"Bearer {API_KEY_A}".encode()), (b"content-type", b"application/json")],
+    }  # fmt: skip
+    await app.startup()
+    try:
+        await app(scope, receive, send)
+    finally:
+        await app.shutdown()
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    bodies = [message["body"] for message in sent[1:]]
+    assert len(bodies) >= 6  # the tokens came 20 ms apart: each went out as it arrived
+    text = b"".join(bodies)
+    assert text.endswith(b"data: [DONE]\n\n") and all(b" w%d" % i in text for i in range(1, 6))
+    assert sent[-1].get("more_body", False) is False

@@ -40,6 +40,7 @@ from inferstack_gateway.normalize import (
     parse_json_body,
     unknown_model,
 )
+from inferstack_gateway.server import chunk_writer
 from inferstack_gateway.spillover import build_routes
 from inferstack_gateway.store import LocalLimiter, RedisStore, close_quietly, retry_after_s
 from inferstack_gateway.tracing import Tracer, setup_tracing
@@ -689,7 +690,21 @@ class Gateway:
                 # budget's timer is armed, which on a cold path costs tens of microseconds.
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 chunk = b""
+            writer = None if response.at_eof() else chunk_writer(send)
             async with asyncio.timeout_at(deadline):
+                if writer is not None:
+                    # From here the upstream connection writes each read straight to the client (no task step or
+                    # ASGI message per chunk); this task waits for the end, or for the client to drain a full buffer.
+
+                    def sink(data: bytes) -> bool:
+                        chunks.append(data)
+                        arrivals.append(time.perf_counter())
+                        return writer.write(data)
+
+                    response.pipe(sink)
+                    while await response.piped() == "paused":
+                        await writer.drain()
+                        response.resume()
                 while True:
                     if not chunk:
                         chunk = await response.readany()

@@ -4,7 +4,8 @@ This is the relay path's client, to the upstreams and the embeddings service. It
 cost about 0.5 ms of added time to first token per request on a 2-core machine (`benchmarks/README.md`, "Where the
 time went"): a request body written from a task of its own one loop turn after the headers, a response object with
 cookie, charset and multidict handling, and a stream reader woken per chunk. Here a request leaves in one write, a
-response is one small object, and each chunk is handed over as it is parsed. HTTP parsing is httptools' (llhttp),
+response is one small object, and each chunk is handed over as it is parsed (or, piped, handed to
+a callback from the read itself, with no task woken per chunk). HTTP parsing is httptools' (llhttp),
 TLS is asyncio's; what this module adds is only the pool and the bookkeeping of one request per connection.
 
 What it does not do, because no upstream needs it: redirects, cookies, compression, proxies, HTTP/2, request
@@ -18,7 +19,7 @@ import asyncio
 import collections
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
@@ -81,6 +82,7 @@ class Response:
         "_expiry",
         "_framed",
         "_keep_alive",
+        "_sink",
         "_waiter",
         "headers",
         "status",
@@ -100,6 +102,7 @@ class Response:
         """HttpClientError, or the builtin TimeoutError once the request's deadline passed (see `disarm`)."""
         self._waiter: asyncio.Future[None] | None = None
         self._expiry: asyncio.TimerHandle | None = None
+        self._sink: Callable[[bytes], bool] | None = None
 
     # -- the reading side --------------------------------------------------------------------------------------------
 
@@ -124,6 +127,36 @@ class Response:
         if connection is not None and connection.paused:
             connection.resume()
         return data
+
+    def pipe(self, sink: Callable[[bytes], bool]) -> None:
+        """Hand the body to `sink` from now on, as each read from the socket is parsed, instead of keeping it for
+        `readany`: no task wakes per chunk. `sink` returns False when its receiver cannot take more for now, which
+        pauses reading from the upstream until `piped()` returns "paused" and the caller calls `resume()`.
+
+        The bytes of the read that completes the body are kept for `readany`, so that the caller can send them with
+        the end of its own response. Bytes that arrived before this call are handed over at once."""
+        self._sink = sink
+        if self._chunks and not self._complete:
+            self._deliver()
+
+    async def piped(self) -> str:
+        """Wait, while piping, until the body is complete ("end": read the rest with `readany`) or the sink has asked
+        for a pause ("paused"). Raises StreamBroken (or TimeoutError, see `disarm`) if the body cannot complete."""
+        while True:
+            if self._error is not None:
+                raise self._error
+            if self._complete:
+                return "end"
+            connection = self._connection
+            if connection is not None and connection.paused:
+                return "paused"
+            await self._wait()
+
+    def resume(self) -> None:
+        """Read from the upstream again after a pause."""
+        connection = self._connection
+        if connection is not None:
+            connection.resume()
 
     async def read(self) -> bytes:
         """The whole body."""
@@ -165,10 +198,20 @@ class Response:
 
     def _body(self, data: bytes) -> None:
         self._chunks.append(data)
+        if self._sink is not None:
+            return  # handed over once the whole read is parsed (`_deliver`)
         self._buffered += len(data)
         if self._buffered > PAUSE_BYTES and self._connection is not None:
             self._connection.pause()
         self._wake()
+
+    def _deliver(self) -> None:
+        assert self._sink is not None
+        data = self._chunks.popleft() if len(self._chunks) == 1 else b"".join(self._chunks)
+        self._chunks.clear()
+        if not self._sink(data) and self._connection is not None:
+            self._connection.pause()
+            self._wake()
 
     def _end(self, keep_alive: bool) -> None:
         self._complete = True
@@ -216,6 +259,10 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._fail(StreamBroken(f"unparseable response: {exc}"))
             self.close()
+            return
+        response = self.response
+        if response is not None and response._sink is not None and response._chunks and not response._complete:
+            response._deliver()
 
     def eof_received(self) -> bool:
         return False  # close our side too

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 STATUS_LINE_PREFIX = b"HTTP/1.1 "
 
@@ -59,3 +59,46 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn
         super().connection_made(HeadCoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+
+
+class ChunkWriter:
+    """Writes body bytes of a started chunked response straight to the client's connection, from a protocol callback.
+
+    A relayed stream otherwise costs, per upstream read, a future woken, a task step, and an ASGI message through
+    uvicorn's `send`; with this the upstream connection's `data_received` writes the chunk frame itself (see
+    `Response.pipe`). Only for uvicorn's httptools cycle, whose framing this repeats; `send` still starts the response
+    (its head, with the first chunk) and ends it (the last chunk and the terminating frame)."""
+
+    __slots__ = ("_cycle",)
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self._cycle = cycle
+
+    def write(self, data: bytes) -> bool:
+        """Send `data` as one chunk. False when the client's socket buffer is over its high-water mark."""
+        cycle = self._cycle
+        if cycle.disconnected:
+            return True  # nothing to write to: the disconnect watcher ends the request
+        cycle.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        return not cycle.flow.write_paused
+
+    async def drain(self) -> None:
+        """Wait until the client's socket buffer is below its low-water mark (or the client has gone)."""
+        cycle = self._cycle
+        if cycle.flow.write_paused and not cycle.disconnected:
+            await cycle.flow.drain()
+
+
+def chunk_writer(send: Any) -> ChunkWriter | None:
+    """A ChunkWriter for the response that `send` (an ASGI send callable) has started, if it is uvicorn's httptools
+    cycle with a chunked body under way; None otherwise (another server: the caller sends ASGI messages instead)."""
+    cycle = getattr(send, "__self__", None)
+    if (
+        type(cycle) is RequestResponseCycle
+        and cycle.response_started
+        and cycle.chunked_encoding
+        and not cycle.response_complete
+        and cycle.scope["method"] != "HEAD"
+    ):
+        return ChunkWriter(cycle)
+    return None
