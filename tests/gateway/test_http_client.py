@@ -398,9 +398,13 @@ def test_a_piped_body_goes_to_the_sink_read_by_read_and_the_read_that_ends_it_st
         response.pipe(lambda data: sunk.append(data) or True)
         assert sunk == [b"data: 1data: 2"]  # what had arrived is handed over at once, in one piece
         waiting = asyncio.ensure_future(response.piped())
+        await asyncio.sleep(0)
+        waiter = response._waiter
+        assert waiter is not None
         steps[0].set()
         await asyncio.sleep(0.05)
-        assert sunk[1:] == [b"data: 3"] and not waiting.done()  # no wake-up of the task per read
+        assert sunk[1:] == [b"data: 3"]
+        assert response._waiter is waiter and not waiter.done()  # the read went to the sink; the task was not woken
         steps[1].set()
         assert await waiting == "end"
         last = await response.readany()
@@ -473,6 +477,30 @@ def test_a_reset_while_piping_raises_from_piped() -> None:
         return sunk
 
     assert run(handler, client_side) == [b"data: 1"]
+
+
+def test_a_sink_that_raises_fails_piped_with_its_error_and_the_connection_is_dropped() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n7\r\ndata: 1\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(b"7\r\ndata: 2\r\n0\r\n\r\n")
+        await writer.drain()
+        await reader.read()
+
+    def sink(data: bytes) -> bool:
+        raise ValueError("the receiver broke")
+
+    async def client_side(http: HttpClient, target: Target) -> int:
+        response = await http.request(b"POST", target, {}, b"{}")
+        response.pipe(sink)
+        with pytest.raises(ValueError, match="the receiver broke"):
+            await response.piped()
+        response.close()
+        return http.idle_connections() + http.busy_connections()
+
+    assert run(handler, client_side) == 0
 
 
 def test_https_verifies_the_server_certificate_and_its_host_name() -> None:

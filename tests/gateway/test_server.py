@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -11,9 +12,7 @@ from gateway_harness import API_KEY_A, sha256
 
 from inferstack_gateway.app import Gateway
 from inferstack_gateway.config import parse_config
-from inferstack_gateway.server import HeadCoalescingTransport, chunk_writer
-
-pytestmark = pytest.mark.asyncio
+from inferstack_gateway.server import ChunkWriter, HeadCoalescingTransport, chunk_writer
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
@@ -46,6 +45,7 @@ def coalescing() -> tuple[HeadCoalescingTransport, RecordingTransport]:
     return HeadCoalescingTransport(inner, asyncio.get_running_loop()), inner  # type: ignore[arg-type]
 
 
+@pytest.mark.asyncio
 async def test_head_and_first_body_bytes_leave_in_one_send_and_later_chunks_go_straight_out() -> None:
     transport, inner = coalescing()
     transport.write(HEAD)
@@ -58,6 +58,7 @@ async def test_head_and_first_body_bytes_leave_in_one_send_and_later_chunks_go_s
     assert len(inner.sends) == 2  # nothing left behind to flush
 
 
+@pytest.mark.asyncio
 async def test_a_head_with_no_body_in_the_same_iteration_is_sent_by_the_end_of_it() -> None:
     transport, inner = coalescing()
     transport.write(HEAD)
@@ -65,6 +66,7 @@ async def test_a_head_with_no_body_in_the_same_iteration_is_sent_by_the_end_of_i
     assert inner.sends == [HEAD]
 
 
+@pytest.mark.asyncio
 async def test_close_sends_a_held_head_first_and_a_closed_transport_gets_no_late_write() -> None:
     transport, inner = coalescing()
     transport.write(HEAD)
@@ -78,6 +80,7 @@ async def test_close_sends_a_held_head_first_and_a_closed_transport_gets_no_late
     assert inner.sends == []
 
 
+@pytest.mark.asyncio
 async def test_everything_else_is_the_wrapped_transports() -> None:
     transport, inner = coalescing()
     transport.write(b"not a head")
@@ -86,6 +89,7 @@ async def test_everything_else_is_the_wrapped_transports() -> None:
     assert transport.is_closing() is False
 
 
+@pytest.mark.asyncio
 async def test_under_another_asgi_server_a_stream_is_relayed_as_one_message_per_read(upstreams: Any) -> None:
     """The direct chunk writer is uvicorn's httptools cycle only; any other server gets ASGI messages."""
     upstream = upstreams("plain", tokens=6, itl_s=0.02)
@@ -126,3 +130,38 @@ async def test_under_another_asgi_server_a_stream_is_relayed_as_one_message_per_
     text = b"".join(bodies)
     assert text.endswith(b"data: [DONE]\n\n") and all(b" w%d" % i in text for i in range(1, 6))
     assert sent[-1].get("more_body", False) is False
+
+
+@pytest.mark.asyncio
+async def test_the_chunk_writer_frames_each_write_and_writes_nothing_to_a_closing_or_gone_client() -> None:
+    transport = RecordingTransport()
+    cycle = SimpleNamespace(transport=transport, disconnected=False, flow=SimpleNamespace(write_paused=False))
+    writer = ChunkWriter(cycle)  # type: ignore[arg-type]  # the attributes of uvicorn's cycle that it uses
+    assert writer.write(b"data: 1\n\n") is True
+    assert writer.write(b"") is True  # an empty frame would end the body: nothing is written
+    cycle.flow.write_paused = True
+    assert writer.write(b"data: 2\n\n") is False  # the client's buffer is full: the caller pauses the upstream
+    assert transport.sends == [b"9\r\ndata: 1\n\n\r\n", b"9\r\ndata: 2\n\n\r\n"]
+    transport.closed = True
+    assert writer.write(b"data: 3\n\n") is True
+    cycle.disconnected = True
+    assert writer.write(b"data: 4\n\n") is True
+    await writer.drain()  # returns at once for a gone client, though its buffer was full
+    assert len(transport.sends) == 2
+
+
+def test_under_uvicorn_a_stream_after_its_first_read_goes_through_the_chunk_writer(
+    gateway: Any, upstreams: Any, loop_thread: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writes: list[bytes] = []
+    write = ChunkWriter.write
+    monkeypatch.setattr(ChunkWriter, "write", lambda self, data: writes.append(data) or write(self, data))
+    upstream = upstreams("paced", tokens=6, itl_s=0.02)
+    gw = gateway(upstream)
+    stream = gw.client().chat.completions.create(
+        model="local", messages=[{"role": "user", "content": "hi"}], stream=True, temperature=1.0
+    )
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert text == "paced#1" + "".join(f" w{i}" for i in range(1, 6))
+    assert len(writes) >= 4 and all(data.startswith(b"data: ") for data in writes)  # the tokens 20 ms apart
+    gw.stop(loop_thread)

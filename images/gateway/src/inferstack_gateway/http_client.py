@@ -134,7 +134,9 @@ class Response:
         pauses reading from the upstream until `piped()` returns "paused" and the caller calls `resume()`.
 
         The bytes of the read that completes the body are kept for `readany`, so that the caller can send them with
-        the end of its own response. Bytes that arrived before this call are handed over at once."""
+        the end of its own response; call `readany` only once `piped()` has returned "end". Bytes that arrived before
+        this call are handed over at once. An exception raised by `sink` is raised by `piped()` (it never escapes
+        the connection's callback)."""
         self._sink = sink
         if self._chunks and not self._complete:
             self._deliver()
@@ -209,7 +211,12 @@ class Response:
         assert self._sink is not None
         data = self._chunks.popleft() if len(self._chunks) == 1 else b"".join(self._chunks)
         self._chunks.clear()
-        if not self._sink(data) and self._connection is not None:
+        try:
+            more = self._sink(data)
+        except Exception as exc:
+            self._error = exc
+            more = False
+        if not more and self._connection is not None:
             self._connection.pause()
             self._wake()
 
@@ -257,6 +264,9 @@ class _Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
+            response = self.response
+            if response is not None and response._sink is not None and response._chunks:
+                response._deliver()  # what was parsed before the error, as `readany` would have returned it
             self._fail(StreamBroken(f"unparseable response: {exc}"))
             self.close()
             return

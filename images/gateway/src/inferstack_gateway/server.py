@@ -77,15 +77,18 @@ class ChunkWriter:
     def write(self, data: bytes) -> bool:
         """Send `data` as one chunk. False when the client's socket buffer is over its high-water mark."""
         cycle = self._cycle
-        if cycle.disconnected:
-            return True  # nothing to write to: the disconnect watcher ends the request
+        # A client gone, or a connection closing whose loss uvicorn has reported to a later, pipelined request's cycle:
+        # nothing to write to (the disconnect watcher or the upstream's end finishes the request). An empty chunk
+        # frame would end the body.
+        if cycle.disconnected or cycle.transport.is_closing() or not data:
+            return True
         cycle.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
         return not cycle.flow.write_paused
 
     async def drain(self) -> None:
         """Wait until the client's socket buffer is below its low-water mark (or the client has gone)."""
         cycle = self._cycle
-        if cycle.flow.write_paused and not cycle.disconnected:
+        if cycle.flow.write_paused and not cycle.disconnected and not cycle.transport.is_closing():
             await cycle.flow.drain()
 
 
