@@ -1,0 +1,208 @@
+"""The gateway at two commits side by side: does a change make it faster or leaner, measured in one run?
+
+gateway_bench.py compares the gateway with a direct connection, a bare relay and LiteLLM. This program answers a
+narrower question that a run of gateway_bench cannot, because two of its runs on a shared machine differ by more than
+most changes do: it runs the working tree's gateway and the gateway of another commit (checked out with
+`git worktree` into a temporary directory) as two processes at once, against the same upstream stand-in, and
+measures them in alternating rounds, next to the direct connection and the bare relay. Each gateway gets the example
+config with the embeddings endpoint down and streams a request no cache covers (temperature 1): the relay path.
+
+The client is the official openai package (AsyncOpenAI on aiohttp, streaming, uvloop); TTFT is the first chunk with
+content; CPU ms per request is read from /proc for each gateway process. The table shows the median over rounds and
+[min..max].
+
+    python benchmarks/gateway_ab.py --base HEAD~1                      # c=8 and c=32, 4 rounds (about 5 min)
+    python benchmarks/gateway_ab.py --base main --concurrency 1 --requests 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import gateway_bench as bench
+
+RESULTS = bench.RESULTS
+ROOT = bench.ROOT
+
+
+def start_gateways(base: str, workdir: Path, upstream: str, start: Any) -> dict[str, tuple[int, int]]:
+    """The working tree's gateway ("head") and `base`'s ("base"). Returns each one's (pid, port)."""
+    tree = workdir / "base-tree"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), base], check=True,
+                   capture_output=True)  # fmt: skip
+    example = (ROOT / "images" / "gateway" / "config.example.yaml").read_text()
+    limits = "\nlimits:\n  requests_per_minute: 100000000\n  tokens_per_minute: 2000000000\n"
+    # No Redis and no embeddings: the relay path only (a change to the cache has gateway_bench's cache columns).
+    example = re.sub(r"(?ms)^(redis|embeddings):.*?\n\n", "", example)
+    example = example.replace("      policy: temperature_zero", "      policy: never")
+    gateways = {}
+    for name, source in (("head", ROOT / "images" / "gateway" / "src"), ("base", tree / "images" / "gateway" / "src")):
+        port = bench.free_port()
+        config = workdir / f"{name}.yaml"
+        config.write_text(example + limits)
+        env = {
+            **os.environ,
+            "GATEWAY_PORT": str(port),
+            "GATEWAY_UPSTREAM_URL": upstream,
+            "GATEWAY_API_KEY": bench.API_KEY,
+            "PYTHONPATH": str(source),  # this gateway's package ahead of the installed one
+        }
+        command = [sys.executable, "-c", "import sys; from inferstack_gateway.cli import main; sys.exit(main())",
+                   "--config", str(config)]  # fmt: skip
+        gateways[name] = (start(command, port, env=env).pid, port)
+    return gateways
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", required=True, help="the commit to compare the working tree with (e.g. HEAD~1)")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32], help="(default 8 32)")
+    parser.add_argument("--requests", type=int, default=0, help="per path and round (default 50 x concurrency, 300+)")
+    parser.add_argument("--rounds", type=int, default=4, help="alternating rounds (default 4)")
+    parser.add_argument("--out", type=Path, default=RESULTS / "gateway_ab.json")
+    args = parser.parse_args()
+    base_commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.base], check=True,
+                                 capture_output=True, text=True).stdout.strip()  # fmt: skip
+    head_commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=True,
+                                 capture_output=True, text=True).stdout.strip()  # fmt: skip
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "images/gateway"], check=True,
+                           capture_output=True, text=True).stdout.strip() != ""  # fmt: skip
+    head_label = f"{head_commit}{' + uncommitted changes' if dirty else ''}"
+
+    workdir = Path(tempfile.mkdtemp(prefix="gateway-ab-"))
+    processes: list[subprocess.Popen[bytes]] = []
+    load_before = os.getloadavg()
+    rows: dict[str, list[dict[str, Any]]] = {}
+    try:
+
+        def start(command: list[str], port: int, **kwargs: Any) -> subprocess.Popen[bytes]:
+            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
+            processes.append(process)
+            bench.wait_port(port, process)
+            return process
+
+        ports = {name: bench.free_port() for name in ("upstream", "relay")}
+        upstream = f"http://127.0.0.1:{ports['upstream']}/v1"
+        me = [sys.executable, bench.__file__]
+        start([*me, "--serve-upstream", str(ports["upstream"])], ports["upstream"])
+        relay = start([*me, "--serve-relay", str(ports["relay"]), "--relay-to", upstream], ports["relay"])
+        gateways = start_gateways(args.base, workdir, upstream, start)
+        urls = {
+            "direct": upstream,
+            "relay": f"http://127.0.0.1:{ports['relay']}/v1",
+            **{name: f"http://127.0.0.1:{port}/v1" for name, (_, port) in gateways.items()},
+        }
+        tracked = {"relay": relay.pid, **{name: pid for name, (pid, _) in gateways.items()}}
+
+        async def run() -> None:
+            import openai
+
+            clients = {
+                name: openai.AsyncOpenAI(
+                    base_url=url,
+                    api_key=bench.API_KEY,
+                    max_retries=0,
+                    timeout=60,
+                    http_client=openai.DefaultAioHttpClient(),
+                )
+                for name, url in urls.items()
+            }
+            for client in clients.values():
+                await bench.one(client, bench.chat("warm up", 1.0))
+            names = list(urls)
+            for concurrency in args.concurrency:
+                n = args.requests or max(300, 50 * concurrency)
+                for round_ in range(args.rounds):
+                    order = names[round_ % len(names) :] + names[: round_ % len(names)]
+                    for name in order:
+                        await bench.settle(list(tracked.values()))
+                        warm = (
+                            bench.one(clients[name], bench.chat(f"warm {round_} {i}", 1.0)) for i in range(concurrency)
+                        )
+                        await asyncio.gather(*warm)
+                        bodies = [bench.chat(f"ab {concurrency} {round_} {i}", 1.0) for i in range(n)]
+                        row = await bench.run_load(client, bodies, concurrency, tracked.get(name))
+                        rows.setdefault(f"{name}/c{concurrency}", []).append(row)
+                        print(
+                            f"c={concurrency} round {round_ + 1}/{args.rounds} {name}: {bench.summary(row)}", flush=True
+                        )
+            for client in clients.values():
+                await client.close()
+
+        import uvloop
+
+        uvloop.run(run())
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(workdir / "base-tree")],
+                       capture_output=True)  # fmt: skip
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    def spread(values: list[float]) -> dict[str, float]:
+        return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+    results = {
+        key: {
+            measure: spread([row[measure] for row in runs])
+            for measure in ("ttft_p50_ms", "ttft_p99_ms", "rps", "cpu_ms_per_request")
+            if all(measure in row for row in runs)
+        }
+        for key, runs in rows.items()
+    }
+    report = {
+        **bench.run_header(load_before),
+        "head": head_label,
+        "base": f"{args.base} ({base_commit})",
+        "rounds": args.rounds,
+        "results": results,
+        "per_round": rows,
+    }
+    title = (
+        f"Gateway A/B, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, {report['machine']}, Python "
+        f"{report['python']}: head = {head_label}, base = {args.base} ({base_commit}). Relay path (no cache), "
+        f"{args.rounds} alternating rounds per concurrency; median [min..max] over rounds."
+    )
+
+    def cell(entry: dict[str, float] | None, digits: int = 2) -> str:
+        if entry is None:
+            return "-"
+        return f"{entry['median']:.{digits}f} [{entry['min']:.{digits}f}..{entry['max']:.{digits}f}]"
+
+    lines = [
+        title,
+        "",
+        "| conc. | path | TTFT p50 ms | TTFT p99 ms | req/s | CPU ms/req |",
+        "|---|---|---|---|---|---|",
+    ]
+    for concurrency in args.concurrency:
+        for name in ("direct", "relay", "base", "head"):
+            entry = results[f"{name}/c{concurrency}"]
+            lines.append(
+                f"| {concurrency} | {name} | {cell(entry['ttft_p50_ms'])} | {cell(entry['ttft_p99_ms'])} | "
+                f"{cell(entry['rps'], 0)} | {cell(entry.get('cpu_ms_per_request'), 3)} |"
+            )
+    table = "\n".join(lines)
+    print()
+    print(table)
+    bench.write_results(args.out, report, table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
