@@ -118,8 +118,8 @@ def main() -> int:
                 )
                 for name, url in urls.items()
             }
-            for client in clients.values():
-                await bench.one(client, bench.chat("warm up", 1.0))
+            for each in clients.values():
+                await bench.one(each, bench.chat("warm up", 1.0))
             names = list(urls)
             for concurrency in args.concurrency:
                 n = args.requests or max(300, 50 * concurrency)
@@ -127,18 +127,18 @@ def main() -> int:
                     order = names[round_ % len(names) :] + names[: round_ % len(names)]
                     for name in order:
                         await bench.settle(list(tracked.values()))
-                        warm = (
-                            bench.one(clients[name], bench.chat(f"warm {round_} {i}", 1.0)) for i in range(concurrency)
+                        client = clients[name]
+                        await asyncio.gather(
+                            *(bench.one(client, bench.chat(f"warm {round_} {i}", 1.0)) for i in range(concurrency))
                         )
-                        await asyncio.gather(*warm)
                         bodies = [bench.chat(f"ab {concurrency} {round_} {i}", 1.0) for i in range(n)]
                         row = await bench.run_load(client, bodies, concurrency, tracked.get(name))
                         rows.setdefault(f"{name}/c{concurrency}", []).append(row)
                         print(
                             f"c={concurrency} round {round_ + 1}/{args.rounds} {name}: {bench.summary(row)}", flush=True
                         )
-            for client in clients.values():
-                await client.close()
+            for each in clients.values():
+                await each.close()
 
         import uvloop
 
