@@ -189,6 +189,8 @@ def main() -> int:
         "uvicorn+own": [*here, "--serve", "own", "--port", str(ports["uvicorn+own"]), "--to", upstream],
         "raw+own": [*here, "--serve", "raw", "--port", str(ports["raw+own"]), "--to", upstream],
     }
+    import uvloop
+
     processes = []
     load_before = os.getloadavg()  # before the servers start: the run's own load is not "before"
     try:
@@ -196,7 +198,7 @@ def main() -> int:
             process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             processes.append(process)
             bench.wait_port(ports[name], process)
-        rounds = asyncio.run(measure(ports, args.rounds, args.requests))
+        rounds = uvloop.run(measure(ports, args.rounds, args.requests))
     finally:
         for process in processes:
             process.terminate()
@@ -208,14 +210,13 @@ def main() -> int:
 
 async def measure(ports: dict[str, int], rounds: int, requests: int) -> list[dict[str, float]]:
     import openai
-    import uvloop
 
-    uvloop.install()
     clients = {
         name: openai.AsyncOpenAI(
             base_url=f"http://127.0.0.1:{port}/v1",
             api_key="none",
             max_retries=0,
+            timeout=60,  # a lost request fails the run in a minute, not in the client's default ten
             http_client=openai.DefaultAioHttpClient(),
         )
         for name, port in ports.items()
