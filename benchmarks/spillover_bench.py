@@ -23,7 +23,6 @@ import asyncio
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -226,14 +225,8 @@ def serve_static(port: int) -> None:
 
 
 def end_to_end(requests: int, runs: int, workdir: Path) -> dict[str, Any]:
-    processes: list[subprocess.Popen[bytes]] = []
-
-    def start(command: list[str], port: int, **kwargs: Any) -> subprocess.Popen[bytes]:
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
-        processes.append(process)
-        gb.wait_port(port, process)
-        return process
-
+    servers = gb.Servers()
+    start = servers.start
     try:
         ports = {name: gb.free_port() for name in ("upstream", "hub", "redis", "plain", "spill", "static")}
         me = [sys.executable, str(Path(gb.__file__)), "--ttft-ms", "20", "--itl-ms", "2", "--tokens", "16"]
@@ -348,12 +341,7 @@ def end_to_end(requests: int, runs: int, workdir: Path) -> dict[str, Any]:
 
         return uvloop.run(bench())
     finally:
-        for process in reversed(processes):
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        servers.stop()
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -120,9 +120,7 @@ class Response:
             if self._complete:
                 return b""
             await self._wait()
-        data = self._chunks.popleft() if len(self._chunks) == 1 else b"".join(self._chunks)
-        self._chunks.clear()
-        self._buffered = 0
+        data = self._take()
         connection = self._connection
         if connection is not None and connection.paused:
             connection.resume()
@@ -207,10 +205,16 @@ class Response:
             self._connection.pause()
         self._wake()
 
-    def _deliver(self) -> None:
-        assert self._sink is not None
+    def _take(self) -> bytes:
+        """Every buffered body byte, in one piece; the buffer is left empty."""
         data = self._chunks.popleft() if len(self._chunks) == 1 else b"".join(self._chunks)
         self._chunks.clear()
+        self._buffered = 0
+        return data
+
+    def _deliver(self) -> None:
+        assert self._sink is not None
+        data = self._take()
         try:
             more = self._sink(data)
         except Exception as exc:
@@ -261,18 +265,19 @@ class _Connection(asyncio.Protocol):
             self.close()  # bytes nobody asked for: the connection cannot be trusted with the next request
             return
         self.received = True
+        error = None
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            response = self.response
-            if response is not None and response._sink is not None and response._chunks:
-                response._deliver()  # what was parsed before the error, as `readany` would have returned it
-            self._fail(StreamBroken(f"unparseable response: {exc}"))
-            self.close()
-            return
+            error = exc
+        # Piping: what this read parsed goes to the sink (before an error too, as `readany` would have returned it),
+        # except the read that completes the body, which stays for `readany`.
         response = self.response
         if response is not None and response._sink is not None and response._chunks and not response._complete:
             response._deliver()
+        if error is not None:
+            self._fail(StreamBroken(f"unparseable response: {error}"))
+            self.close()
 
     def eof_received(self) -> bool:
         return False  # close our side too
