@@ -7,12 +7,20 @@ than guessed. Every path relays the same upstream stand-in (gateway_bench's, 20 
   direct        client -> upstream: the limit
   pipe          a byte pipe (asyncio protocols on uvloop, no HTTP parsing at all): the floor of any proxy process
   uvicorn+aiohttp   uvicorn (httptools, uvloop) with aiohttp's client, one session: gateway_bench's "relay"
-  uvicorn+own   uvicorn with the gateway's own client (inferstack_gateway.http_client): what the gateway runs
+  uvicorn+own   uvicorn's stock httptools protocol with the gateway's own client (inferstack_gateway.http_client);
+                a response's head and its first chunk leave in two writes
+  gwproto+own   the same with the gateway's protocol (server.GatewayHttpProtocol: the head leaves with the first
+                chunk, in one write): the server and client the gateway runs, without the gateway's own work
   raw+own       the gateway's client behind a bare httptools server protocol, no ASGI (streams only): uvicorn's share
+  gateway       `inferstack-gateway` itself, with Redis and the exact cache on, on a request no cache covers
+                (temperature 1): minus gwproto+own, the gateway's own work on the path
 
 The client is the official openai package (AsyncOpenAI on aiohttp, streaming, uvloop), one request at a time; TTFT
-is the first chunk with content. Each round measures every path in turn (a warm-up of 20, then --requests timed);
-the table shows each path's median TTFT over rounds, minus direct's in the same round, with min..max.
+is the first chunk with content. Each round warms every path up (20 requests), then sends --requests requests to
+each path, one path after another request by request, so that a slow moment of the shared machine falls on every
+path alike; the table shows each path's median TTFT over rounds, minus direct's in the same round, with min..max.
+A request that has not finished after 30 s is abandoned, counted and printed with its path (a benchmark that waits
+for ever measures nothing).
 
     python benchmarks/relay_floor.py                 # 7 rounds of 200 requests (about 4 min on 2 cores)
     python benchmarks/relay_floor.py --rounds 3 --requests 100
@@ -23,15 +31,48 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import socket
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import gateway_bench as bench
 
 RESULTS = bench.RESULTS
+API_KEY = "sk-relay-floor"
+STALL_S = 30.0
+
+
+def gateway_config(port: int, upstream: str, redis_url: str) -> str:
+    """The gateway as gateway_bench runs it on its relay path, less the semantic stage (no embedding model here)."""
+    return f"""server:
+  port: {port}
+redis:
+  url: {redis_url}
+upstreams:
+  local:
+    url: {upstream}
+tiers:
+  small:
+    upstreams: [local]
+models:
+  local:
+    tier: small
+    cache:
+      policy: temperature_zero
+      exact: true
+auth:
+  keys:
+    - tenant: bench
+      name: bench
+      key: ${{GATEWAY_API_KEY}}
+limits:
+  requests_per_minute: 100000000
+  tokens_per_minute: 2000000000
+"""
 
 
 def serve_pipe(port: int, upstream_port: int) -> None:
@@ -81,11 +122,13 @@ def serve_pipe(port: int, upstream_port: int) -> None:
     uvloop.run(main())
 
 
-def serve_own(port: int, upstream: str) -> None:
-    """gateway_bench's relay with the gateway's HTTP client in place of aiohttp's."""
+def serve_own(port: int, upstream: str, coalesce: bool = False) -> None:
+    """gateway_bench's relay with the gateway's HTTP client in place of aiohttp's; with `coalesce`, on the gateway's
+    own uvicorn protocol (a response's head sent with its first body bytes)."""
     import uvicorn
 
     from inferstack_gateway.http_client import HttpClient, Target
+    from inferstack_gateway.server import GatewayHttpProtocol
 
     http = HttpClient(limit_per_origin=1024, keepalive_s=4, connect_timeout_s=1)
     target = Target.parse(upstream + "/chat/completions")
@@ -106,8 +149,9 @@ def serve_own(port: int, upstream: str) -> None:
         await send({"type": "http.response.body", "body": b""})
 
     uvicorn.run(
-        app, host="127.0.0.1", port=port, loop="uvloop", http="httptools", log_level="warning", access_log=False
-    )
+        app, host="127.0.0.1", port=port, loop="uvloop", http=GatewayHttpProtocol if coalesce else "httptools",
+        log_level="warning", access_log=False,
+    )  # fmt: skip
 
 
 def serve_raw(port: int, upstream: str) -> None:
@@ -163,7 +207,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--requests", type=int, default=200)
-    parser.add_argument("--serve", choices=["pipe", "own", "raw"], help=argparse.SUPPRESS)
+    parser.add_argument("--serve", choices=["pipe", "own", "gwproto", "raw"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--to", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=RESULTS / "relay_floor.json")
@@ -171,14 +215,16 @@ def main() -> int:
     if args.serve == "pipe":
         serve_pipe(args.port, int(args.to))
         return 0
-    if args.serve == "own":
-        serve_own(args.port, args.to)
+    if args.serve in ("own", "gwproto"):
+        serve_own(args.port, args.to, coalesce=args.serve == "gwproto")
         return 0
     if args.serve == "raw":
         serve_raw(args.port, args.to)
         return 0
 
-    ports = {name: bench.free_port() for name in ("direct", "pipe", "uvicorn+aiohttp", "uvicorn+own", "raw+own")}
+    names = ("direct", "pipe", "uvicorn+aiohttp", "uvicorn+own", "gwproto+own", "raw+own", "gateway")
+    ports = {name: bench.free_port() for name in names}
+    redis_port = bench.free_port()
     upstream = f"http://127.0.0.1:{ports['direct']}/v1"
     here, gateway = [sys.executable, __file__], [sys.executable, bench.__file__]
     commands = {
@@ -186,30 +232,42 @@ def main() -> int:
         "pipe": [*here, "--serve", "pipe", "--port", str(ports["pipe"]), "--to", str(ports["direct"])],
         "uvicorn+aiohttp": [*gateway, "--serve-relay", str(ports["uvicorn+aiohttp"]), "--relay-to", upstream],
         "uvicorn+own": [*here, "--serve", "own", "--port", str(ports["uvicorn+own"]), "--to", upstream],
+        "gwproto+own": [*here, "--serve", "gwproto", "--port", str(ports["gwproto+own"]), "--to", upstream],
         "raw+own": [*here, "--serve", "raw", "--port", str(ports["raw+own"]), "--to", upstream],
     }
     import uvloop
 
+    workdir = Path(tempfile.mkdtemp(prefix="relay-floor-"))
+    config = workdir / "gateway.yaml"
+    config.write_text(gateway_config(ports["gateway"], upstream, f"redis://127.0.0.1:{redis_port}/0"))
+    binary = shutil.which("inferstack-gateway", path=str(Path(sys.executable).parent)) or "inferstack-gateway"
     servers = bench.Servers()
     load_before = os.getloadavg()  # before the servers start: the run's own load is not "before"
     try:
         for name, command in commands.items():
             servers.start(command, ports[name])
-        rounds = uvloop.run(measure(ports, args.rounds, args.requests))
+        servers.start([*bench.redis_command(), "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+                       "--appendonly", "no", "--dir", str(workdir)], redis_port)  # fmt: skip
+        servers.start(
+            [binary, "--config", str(config)], ports["gateway"], env={**os.environ, "GATEWAY_API_KEY": API_KEY}
+        )
+        rounds, stalled = uvloop.run(measure(ports, args.rounds, args.requests))
     finally:
         servers.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     report = summarize(rounds, args, load_before)
+    report["stalled_requests"] = stalled
     bench.write_results(args.out, report, render(report))
     return 0
 
 
-async def measure(ports: dict[str, int], rounds: int, requests: int) -> list[dict[str, float]]:
+async def measure(ports: dict[str, int], rounds: int, requests: int) -> tuple[list[dict[str, float]], dict[str, int]]:
     import openai
 
     clients = {
         name: openai.AsyncOpenAI(
             base_url=f"http://127.0.0.1:{port}/v1",
-            api_key="none",
+            api_key=API_KEY,
             max_retries=0,
             timeout=60,  # a lost request fails the run in a minute, not in the client's default ten
             http_client=openai.DefaultAioHttpClient(),
@@ -217,20 +275,34 @@ async def measure(ports: dict[str, int], rounds: int, requests: int) -> list[dic
         for name, port in ports.items()
     }
     out = []
+    stalled: dict[str, int] = {}
+
+    async def one(name: str, content: str) -> float | None:
+        try:
+            async with asyncio.timeout(STALL_S):
+                return (await bench.one(clients[name], bench.chat(content, 1.0)))[0]
+        except TimeoutError:
+            stalled[name] = stalled.get(name, 0) + 1
+            print(f"{name}: a request stalled for {STALL_S:.0f} s and was abandoned ({content!r})", flush=True)
+            return None
+
     try:
         for number in range(rounds):
-            row = {}
-            for name, client in clients.items():
+            for name in clients:
                 for i in range(20):
-                    await bench.one(client, bench.chat(f"warm {number} {i}", 1.0))
-                ttfts = [(await bench.one(client, bench.chat(f"r{number} {i}", 1.0)))[0] for i in range(requests)]
-                row[name] = statistics.median(ttfts) * 1000
+                    await one(name, f"warm {number} {i}")
+            ttfts: dict[str, list[float]] = {name: [] for name in clients}
+            for i in range(requests):
+                for name in clients:
+                    if (ttft := await one(name, f"r{number} {i}")) is not None:
+                        ttfts[name].append(ttft)
+            row = {name: statistics.median(values) * 1000 for name, values in ttfts.items()}
             out.append(row)
             print(f"round {number + 1}/{rounds}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in row.items()), flush=True)
     finally:
         for client in clients.values():
             await client.close()
-    return out
+    return out, stalled
 
 
 def summarize(
@@ -266,6 +338,9 @@ def render(report: dict[str, Any]) -> str:
             f"{row['added_ms']:+.2f} [{row['added_spread_ms'][0]:+.2f}..{row['added_spread_ms'][1]:+.2f}]"
         )  # fmt: skip
         lines.append(f"| {name} | {row['ttft_p50_ms']:.2f} | {added} |")
+    if report.get("stalled_requests"):
+        counts = ", ".join(f"{name} {n}" for name, n in report["stalled_requests"].items())
+        lines += ["", f"Requests abandoned after {STALL_S:.0f} s without an answer: {counts}."]
     return "\n".join(lines) + "\n"
 
 
