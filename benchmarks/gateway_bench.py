@@ -22,7 +22,11 @@ Paths, at concurrency 1, 8 and 32:
                 would be exact hits)
 
 Each run measures every path at every concurrency, the paths in a rotated order from run to run (interleaved), so
-that a slow phase of the shared machine is spread over all of them. Added TTFT is the path's TTFT minus direct's, at
+that a slow phase of the shared machine is spread over all of them. At concurrency 1 the paths that need no cache
+prepared (direct, relay, litellm, gateway and miss-nemb) go further: their requests take turns, one to each path in
+rotation, so that every path sees the same moments of the machine, and a fraction of a millisecond stands out of its
+noise (throughput there is one request over its mean duration, and CPU per request includes what the proxy spends
+while it waits for its turn). Added TTFT is the path's TTFT minus direct's, at
 the same concurrency in the same run. The table shows the median over runs, with the spread (min..max) of added
 TTFT and of throughput relative to direct. Throughput, CPU ms per request and peak RSS are read from /proc for the
 whole process tree of the proxy being measured.
@@ -64,6 +68,8 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 CONCURRENCY = (1, 8, 32)
 RELAY_PATHS = ("relay", "litellm", "gateway")
 GATEWAY_PATHS = ("gateway", "miss", "miss-nemb", "exact-hit", "semantic-hit")
+# At c=1, the paths measured request by request in turn (none needs a cache entry prepared).
+TAKING_TURNS = ("direct", "relay", "litellm", "gateway", "miss-nemb")
 TARGETS = {
     "added TTFT p50 at c=1": "<= 0.5 ms",
     "added TTFT p99 at c=32": "<= 5 ms",
@@ -339,17 +345,43 @@ async def run_load(client: Any, bodies: list[dict[str, Any]], concurrency: int, 
 
     async def worker() -> None:
         for body in queue:
-            try:
-                ttft, result = await one(client, body)
-            except Exception as exc:  # counted and shown in the cache column: an error is a result too
-                results[f"error {getattr(exc, 'status_code', type(exc).__name__)}"] += 1
-                continue
-            ttfts.append(ttft)
-            results[result] += 1
+            await timed(client, body, ttfts, results)
 
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - started
+    return load_row(ttfts, results, time.perf_counter() - started, pid, before)
+
+
+async def run_in_turn(jobs: dict[str, tuple[Any, list[dict[str, Any]], int | None]]) -> dict[str, dict[str, Any]]:
+    """Concurrency 1 over several paths at once: request i of every path, one after another, then request i + 1.
+    `jobs` maps a path to its client, its bodies (as many for each path) and the pid of its proxy (None for direct)."""
+    ttfts: dict[str, list[float]] = {path: [] for path in jobs}
+    results: dict[str, collections.Counter[str]] = {path: collections.Counter() for path in jobs}
+    busy = dict.fromkeys(jobs, 0.0)
+    before = {path: tree_stats(pid)[0] if pid else 0.0 for path, (_, _, pid) in jobs.items()}
+    for i in range(max(len(bodies) for _, bodies, _ in jobs.values())):
+        for path, (client, bodies, _) in jobs.items():
+            started = time.perf_counter()
+            await timed(client, bodies[i], ttfts[path], results[path])
+            busy[path] += time.perf_counter() - started
+    return {
+        path: load_row(ttfts[path], results[path], busy[path], pid, before[path]) for path, (_, _, pid) in jobs.items()
+    }
+
+
+async def timed(client: Any, body: dict[str, Any], ttfts: list[float], results: collections.Counter[str]) -> None:
+    try:
+        ttft, result = await one(client, body)
+    except Exception as exc:  # counted and shown in the cache column: an error is a result too
+        results[f"error {getattr(exc, 'status_code', type(exc).__name__)}"] += 1
+        return
+    ttfts.append(ttft)
+    results[result] += 1
+
+
+def load_row(
+    ttfts: list[float], results: collections.Counter[str], elapsed: float, pid: int | None, before: float
+) -> dict[str, Any]:
     out: dict[str, Any] = {
         "requests": len(ttfts),
         "rps": len(ttfts) / elapsed,
@@ -495,7 +527,10 @@ def main() -> int:
         rng = random.Random(7)
         servers = [embedder.pid, *pids.values()]
 
-        async def measure(run: int, concurrency: int, path: str, clients: dict[str, Any]) -> None:
+        async def prepare(
+            run: int, concurrency: int, path: str, clients: dict[str, Any]
+        ) -> tuple[Any, list[dict[str, Any]], int | None]:
+            """The client, the bodies and the proxy's pid of one path at one concurrency; the cache entry it needs."""
             n = counts[concurrency]
             tag = f"r{run}c{concurrency}"
             target = {"direct": "direct", "relay": "relay", "litellm": "litellm"}.get(path, "gateway")
@@ -519,11 +554,26 @@ def main() -> int:
                 await one(client, chat(f"What is the capital of {country}?", 0.0, "local-semantic"))
                 await asyncio.sleep(0.3)  # the write-back lands after the response
                 bodies = [chat(f"What's {country}'s capital city?", 0.0, "local-semantic")] * n
+            return client, bodies, pids.get(target)
+
+        async def measure(run: int, concurrency: int, path: str, clients: dict[str, Any]) -> None:
+            client, bodies, pid = await prepare(run, concurrency, path, clients)
             await settle(servers)
             # Warm the client's connections at this concurrency before timing.
+            tag = f"r{run}c{concurrency}"
             await asyncio.gather(*(one(client, chat(f"warm {tag} {i}", 1.0)) for i in range(concurrency)))
-            pid = pids.get(target)
             runs[run][f"{path}/c{concurrency}"] = await run_load(client, bodies, concurrency, pid)
+            print(f"run {run + 1}/{args.runs} c={concurrency} {path}: "
+                  f"{summary(runs[run][f'{path}/c{concurrency}'])}", flush=True)  # fmt: skip
+
+        async def measure_in_turn(run: int, together: list[str], clients: dict[str, Any]) -> None:
+            jobs = {path: await prepare(run, 1, path, clients) for path in together}
+            await settle(servers)
+            for path, (client, _, _) in jobs.items():
+                await one(client, chat(f"warm r{run}c1 {path}", 1.0))
+            for path, row in (await run_in_turn(jobs)).items():
+                runs[run][f"{path}/c1"] = row
+                print(f"run {run + 1}/{args.runs} c=1 {path} (in turn): {summary(row)}", flush=True)
 
         async def bench() -> None:
             import openai
@@ -549,10 +599,12 @@ def main() -> int:
                     order = paths[1:]
                     shift = run % len(order)
                     order = order[shift:] + order[:shift]
-                    for path in ["direct", *order]:
+                    order = ["direct", *order]
+                    if concurrency == 1:
+                        await measure_in_turn(run, [path for path in order if path in TAKING_TURNS], clients)
+                        order = [path for path in order if path not in TAKING_TURNS]
+                    for path in order:
                         await measure(run, concurrency, path, clients)
-                        print(f"run {run + 1}/{args.runs} c={concurrency} {path}: "
-                              f"{summary(runs[run][f'{path}/c{concurrency}'])}", flush=True)  # fmt: skip
             for client in clients.values():
                 await client.close()
 
