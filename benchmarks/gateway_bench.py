@@ -22,15 +22,17 @@ Paths, at concurrency 1, 8 and 32:
                 would be exact hits)
 
 Each run measures every path at every concurrency, the paths in a rotated order from run to run (interleaved), so
-that a slow phase of the shared machine is spread over all of them. At concurrency 1 the paths that need no cache
-prepared (direct, relay, gateway and miss-nemb) go further: their requests take turns, one to each path in rotation,
-so that every path sees the same moments of the machine, and a fraction of a millisecond stands out of its noise
-(LiteLLM, tens of milliseconds away, runs on its own: its work after each answer would fall on the next path's
-request) (throughput there is one request over its mean duration, and CPU per request includes what the proxy spends
-while it waits for its turn). Added TTFT is the path's TTFT minus direct's, at
-the same concurrency in the same run. The table shows the median over runs, with the spread (min..max) of added
-TTFT and of throughput relative to direct. Throughput, CPU ms per request and peak RSS are read from /proc for the
-whole process tree of the proxy being measured.
+that a slow phase of the shared machine is spread over all of them. At concurrency 1, direct, relay, gateway and
+miss-nemb go further: their requests take turns, one to each path in rotation, so that every path sees the same
+moments of the machine and a fraction of a millisecond stands out of the noise. Throughput there is one request over
+its mean duration, and CPU per request includes what the proxy spends while it waits for its turn. The other paths
+run on their own, their work after an answer would fall on the next path's request: LiteLLM's (tens of milliseconds
+away in any case), and miss's write-back, which embeds the prompt on the same two cores; the hit paths need their
+entry prepared. Their added TTFT is still taken against the run's direct.
+
+Added TTFT is the path's TTFT minus direct's, at the same concurrency in the same run. The table shows the median
+over runs, with the spread (min..max) of added TTFT and of throughput relative to direct. Throughput, CPU ms per
+request and peak RSS are read from /proc for the whole process tree of the proxy being measured.
 
     python benchmarks/gateway_bench.py                   # 5 runs; writes benchmarks/results/gateway_bench.{json,md}
     python benchmarks/gateway_bench.py --quick           # 2 runs, fewer requests: a smoke run while developing
@@ -69,7 +71,7 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 CONCURRENCY = (1, 8, 32)
 RELAY_PATHS = ("relay", "litellm", "gateway")
 GATEWAY_PATHS = ("gateway", "miss", "miss-nemb", "exact-hit", "semantic-hit")
-# At c=1, the paths measured request by request in turn (none needs a cache entry prepared).
+# At c=1, the paths measured request by request in turn (see the docstring for why the others are not).
 TAKING_TURNS = ("direct", "relay", "gateway", "miss-nemb")
 TARGETS = {
     "added TTFT p50 at c=1": "<= 0.5 ms",

@@ -22,7 +22,7 @@ path alike; the table shows each path's median TTFT over rounds, minus direct's 
 A request that has not finished after 30 s is abandoned, counted and printed with its path (a benchmark that waits
 for ever measures nothing).
 
-    python benchmarks/relay_floor.py                 # 7 rounds of 200 requests (about 4 min on 2 cores)
+    python benchmarks/relay_floor.py                 # 7 rounds of 200 requests per path (about 8 min on 2 cores)
     python benchmarks/relay_floor.py --rounds 3 --requests 100
 """
 
@@ -288,14 +288,17 @@ async def measure(ports: dict[str, int], rounds: int, requests: int) -> tuple[li
 
     try:
         for number in range(rounds):
-            for name in clients:
-                for i in range(20):
+            for i in range(20):  # in turn as well: no warmed connection sits idle past a server's keep-alive timeout
+                for name in clients:
                     await one(name, f"warm {number} {i}")
             ttfts: dict[str, list[float]] = {name: [] for name in clients}
             for i in range(requests):
                 for name in clients:
                     if (ttft := await one(name, f"r{number} {i}")) is not None:
                         ttfts[name].append(ttft)
+            if empty := [name for name, values in ttfts.items() if not values]:
+                print(f"round {number + 1}/{rounds}: left out, no request of {', '.join(empty)} finished", flush=True)
+                continue
             row = {name: statistics.median(values) * 1000 for name, values in ttfts.items()}
             out.append(row)
             print(f"round {number + 1}/{rounds}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in row.items()), flush=True)
@@ -305,9 +308,25 @@ async def measure(ports: dict[str, int], rounds: int, requests: int) -> tuple[li
     return out, stalled
 
 
+# The gateway's added time, layer by layer: each layer is one row minus the row below it, in the same round.
+LAYERS = (
+    ("one more hop, nothing parsed", "pipe", "direct"),
+    ("HTTP parsing and the gateway's client", "raw+own", "pipe"),
+    ("uvicorn, with the gateway's protocol", "gwproto+own", "raw+own"),
+    ("the gateway's own work", "gateway", "gwproto+own"),
+)
+
+
 def summarize(
     rounds: list[dict[str, float]], args: argparse.Namespace, load_before: tuple[float, float, float]
 ) -> dict[str, Any]:
+    if not rounds:
+        raise SystemExit("relay_floor: no round completed; nothing to report")
+    layers = []
+    for layer, upper, lower in LAYERS:
+        differences = [r[upper] - r[lower] for r in rounds]
+        layers.append({"layer": layer, "rows": [upper, lower], "ms": statistics.median(differences),
+                       "spread_ms": [min(differences), max(differences)]})  # fmt: skip
     paths: dict[str, Any] = {}
     for name in rounds[0]:
         added = [r[name] - r["direct"] for r in rounds]
@@ -321,6 +340,8 @@ def summarize(
         "rounds": args.rounds,
         "requests_per_round": args.requests,
         "paths": paths,
+        "layers": layers,
+        "per_round_ttft_p50_ms": rounds,
     }
 
 
@@ -338,6 +359,18 @@ def render(report: dict[str, Any]) -> str:
             f"{row['added_ms']:+.2f} [{row['added_spread_ms'][0]:+.2f}..{row['added_spread_ms'][1]:+.2f}]"
         )  # fmt: skip
         lines.append(f"| {name} | {row['ttft_p50_ms']:.2f} | {added} |")
+    lines += [
+        "",
+        "The gateway's added time by layer: in each round, one row's TTFT p50 minus another's; median [min..max] over "
+        "rounds.",
+        "",
+        "| layer | rows | ms |",
+        "|---|---|---|",
+    ]
+    for layer in report["layers"]:
+        low, high = layer["spread_ms"]
+        upper, lower = layer["rows"]
+        lines.append(f"| {layer['layer']} | {upper} minus {lower} | {layer['ms']:+.2f} [{low:+.2f}..{high:+.2f}] |")
     if report.get("stalled_requests"):
         counts = ", ".join(f"{name} {n}" for name, n in report["stalled_requests"].items())
         lines += ["", f"Requests abandoned after {STALL_S:.0f} s without an answer: {counts}."]
