@@ -68,6 +68,8 @@ LITELLM_VENV = ROOT / "benchmarks" / ".venv-litellm"
 API_KEY = "sk-bench"
 LITELLM_KEY = "sk-" + secrets.token_hex(32)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+STALL_S = 60.0
+"""A request unfinished after this long is abandoned and counted as an error."""
 CONCURRENCY = (1, 8, 32)
 RELAY_PATHS = ("relay", "litellm", "gateway")
 GATEWAY_PATHS = ("gateway", "miss", "miss-nemb", "exact-hit", "semantic-hit")
@@ -374,7 +376,13 @@ async def run_in_turn(jobs: dict[str, tuple[Any, list[dict[str, Any]], int | Non
 
 async def timed(client: Any, body: dict[str, Any], ttfts: list[float], results: collections.Counter[str]) -> None:
     try:
-        ttft, result = await one(client, body)
+        # The client's own timeout did not end a request that once stalled with every process idle (relay_floor.py);
+        # this one does, and the request is counted as "error stalled".
+        async with asyncio.timeout(STALL_S):
+            ttft, result = await one(client, body)
+    except TimeoutError:
+        results["error stalled"] += 1
+        return
     except Exception as exc:  # counted and shown in the cache column: an error is a result too
         results[f"error {getattr(exc, 'status_code', type(exc).__name__)}"] += 1
         return
