@@ -26,7 +26,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +162,7 @@ def main() -> int:
         "per_round": rows,
     }
     title = (
-        f"Gateway A/B, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, {report['machine']}, Python "
+        f"Gateway A/B, {report['date']}, {report['machine']}, Python "
         f"{report['python']}: head = {head_label}, base = {args.base} ({base_commit}). Relay path (no cache), "
         f"{args.rounds} alternating rounds per concurrency; median [min..max] over rounds."
     )
@@ -186,10 +185,8 @@ def main() -> int:
                 f"| {concurrency} | {name} | {cell(entry['ttft_p50_ms'])} | {cell(entry['ttft_p99_ms'])} | "
                 f"{cell(entry['rps'], 0)} | {cell(entry.get('cpu_ms_per_request'), 3)} |"
             )
-    table = "\n".join(lines)
     print()
-    print(table)
-    bench.write_results(args.out, report, table)
+    bench.write_results(args.out, report, "\n".join(lines))  # prints the table too
     return 0
 
 

@@ -328,15 +328,19 @@ def ensure_litellm(wanted: bool) -> tuple[Path | None, str]:
 # Load generation with the official client.
 
 
-async def one(client: Any, body: dict[str, Any]) -> tuple[float, str]:
-    """TTFT to the first content token, and the cache header, of one streamed request."""
-    started = time.perf_counter()
-    ttft = None
-    response = await client.chat.completions.with_raw_response.create(**body)
-    stream = response.parse()
-    async for chunk in stream:
-        if ttft is None and chunk.choices and chunk.choices[0].delta.content:
-            ttft = time.perf_counter() - started
+async def one(client: Any, body: dict[str, Any], stall_s: float = STALL_S) -> tuple[float, str]:
+    """TTFT to the first content token, and the cache header, of one streamed request.
+
+    A request unfinished after `stall_s` raises the builtin TimeoutError: the client's own timeout did not end one
+    that stalled with every process idle (relay_floor.py). The timer is armed before the clock starts."""
+    async with asyncio.timeout(stall_s):
+        started = time.perf_counter()
+        ttft = None
+        response = await client.chat.completions.with_raw_response.create(**body)
+        stream = response.parse()
+        async for chunk in stream:
+            if ttft is None and chunk.choices and chunk.choices[0].delta.content:
+                ttft = time.perf_counter() - started
     if ttft is None:
         raise RuntimeError(f"no content token in the answer to {body}")
     return ttft, response.headers.get("x-inferstack-cache", "-")
@@ -376,11 +380,8 @@ async def run_in_turn(jobs: dict[str, tuple[Any, list[dict[str, Any]], int | Non
 
 async def timed(client: Any, body: dict[str, Any], ttfts: list[float], results: collections.Counter[str]) -> None:
     try:
-        # The client's own timeout did not end a request that once stalled with every process idle (relay_floor.py);
-        # this one does, and the request is counted as "error stalled".
-        async with asyncio.timeout(STALL_S):
-            ttft, result = await one(client, body)
-    except TimeoutError:
+        ttft, result = await one(client, body)
+    except TimeoutError:  # `one`'s bound: the request stalled
         results["error stalled"] += 1
         return
     except Exception as exc:  # counted and shown in the cache column: an error is a result too

@@ -40,39 +40,12 @@ from pathlib import Path
 from typing import Any
 
 import gateway_bench as bench
+import spillover_bench
+import yaml
 
 RESULTS = bench.RESULTS
 API_KEY = "sk-relay-floor"
 STALL_S = 30.0
-
-
-def gateway_config(port: int, upstream: str, redis_url: str) -> str:
-    """The gateway as gateway_bench runs it on its relay path, less the semantic stage (no embedding model here)."""
-    return f"""server:
-  port: {port}
-redis:
-  url: {redis_url}
-upstreams:
-  local:
-    url: {upstream}
-tiers:
-  small:
-    upstreams: [local]
-models:
-  local:
-    tier: small
-    cache:
-      policy: temperature_zero
-      exact: true
-auth:
-  keys:
-    - tenant: bench
-      name: bench
-      key: ${{GATEWAY_API_KEY}}
-limits:
-  requests_per_minute: 100000000
-  tokens_per_minute: 2000000000
-"""
 
 
 def serve_pipe(port: int, upstream_port: int) -> None:
@@ -239,7 +212,12 @@ def main() -> int:
 
     workdir = Path(tempfile.mkdtemp(prefix="relay-floor-"))
     config = workdir / "gateway.yaml"
-    config.write_text(gateway_config(ports["gateway"], upstream, f"redis://127.0.0.1:{redis_port}/0"))
+    # The edge tier's gateway of spillover_bench without a hub: Redis with the exact cache, no semantic stage (no
+    # embedding model here).
+    redis_url = f"redis://127.0.0.1:{redis_port}/0"
+    config.write_text(
+        yaml.safe_dump(spillover_bench.gateway_config(ports["gateway"], upstream, None, redis_url, "rf:"))
+    )
     binary = shutil.which("inferstack-gateway", path=str(Path(sys.executable).parent)) or "inferstack-gateway"
     servers = bench.Servers()
     load_before = os.getloadavg()  # before the servers start: the run's own load is not "before"
@@ -279,8 +257,7 @@ async def measure(ports: dict[str, int], rounds: int, requests: int) -> tuple[li
 
     async def one(name: str, content: str) -> float | None:
         try:
-            async with asyncio.timeout(STALL_S):
-                return (await bench.one(clients[name], bench.chat(content, 1.0)))[0]
+            return (await bench.one(clients[name], bench.chat(content, 1.0), STALL_S))[0]
         except TimeoutError:
             stalled[name] = stalled.get(name, 0) + 1
             print(f"{name}: a request stalled for {STALL_S:.0f} s and was abandoned ({content!r})", flush=True)
