@@ -188,8 +188,10 @@ async def start_app(app: Any) -> tuple[Any, str]:
 @dataclass
 class StandIn:
     """An OpenAI-compatible server. Modes: ok, error500, error400, hang (no headers), truncate (no [DONE]),
-    stall (headers, then nothing), reset (a TCP reset after two tokens). With `echo`, the answer's first word is the
-    last message's content (or the prompt), so that a test can tell whose answer a stream carries."""
+    stall (headers, then nothing), reset (a TCP reset after two tokens), and answers that are not completions:
+    redirect (302), no-content (204), html (a 200 HTML page, as a misconfigured proxy in front would send). With
+    `echo`, the answer's first word is the last message's content (or the prompt), so that a test can tell whose
+    answer a stream carries."""
 
     name: str
     url: str = ""
@@ -227,6 +229,12 @@ async def stand_in_handler(stand_in: StandIn, request: Any) -> Any:
             await asyncio.sleep(3600)
         if stand_in.mode == "error500":
             return web.json_response({"error": {"message": "boom", "type": "server_error"}}, status=500)
+        if stand_in.mode == "redirect":
+            return web.Response(status=302, headers={"location": "https://elsewhere.invalid/v1/chat/completions"})
+        if stand_in.mode == "no-content":
+            return web.Response(status=204)
+        if stand_in.mode == "html":
+            return web.Response(body=b"<html><body>Welcome to nginx!</body></html>", content_type="text/html")
         if stand_in.mode == "error400":
             return web.json_response(
                 {"object": "error", "message": "max_tokens is too large", "type": "BadRequestError"}, status=400

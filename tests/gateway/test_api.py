@@ -30,6 +30,23 @@ def test_chat_completion_relays_the_upstream_answer_and_reports_a_bypass(gateway
     assert upstream.requests[0]["body"]["model"] == "local"
 
 
+def test_the_upstream_gets_prompts_and_messages_as_the_client_wrote_them(gateway: Any, upstreams: Any) -> None:
+    # Trimming is for the cache key only: whitespace at either end of a completion prompt changes the continuation
+    # (code, prefill), and it was trimmed from the body sent upstream.
+    upstream: StandIn = upstreams("up")
+    gw = gateway(upstream)
+    client = gw.client()
+    client.completions.create(model="local", prompt="  def f():\n    ", temperature=0)
+    client.chat.completions.create(
+        model="local", temperature=0,
+        messages=[{"role": "system", "content": " Be terse. "},
+                  {"role": "user", "content": [{"type": "text", "text": "\n    indented\n"}]}],
+    )  # fmt: skip
+    assert upstream.requests[0]["body"]["prompt"] == "  def f():\n    "
+    messages = upstream.requests[1]["body"]["messages"]
+    assert messages[0]["content"] == " Be terse. " and messages[1]["content"][0]["text"] == "\n    indented\n"
+
+
 def test_streamed_chat_is_relayed_as_openai_sse_with_done_and_usage(gateway: Any, upstreams: Any) -> None:
     upstream = upstreams("up", tokens=4)
     gw = gateway(upstream)

@@ -85,15 +85,46 @@ def test_streamed_request_is_served_from_a_cached_non_streamed_answer_as_sse(gat
     assert len(upstream.requests) == 1
 
 
+def stream(gw: GatewayHandle, content: str, **kwargs: Any) -> tuple[str, str, Any]:
+    """(answer, x-inferstack-cache, usage of the last chunk) for a streamed temperature-0 single-turn chat."""
+    with gw.client().chat.completions.with_streaming_response.create(
+        model="local", messages=[{"role": "user", "content": content}], temperature=0, stream=True, **kwargs
+    ) as response:
+        chunks = list(response.parse())
+        answer = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        return answer, response.headers["x-inferstack-cache"], chunks[-1].usage
+
+
 def test_a_streamed_answer_is_cached_after_the_stream_finished(gateway: Any, upstreams: Any) -> None:
     upstream = upstreams("up", tokens=4)
     gw = gateway(upstream)
-    stream = gw.client().chat.completions.create(
-        model="local", messages=[{"role": "user", "content": "Say hi"}], temperature=0, stream=True
-    )
-    streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    streamed, result, _ = stream(gw, "Say hi", stream_options={"include_usage": True})
+    assert result == "miss"
     assert wait_for(lambda: stored(gw))
-    assert ask(gw, "Say hi") == (streamed, "hit")
+    raw = gw.client().chat.completions.with_raw_response.create(
+        model="local", messages=[{"role": "user", "content": "Say hi"}], temperature=0
+    )
+    assert raw.headers["x-inferstack-cache"] == "hit"
+    answer = raw.parse()
+    assert answer.choices[0].message.content == streamed and answer.usage is not None
+    assert answer.usage.completion_tokens == 4 and len(upstream.requests) == 1
+
+
+def test_an_entry_without_usage_answers_only_requests_that_do_not_need_it(gateway: Any, upstreams: Any) -> None:
+    """A stream that did not ask for usage stores an answer without it: it serves later such streams, but a
+    non-streamed request (whose answer always carries usage) or a stream with include_usage goes upstream, and the
+    answer it gets, with usage, replaces the entry."""
+    upstream = upstreams("up", tokens=4)
+    gw = gateway(upstream)
+    streamed, result, _ = stream(gw, "Say hi")
+    assert result == "miss" and wait_for(lambda: stored(gw))
+    assert stream(gw, "Say hi") == (streamed, "hit", None)
+    assert stream(gw, "Say hi", stream_options={"include_usage": True})[1] == "miss"
+    assert wait_for(lambda: gw.metric("inferstack_gateway_cache_writes_total", kind="exact", outcome="stored") >= 2)
+    answer, result, usage = stream(gw, "Say hi", stream_options={"include_usage": True})
+    assert answer.startswith("up#2") and result == "hit" and usage is not None and usage.completion_tokens == 4
+    assert ask(gw, "Say hi")[1] == "hit"
+    assert len(upstream.requests) == 2
 
 
 def test_exact_entries_carry_the_route_ttl(gateway: Any, upstreams: Any, redis_server: Any) -> None:
@@ -172,6 +203,47 @@ def test_paraphrase_is_a_semantic_hit(gateway: Any, upstreams: Any) -> None:
     assert wait_for(lambda: stored(gw, "semantic"))
     assert ask(gw, PARAPHRASE[1]) == (first, "semantic")
     assert len(upstream.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [({"content": [{"type": "text", "text": "What animal is this?"},
+                   {"type": "image_url", "image_url": {"url": "https://example.invalid/cat.png"}}]},
+      {"content": [{"type": "text", "text": "What animal is this?"},
+                   {"type": "image_url", "image_url": {"url": "https://example.invalid/dog.png"}}]}),
+     ({"content": "What is my name?", "name": "alice"}, {"content": "What is my name?", "name": "bob"})],
+    ids=["image-part", "name"],
+)  # fmt: skip
+def test_what_the_embedding_cannot_see_keeps_a_request_out_of_the_semantic_cache(
+    gateway: Any, upstreams: Any, first: dict[str, Any], second: dict[str, Any]
+) -> None:
+    # GIVEN an answer to a question about one image (or from one named user): it was stored in the semantic cache
+    upstream = upstreams("up")
+    gw = gateway(upstream)
+
+    def send(message: dict[str, Any]) -> tuple[str, str]:
+        raw = gw.client().chat.completions.with_raw_response.create(
+            model="local", messages=[{"role": "user", **message}], temperature=0
+        )
+        return raw.parse().choices[0].message.content, raw.headers["x-inferstack-cache"]
+
+    assert send(first)[1] == "miss"
+    assert wait_for(lambda: stored(gw))
+    # WHEN the same text comes with another image (or name), THEN it is not served the first answer (it was a semantic
+    # hit at distance 0, then promoted to its exact key), and the first request is still an exact hit
+    answer, result = send(second)
+    assert result == "miss" and answer.startswith("up#2")
+    assert send(first)[1] == "hit"
+    assert gw.metric("inferstack_gateway_cache_writes_total", kind="semantic", outcome="stored") == 0
+
+
+def test_a_request_for_logprobs_is_not_cached(gateway: Any, upstreams: Any) -> None:
+    # A stream's entry keeps no logprobs, so a hit could not give them: such requests bypass the cache.
+    upstream = upstreams("up")
+    gw = gateway(upstream)
+    assert ask(gw, "Say hi", logprobs=True)[1] == "bypass"
+    assert ask(gw, "Say hi", logprobs=True)[1] == "bypass"
+    assert len(upstream.requests) == 2
 
 
 def test_a_semantic_hit_is_an_exact_hit_the_next_time_it_is_asked(gateway: Any, upstreams: Any) -> None:

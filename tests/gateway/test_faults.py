@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.client
 import logging
+import socket
 from typing import Any
 
 import orjson
@@ -34,6 +36,10 @@ BAD_INPUT = [
     ("messages-not-a-list", with_(messages="hi"), 400, "messages"),
     ("message-not-an-object", with_(messages=["hi"]), 400, "messages"),
     ("unknown-role", with_(messages=[{"role": "wizard", "content": "hi"}]), 400, "messages"),
+    # A role that is a list or an object was a 500 (TypeError: unhashable type, in the membership test).
+    ("role-a-list", with_(messages=[{"role": ["user"], "content": "hi"}]), 400, "messages"),
+    ("role-an-object", with_(messages=[{"role": {"a": 1}, "content": "hi"}]), 400, "messages"),
+    ("role-missing", with_(messages=[{"content": "hi"}]), 400, "messages"),
     ("content-wrong-type", with_(messages=[{"role": "user", "content": 42}]), 400, "messages[0].content"),
     ("missing-model", with_(model=...), 400, "model"),
     ("model-wrong-type", with_(model=7), 400, "model"),
@@ -140,6 +146,60 @@ def test_bad_completion_prompt_gets_400(gateway: Any, upstreams: Any, body: byte
     gw = gateway(upstreams("up"))
     status, _, raw = gw.http("POST", "/v1/completions", body, AUTH)
     assert status == 400 and orjson.loads(raw)["error"]["param"] == "prompt"
+
+
+def test_a_prompt_of_token_id_lists_is_relayed(gateway: Any, upstreams: Any) -> None:
+    # OpenAI's completions take a batch of token-id prompts; it was refused with a 400.
+    upstream = upstreams("up")
+    gw = gateway(upstream)
+    body = b'{"model": "local", "prompt": [[1, 2], [3]], "temperature": 1}'
+    assert gw.http("POST", "/v1/completions", body, AUTH)[0] == 200
+    assert upstream.requests[0]["body"]["prompt"] == [[1, 2], [3]]
+
+
+def test_more_than_one_authorization_header_gets_401(gateway: Any, upstreams: Any) -> None:
+    # A proxy in front that reads the first header and the gateway, which read the last, disagreed on who asks.
+    upstream = upstreams("up")
+    gw = gateway(upstream)
+    host, port = gw.url.removeprefix("http://").split(":")
+    for second in (API_KEY_B, API_KEY_A):
+        connection = http.client.HTTPConnection(host, int(port), timeout=20)
+        try:
+            connection.putrequest("POST", "/v1/chat/completions")
+            connection.putheader("authorization", "Bearer sk-not-a-key")
+            connection.putheader("authorization", f"Bearer {second}")
+            connection.putheader("content-type", "application/json")
+            body = with_()
+            connection.putheader("content-length", str(len(body)))
+            connection.endheaders(body)
+            response = connection.getresponse()
+            status, raw = response.status, response.read()
+        finally:
+            connection.close()
+        assert status == 401 and orjson.loads(raw)["error"]["code"] == "invalid_api_key"
+    assert upstream.requests == []
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+     b"GARBAGE\r\n\r\n", b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: -1\r\n\r\n"],
+    ids=["length-and-chunked", "garbage", "negative-length"],
+)  # fmt: skip
+def test_a_request_that_is_not_http_gets_400_in_openai_shape(
+    gateway: Any, upstreams: Any, request_bytes: bytes
+) -> None:
+    gw = gateway(upstreams("up"))
+    host, port = gw.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        sock.sendall(request_bytes)
+        response = b""
+        while chunk := sock.recv(65536):  # the gateway closes the connection after its answer
+            response += chunk
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in head.lower()
+    error = orjson.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["code"] == "invalid_http_request"
 
 
 def test_a_body_over_the_limit_gets_413_before_it_is_read(gateway: Any, upstreams: Any) -> None:

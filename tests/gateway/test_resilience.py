@@ -84,6 +84,32 @@ def test_upstream_500s_then_recovery(gateway: Any, upstreams: Any) -> None:
     assert streamed_text(gw, temperature=1).startswith("up#")
 
 
+@pytest.mark.parametrize("mode", ["redirect", "no-content", "html"])
+def test_an_answer_that_is_not_a_completion_fails_over_and_is_never_relayed_as_one(
+    gateway: Any, upstreams: Any, mode: str
+) -> None:
+    # GIVEN a first upstream that answers with a redirect, a 204 or an HTML page (it was relayed as a 200 JSON success)
+    broken, backup = upstreams("broken", mode=mode), upstreams("backup")
+    gw = gateway(
+        None,
+        upstreams={"main": {"url": broken.base}, "backup": {"url": backup.base}},
+        tiers={"small": {"upstreams": ["main", "backup"]}},
+    )
+    # WHEN a non-streamed request is sent, THEN it fails over to the next upstream
+    answer = ask(gw, temperature=1).parse()
+    assert answer.choices[0].message.content.startswith("backup#")
+    assert len(broken.requests) == 1 and gw.metric("inferstack_gateway_upstream_errors_total", upstream="main",
+                                                   reason="http_" + {"redirect": "302", "no-content": "204",
+                                                                     "html": "200"}[mode]) == 1  # fmt: skip
+    # AND with no other upstream the client gets a clean 503 that says why
+    alone = gateway(None, upstreams={"main": {"url": broken.base}})
+    status, _, raw = alone.http("POST", "/v1/chat/completions", orjson.dumps(
+        {"model": "local", "messages": [{"role": "user", "content": "hi"}], "temperature": 1}), AUTH)  # fmt: skip
+    error = orjson.loads(raw)["error"]
+    assert status == 503 and error["code"] == "upstreams_unavailable"
+    assert ("not JSON" if mode == "html" else "HTTP 30" if mode == "redirect" else "HTTP 204") in error["message"]
+
+
 def _status(gw: Any) -> int:
     return int(gw.http("POST", "/v1/chat/completions", orjson.dumps(
         {"model": "local", "messages": [{"role": "user", "content": "hi"}], "temperature": 1}), AUTH)[0])  # fmt: skip

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from inferstack_gateway import sse
-from inferstack_gateway.normalize import cache_keys, parse_chat
+from inferstack_gateway.normalize import cache_keys, parse_chat, parse_completion
 
 SCOPE = {"tenant": "t", "alias": "local", "model_version": "1", "prompt_version": "1", "tier": "small"}
 
@@ -39,6 +39,50 @@ def test_different_prompts_give_different_keys(a: str, b: str) -> None:
         assert key({**BASE, "messages": [{"role": "user", "content": a}]}) != key(
             {**BASE, "messages": [{"role": "user", "content": b}]}
         )
+
+
+def test_a_completion_prompt_is_keyed_as_it_is_and_a_batch_of_token_id_prompts_is_accepted() -> None:
+    # A completion continues its prompt exactly: trailing whitespace changes the answer (it was trimmed for the key).
+    def completion_key(prompt: Any) -> str:
+        body = {"model": "local", "prompt": prompt, "temperature": 0}
+        return cache_keys(parse_completion(body), **SCOPE).exact
+
+    assert completion_key("def f():\n    ") != completion_key("def f():")
+    assert completion_key([[1, 2], [3]]) != completion_key([[1, 2]])
+    assert parse_completion({"model": "local", "prompt": [[1, 2], [3]]}).prompt_tokens_estimate == 3
+
+
+def test_only_a_text_only_message_of_role_and_content_is_a_semantic_candidate() -> None:
+    def single(message: dict[str, Any]) -> str | None:
+        return parse_chat({"model": "local", "messages": [{"role": "user", **message}]}).single_turn_text
+
+    assert single({"content": " What is this? "}) == "What is this?"
+    assert single({"content": [{"type": "text", "text": "What is this?"}]}) == "What is this?"
+    image = {"type": "image_url", "image_url": {"url": "https://example.invalid/cat.png"}}
+    assert single({"content": [{"type": "text", "text": "What is this?"}, image]}) is None
+    assert single({"content": "What is my name?", "name": "alice"}) is None
+
+
+@pytest.mark.parametrize(
+    "event",
+    [{"choices": ["oops"]}, {"choices": [{"index": 0, "delta": "str"}]}, {"choices": [{"index": [1], "delta": {}}]},
+     {"choices": [{"index": 0, "delta": {"content": 5}}]}, {"choices": [{"index": 0, "delta": {"audio": {}}}]}],
+    ids=["choice-a-string", "delta-a-string", "index-a-list", "content-a-number", "unknown-object-field"],
+)  # fmt: skip
+def test_a_malformed_or_unrebuildable_stream_is_not_assembled(event: dict[str, Any]) -> None:
+    # These raised out of the write-back (a traceback in the log, and no tokens charged).
+    finish = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    raw = b"data: " + orjson.dumps(event) + b"\n\ndata: " + orjson.dumps(finish) + b"\n\ndata: [DONE]\n\n"
+    assert sse.assemble("chat", raw) is None
+
+
+def test_reasoning_content_is_kept_and_replayed_before_the_answer() -> None:
+    raw = stream_of({"role": "assistant", "reasoning_content": "Think"}, {"reasoning_content": "ing."},
+                    {"content": "Hi"})  # fmt: skip
+    response = sse.assemble("chat", raw)
+    assert response is not None and response["choices"][0]["message"]["reasoning_content"] == "Thinking."
+    replayed = sse.assemble("chat", sse.replay("chat", response, include_usage=True))
+    assert replayed is not None and replayed["choices"][0]["message"] == response["choices"][0]["message"]
 
 
 def test_tenant_versions_and_tier_are_in_the_key() -> None:

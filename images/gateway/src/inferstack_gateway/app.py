@@ -54,6 +54,8 @@ Send = Callable[[Message], Awaitable[None]]
 JSON = b"application/json"
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 OPT_IN_HEADER = b"x-inferstack-cache-opt-in"
+USAGE = b'"usage":{'
+"""How a stored answer (orjson's compact JSON) shows its token usage: a key no string value can hold unescaped."""
 DEFER_S = 0.002
 """Work that follows a response (access log line, stream metrics, cache write-back, token accounting) waits this long
 and runs in one batch, so that it never sits in front of the next request a keep-alive client sends at once."""
@@ -144,6 +146,8 @@ class Gateway:
         if self.tracer is not None and path.startswith("/v1/"):
             exchange.span = self.tracer.start(scope["method"], path if route else "unknown", headers)
         try:
+            if len(headers) != len(scope["headers"]):
+                _one_authorization(scope["headers"])
             if route is None:
                 exchange.route = "unknown"
                 raise GatewayError(404, f"Unknown path {path}.", code="unknown_url")
@@ -396,7 +400,7 @@ class Gateway:
 
         exact = keys if keys and model.cache.exact else None
         cached, looked_up = await self._admit(principal, request, exact, exchange)
-        if cached is not None:
+        if cached is not None and _can_answer(request, cached):
             exchange.cache = "hit"
             await self._send_cached(send, exchange, request, cached)
             return
@@ -412,7 +416,7 @@ class Gateway:
             assert keys is not None and request.single_turn_text is not None
             looked_up = True
             found, embedding = await self._semantic_lookup(request.single_turn_text, keys, model, exchange)
-            if found is not None:
+            if found is not None and _can_answer(request, found):
                 exchange.cache = "semantic"
                 await self._send_cached(send, exchange, request, found)
                 if exact is not None:
@@ -473,6 +477,8 @@ class Gateway:
         control = headers.get(b"cache-control")
         if control is not None and (b"no-store" in control or b"no-cache" in control):
             return False
+        if request.body.get("logprobs"):
+            return False  # a stream's entry keeps no logprobs (sse.assemble), and a replay would have none to give
         if cache.policy == "always" or request.temperature == 0:
             return True
         return cache.allow_request_opt_in and headers.get(OPT_IN_HEADER, b"").lower() == b"true"
@@ -887,6 +893,25 @@ def _models_body(aliases: list[str]) -> bytes:
     )
 
 
+def _can_answer(request: ParsedRequest, entry: bytes) -> bool:
+    """Whether a stored answer can answer `request`. One stored from a stream that did not ask for usage has none, so
+    it cannot answer a request that needs it (every non-streamed answer; a stream with include_usage): that request
+    goes upstream, and its own answer, with usage, replaces the entry."""
+    return (request.stream and not request.include_usage) or USAGE in entry
+
+
+def _one_authorization(headers: list[tuple[bytes, bytes]]) -> None:
+    """Refuse a request with more than one Authorization header: a proxy in front that reads the first and the gateway,
+    which would read the last, must never disagree on who is asking."""
+    if sum(name == b"authorization" for name, _ in headers) > 1:
+        raise GatewayError(
+            401,
+            "The request has more than one Authorization header. Send exactly one: 'Authorization: Bearer <key>'.",
+            code="invalid_api_key",
+            headers=[(b"www-authenticate", b"Bearer")],
+        )
+
+
 def _stays_local(tier: str, header: str) -> GatewayError:
     # Config validation refuses a residency-local key or model whose tiers have no local upstream, so only an explicit
     # tier header can get here.
@@ -951,7 +976,10 @@ def _complete_body(raw: bytes) -> dict[str, Any] | None:
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices:
         return None
-    if not all(isinstance(c, dict) and c.get("finish_reason") for c in choices):
+    if not all(
+        isinstance(c, dict) and c.get("finish_reason") and (isinstance(c.get("message"), dict) or "text" in c)
+        for c in choices
+    ):
         return None
     return body
 
@@ -964,6 +992,7 @@ def _output_tokens(response: dict[str, Any] | None) -> int:
         return int(usage["completion_tokens"])
     text = 0
     for choice in response.get("choices") or ():
-        message = choice.get("message") or {}
-        text += len(message.get("content") or choice.get("text") or "")
+        message = choice.get("message")
+        content = message.get("content") if isinstance(message, dict) else choice.get("text")
+        text += len(content) if isinstance(content, str) else 0
     return text // 4

@@ -24,6 +24,8 @@ KEY_SCHEMA = 1
 NON_OUTPUT_FIELDS = frozenset({"model", "stream", "stream_options", "user", "metadata", "store", "service_tier"})
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+_PLAIN_MESSAGE = frozenset({"role", "content"})
+"""The keys of a message the semantic cache can stand for: anything else (`name`, tool calls) is not embedded."""
 _FLOAT_RANGES: dict[str, tuple[float, float]] = {
     "temperature": (0.0, 2.0),
     "top_p": (0.0, 1.0),
@@ -56,13 +58,17 @@ class ParsedRequest:
     stream: bool
     include_usage: bool
     temperature: float | None
-    prompt: list[Any] | str | list[str]
-    """Normalized messages (chat) or prompt (completions)."""
+    prompt: list[Any] | str | list[str] | list[int] | list[list[int]]
+    """What the cache key hashes: the messages with their text trimmed (chat), or the prompt as sent (completions).
+    The body sent upstream keeps every message as the client wrote it."""
     prompt_chars: int
     turns: int
     last_user_text: str
     single_turn_text: str | None
-    """The one user message of a single-turn request (the semantic cache's embedding input), else None."""
+    """The one user message of a single-turn, text-only request (the semantic cache's embedding input), else None.
+
+    Only messages of role and text content qualify: an image part or a `name` would not be in the embedding, so two
+    requests that differ only there would share an answer."""
     system_text: str
 
     @property
@@ -174,15 +180,17 @@ def _common(body: dict[str, Any]) -> tuple[str, bool, bool, float | None]:
     return model, stream, include_usage, temperature
 
 
-def _text_of(content: Any, where: str) -> tuple[Any, str]:
-    """Return (normalized content, its text) for a message content: a string, a list of parts, or null."""
+def _text_of(content: Any, where: str) -> tuple[Any, str, bool]:
+    """Return (content with its text trimmed, for the key; its text; whether it is text only) for a message content:
+    a string, a list of parts, or null."""
     if content is None:
-        return None, ""
+        return None, "", True
     if isinstance(content, str):
         stripped = content.strip()
-        return stripped, stripped
+        return stripped, stripped, True
     if isinstance(content, list):
         parts, texts = [], []
+        text_only = True
         for j, part in enumerate(content):
             if not isinstance(part, dict) or not isinstance(part.get("type"), str):
                 raise bad_request(f"'{where}.content[{j}]' must be an object with a 'type'.", f"{where}.content")
@@ -190,10 +198,13 @@ def _text_of(content: Any, where: str) -> tuple[Any, str]:
                 text = part.get("text")
                 if not isinstance(text, str):
                     raise bad_request(f"'{where}.content[{j}].text' must be a string.", f"{where}.content")
+                text_only = text_only and part.keys() == {"type", "text"}
                 part = {**part, "text": text.strip()}
                 texts.append(part["text"])
+            else:
+                text_only = False
             parts.append(part)
-        return parts, "\n".join(texts)
+        return parts, "\n".join(texts), text_only
     raise bad_request(f"'{where}.content' must be a string, a list of content parts or null.", f"{where}.content")
 
 
@@ -210,14 +221,16 @@ def parse_chat(body: dict[str, Any]) -> ParsedRequest:
     user_texts: list[str] = []
     system_texts: list[str] = []
     only_system_then_user = True
+    text_only = True
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(message, dict):
             raise bad_request(f"'{where}' must be an object.", "messages")
         role = message.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise bad_request(f"'{where}.role' must be one of {', '.join(sorted(ROLES))}, got {role!r}.", "messages")
-        content, text = _text_of(message.get("content"), where)
+        content, text, plain = _text_of(message.get("content"), where)
+        text_only = text_only and plain and message.keys() <= _PLAIN_MESSAGE
         normalized.append({**message, "content": content})
         chars += len(text)
         if role == "user":
@@ -229,8 +242,7 @@ def parse_chat(body: dict[str, Any]) -> ParsedRequest:
             system_texts.append(text)
         else:
             only_system_then_user = False
-    body["messages"] = normalized
-    single = user_texts[0] if turns == 1 and only_system_then_user and user_texts[0] else None
+    single = user_texts[0] if turns == 1 and only_system_then_user and text_only and user_texts[0] else None
     return ParsedRequest(
         kind="chat",
         body=body,
@@ -249,20 +261,23 @@ def parse_chat(body: dict[str, Any]) -> ParsedRequest:
 
 def parse_completion(body: dict[str, Any]) -> ParsedRequest:
     model, stream, include_usage, temperature = _common(body)
+    # A completion continues its prompt exactly: whitespace at either end changes the answer, so the prompt is keyed
+    # (and sent) as it is.
     prompt = body.get("prompt")
     if isinstance(prompt, str):
-        prompt = prompt.strip()
         text = prompt
     elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-        prompt = [p.strip() for p in prompt]
         text = "\n".join(prompt)
-    elif isinstance(prompt, list) and prompt and all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
+    elif isinstance(prompt, list) and prompt and all(_token_ids(p) for p in prompt):
+        text = " " * (4 * sum(len(p) for p in prompt))  # a batch of token-id prompts: count 1 token each
+    elif _token_ids(prompt):
         text = " " * (4 * len(prompt))  # token ids: count 1 token each
     else:
         raise bad_request(
-            "'prompt' is required and must be a string, a list of strings or a list of token ids.", "prompt"
+            "'prompt' is required and must be a string, a list of strings, a list of token ids or a list of lists of "
+            "token ids.",
+            "prompt",
         )
-    body["prompt"] = prompt
     return ParsedRequest(
         kind="completions",
         body=body,
@@ -274,9 +289,13 @@ def parse_completion(body: dict[str, Any]) -> ParsedRequest:
         prompt_chars=len(text),
         turns=1,
         last_user_text=text if isinstance(prompt, str) else "",
-        single_turn_text=prompt if isinstance(prompt, str) and prompt else None,
+        single_turn_text=prompt if isinstance(prompt, str) and prompt.strip() else None,
         system_text="",
     )
+
+
+def _token_ids(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(type(t) is int for t in value)  # bool is not a token id
 
 
 def _digest(material: Any) -> str:

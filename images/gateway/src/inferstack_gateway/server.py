@@ -1,5 +1,7 @@
 """uvicorn's httptools protocol, with a response's head sent in the same packet as its first body bytes.
 
+(And malformed HTTP answered in OpenAI's error shape: `GatewayHttpProtocol.send_400_response`.)
+
 uvicorn writes the status line and headers to the socket as soon as the app sends `http.response.start`, and each
 body message in a write of its own. uvloop sends every write at once, so a streamed answer reaches the client as two
 packets, two wake-ups of the client, before it can read its first token: on loopback each send costs tens of
@@ -14,6 +16,8 @@ import asyncio
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+from inferstack_gateway.errors import error_body
 
 STATUS_LINE_PREFIX = b"HTTP/1.1 "
 
@@ -55,10 +59,26 @@ class HeadCoalescingTransport:
 
 
 class GatewayHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol over a HeadCoalescingTransport. Pass as uvicorn's `http`."""
+    """uvicorn's httptools protocol over a HeadCoalescingTransport. Pass as uvicorn's `http`.
+
+    A request that does not parse as HTTP is answered in OpenAI's error shape, like every other refusal of the
+    gateway (uvicorn's own answer is plain text)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn
         super().connection_made(HeadCoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+
+    def send_400_response(self, msg: str) -> None:
+        body = error_body(
+            f"{msg} The request is not valid HTTP/1.1 (for example both Content-Length and Transfer-Encoding, or a "
+            "malformed request line or header).",
+            "invalid_request_error",
+            code="invalid_http_request",
+        )
+        self.transport.write(
+            b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n%b" % (len(body), body)
+        )
+        self.transport.close()
 
 
 class ChunkWriter:

@@ -36,10 +36,18 @@ def parse_events(raw: bytes) -> tuple[list[dict[str, Any]], bool]:
 
 
 def assemble(kind: Kind, raw: bytes) -> dict[str, Any] | None:
-    """Rebuild the non-streamed response from a complete stream; None if it was truncated or carried an error."""
+    """Rebuild the non-streamed response from a complete stream; None if it was truncated, carried an error, or holds
+    what this cannot rebuild faithfully (a field of a type OpenAI's streams do not send): never a partial answer."""
     events, done = parse_events(raw)
     if not done or not events or any("error" in e for e in events):
         return None
+    try:
+        return _assemble(kind, events)
+    except (TypeError, AttributeError, ValueError):
+        return None  # a malformed event (e.g. `choices: ["x"]`, `delta: "x"`, a non-string content)
+
+
+def _assemble(kind: Kind, events: list[dict[str, Any]]) -> dict[str, Any] | None:
     first = events[0]
     choices: dict[int, dict[str, Any]] = {}
     usage = None
@@ -48,13 +56,24 @@ def assemble(kind: Kind, raw: bytes) -> dict[str, Any] | None:
             usage = event["usage"]
         for choice in event.get("choices") or ():
             index = choice.get("index", 0)
-            slot = choices.setdefault(index, {"text": [], "role": "assistant", "tools": {}, "finish_reason": None})
+            if not isinstance(index, int):
+                raise TypeError(f"choice index {index!r}")
+            slot = choices.setdefault(
+                index, {"text": [], "role": "assistant", "tools": {}, "extra": {}, "finish_reason": None}
+            )
             if kind == "chat":
                 delta = choice.get("delta") or {}
+                for name, value in delta.items():
+                    if name in _REBUILT or value is None:
+                        continue
+                    if not isinstance(value, str):
+                        raise TypeError(f"delta field {name!r}")  # e.g. audio: not rebuilt, so not cached
+                    # reasoning_content (vLLM's reasoning parsers), refusal, ...: text that streams in pieces
+                    slot["extra"][name] = slot["extra"].get(name, "") + value
                 if delta.get("role"):
                     slot["role"] = delta["role"]
                 if delta.get("content"):
-                    slot["text"].append(delta["content"])
+                    slot["text"].append(_string(delta["content"]))
                 for call in delta.get("tool_calls") or ():
                     merged = slot["tools"].setdefault(
                         call.get("index", 0),
@@ -66,7 +85,7 @@ def assemble(kind: Kind, raw: bytes) -> dict[str, Any] | None:
                     merged["function"]["name"] += function.get("name") or ""
                     merged["function"]["arguments"] += function.get("arguments") or ""
             elif choice.get("text"):
-                slot["text"].append(choice["text"])
+                slot["text"].append(_string(choice["text"]))
             if choice.get("finish_reason"):
                 slot["finish_reason"] = choice["finish_reason"]
     if not choices or any(slot["finish_reason"] is None for slot in choices.values()):
@@ -77,6 +96,7 @@ def assemble(kind: Kind, raw: bytes) -> dict[str, Any] | None:
         text = "".join(slot["text"])
         if kind == "chat":
             message: dict[str, Any] = {"role": slot["role"], "content": text if text or not slot["tools"] else None}
+            message.update(slot["extra"])
             if slot["tools"]:
                 message["tool_calls"] = [slot["tools"][i] for i in sorted(slot["tools"])]
             out_choices.append(
@@ -96,6 +116,17 @@ def assemble(kind: Kind, raw: bytes) -> dict[str, Any] | None:
     if usage is not None:
         response["usage"] = usage
     return response
+
+
+_REBUILT = frozenset({"role", "content", "tool_calls"})
+"""Message (and delta) fields rebuilt by name; any other string field of a delta is concatenated as it is, and
+replayed in a delta of its own."""
+
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"text {value!r}")
+    return value
 
 
 def replay(kind: Kind, response: dict[str, Any], include_usage: bool) -> bytes:
@@ -123,6 +154,9 @@ def replay(kind: Kind, response: dict[str, Any], include_usage: bool) -> bytes:
         if kind == "chat":
             message = choice.get("message") or {}
             emit([{"index": index, "delta": {"role": message.get("role", "assistant"), "content": ""}, **_open()}])
+            extra = {k: v for k, v in message.items() if k not in _REBUILT and isinstance(v, str) and v}
+            if extra:  # reasoning_content and the like come before the answer, as a reasoning model streams them
+                emit([{"index": index, "delta": extra, **_open()}])
             if message.get("content"):
                 emit([{"index": index, "delta": {"content": message["content"]}, **_open()}])
             if message.get("tool_calls"):

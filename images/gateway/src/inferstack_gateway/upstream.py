@@ -109,6 +109,20 @@ TTFT_EWMA_WEIGHT = 0.2
 """Weight of the newest sample: the average follows a change of the local server's latency within about 10 requests."""
 
 
+def _not_an_answer(response: Response, stream: bool) -> str | None:
+    """Why a response is a failure to fail over from, or None: a 5xx; a success other than 200 or a redirect (not
+    followed), neither of which carries a completion; a non-streamed 200 that is not JSON (a proxy's HTML page).
+    A 4xx is the upstream refusing the request itself: it is passed on, not failed over."""
+    status = response.status
+    if status >= 500 or (status < 400 and status != 200):
+        return f"HTTP {status}"
+    if status == 200 and not stream:
+        content_type = response.headers.get(b"content-type", b"")
+        if b"json" not in content_type.lower():
+            return f"HTTP 200 with Content-Type {content_type.decode('latin-1')[:60]!r}, not JSON"
+    return None
+
+
 def _api_key(name: str, config: UpstreamConfig) -> str | None:
     if config.api_key_file is None:
         return None if config.api_key is None else config.api_key.get_secret_value()
@@ -181,10 +195,11 @@ async def open_upstream(
                 b"POST", upstream.targets[path], headers, payload(upstream), deadline=started + limit
             )
             latency = loop.time() - started
-            if response.status >= 500:
+            unexpected = _not_an_answer(response, stream)
+            if unexpected is not None:
                 upstream.latency.observe(latency)
                 body = await response.read()
-                failures.append(f"{upstream.name}: HTTP {response.status}")
+                failures.append(f"{upstream.name}: {unexpected}")
                 upstream.error(f"http_{response.status}")
                 logger.warning(
                     "upstream failed, failing over",
