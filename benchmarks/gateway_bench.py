@@ -98,7 +98,8 @@ async def read_body(receive: Any) -> bytes:
 
 
 def serve_upstream(port: int, ttft_ms: float, itl_ms: float, tokens: int) -> None:
-    """A minimal OpenAI SSE server: the upstream every path shares."""
+    """A minimal OpenAI server, streaming SSE (or, for a request with `stream` false, the whole answer as JSON once
+    it is generated): the upstream every path shares."""
     import orjson
     import uvicorn
 
@@ -115,6 +116,17 @@ def serve_upstream(port: int, ttft_ms: float, itl_ms: float, tokens: int) -> Non
         request = orjson.loads(body)
         base = {"id": "cmpl-bench", "object": "chat.completion.chunk", "created": 1700000000, "model": request["model"]}
         await asyncio.sleep(ttft_ms / 1000)
+        usage = {"prompt_tokens": 10, "completion_tokens": tokens, "total_tokens": 10 + tokens}
+        if not request.get("stream"):
+            await asyncio.sleep(max(0, tokens - 1) * itl_ms / 1000)
+            text = "".join(f" tok{i}" for i in range(tokens))
+            message = {"role": "assistant", "content": text}
+            answer = {**base, "object": "chat.completion", "usage": usage,
+                      "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}  # fmt: skip
+            json_headers = [(b"content-type", b"application/json")]
+            await send({"type": "http.response.start", "status": 200, "headers": json_headers})
+            await send({"type": "http.response.body", "body": orjson.dumps(answer)})
+            return
         headers = [(b"content-type", b"text/event-stream")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         role = {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
@@ -126,7 +138,6 @@ def serve_upstream(port: int, ttft_ms: float, itl_ms: float, tokens: int) -> Non
             await send(
                 {"type": "http.response.body", "body": b"data: " + orjson.dumps(chunk) + b"\n\n", "more_body": True}
             )
-        usage = {"prompt_tokens": 10, "completion_tokens": tokens, "total_tokens": 10 + tokens}
         final = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage}
         tail = b"data: " + orjson.dumps(final) + b"\n\ndata: [DONE]\n\n"
         await send({"type": "http.response.body", "body": tail})

@@ -291,16 +291,17 @@ def end_to_end(requests: int, runs: int, workdir: Path) -> dict[str, Any]:
                         value, _ = await gb.one(clients[name], gb.chat(f"relay r{run} {i}", 1.0))
                         values.append(value)
                     ttft[name].append(values)
-                # The edge cache hit: one (streamed) miss stores the answer; `stream` is not part of the cache key,
-                # so the same question is then a hit streamed or not.
+                # The edge cache hit: one non-streamed miss stores the answer, with its usage; `stream` is not part
+                # of the cache key, so the same question is then a hit streamed or not. (An answer stored from a
+                # stream without usage would answer only such streams: a non-streamed answer needs usage.)
                 streamed = gb.chat(f"When does shift {run} start?", 0.0)
+                plain = {k: v for k, v in streamed.items() if k != "stream"}
                 await warm(clients["spill"])
                 await warm(static, {"model": "local", "messages": [{"role": "user", "content": "warm up"}]})
                 for url in (spill_url, static_url):
                     await warm_raw(session, url)
-                await complete(clients["spill"], streamed)
+                await complete(clients["spill"], plain)
                 await asyncio.sleep(0.3)  # the write-back lands after the response
-                plain = {k: v for k, v in streamed.items() if k != "stream"}
                 for _ in range(requests):
                     for kind in hit_kinds:
                         if "bare" in kind:
