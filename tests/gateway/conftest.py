@@ -156,7 +156,7 @@ def gateway(
 
     from inferstack_gateway.app import Gateway
     from inferstack_gateway.config import parse_config
-    from inferstack_gateway.server import GatewayHttpProtocol
+    from inferstack_gateway.server import http_protocol
 
     handles: list[GatewayHandle] = []
     embeddings_server.reset()
@@ -188,8 +188,8 @@ def gateway(
         port = free_port()
         server = uvicorn.Server(
             uvicorn.Config(
-                app, host="127.0.0.1", port=port, loop="none", http=GatewayHttpProtocol, lifespan="on",
-                access_log=False, log_config=None,
+                app, host="127.0.0.1", port=port, loop="none", http=http_protocol(config.server), lifespan="on",
+                access_log=False, log_config=None, timeout_keep_alive=config.server.keepalive_s,
             )
         )  # fmt: skip
 

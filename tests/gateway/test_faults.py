@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import logging
 import socket
+import time
 from typing import Any
 
 import orjson
@@ -200,6 +201,55 @@ def test_a_request_that_is_not_http_gets_400_in_openai_shape(
     assert head.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in head.lower()
     error = orjson.loads(body)["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["code"] == "invalid_http_request"
+
+
+def _read_until_closed(sock: socket.socket, limit_s: float) -> tuple[bytes, float]:
+    """Everything the gateway sends until it closes the connection, and how long that took."""
+    started = time.monotonic()
+    sock.settimeout(limit_s)
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    return received, time.monotonic() - started
+
+
+def test_slow_clients_cannot_hold_connections(gateway: Any, upstreams: Any) -> None:
+    # uvicorn bounded only the idle time after a response: a connection that sent nothing, a head trickled a byte
+    # at a time, or a body that stopped half-way each held a connection (and its request slot) for good.
+    upstream = upstreams("up")
+    gw = gateway(upstream, server={"access_log": False, "keepalive_s": 1, "request_read_timeout_s": 0.5})
+    host, port = gw.url.removeprefix("http://").split(":")
+    # A new connection that sends nothing is closed after keepalive_s, like an idle one.
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        received, took = _read_until_closed(sock, 10)
+    assert received == b"" and 0.8 < took < 5
+    # A head trickled a byte at a time gets 408 within request_read_timeout_s of its first byte.
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n")
+        started = time.monotonic()
+        with pytest.raises(OSError):  # the gateway answers and closes while the client is still trickling
+            for byte in b"Host: x\r\nX-Slow: " + b"a" * 100:
+                sock.sendall(bytes([byte]))
+                time.sleep(0.05)
+        received, _ = _read_until_closed(sock, 10)
+    assert time.monotonic() - started < 5
+    assert received.startswith(b"HTTP/1.1 408 ")
+    assert orjson.loads(received.partition(b"\r\n\r\n")[2])["error"]["code"] == "request_timeout"
+    # A body that stops half-way gets 408 within request_read_timeout_s, and the connection is closed.
+    body = with_()
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %b\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%b"
+            % (API_KEY_A.encode(), len(body), body[:10])
+        )
+        received, took = _read_until_closed(sock, 10)
+    assert received.startswith(b"HTTP/1.1 408 ") and took < 5
+    assert orjson.loads(received.partition(b"\r\n\r\n")[2])["error"]["code"] == "request_timeout"
+    assert gw.app._arriving == 0  # the deferred work is not held back by it any longer
+    # AND well-behaved requests are served throughout
+    assert gw.http("POST", "/v1/chat/completions", with_(), AUTH)[0] == 200
+    assert upstream.requests and all(r["body"]["messages"] for r in upstream.requests)
 
 
 def test_a_body_over_the_limit_gets_413_before_it_is_read(gateway: Any, upstreams: Any) -> None:

@@ -431,19 +431,40 @@ class Gateway:
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise _too_large(limit)
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise ClientGone
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
+        message = await receive()  # a body that came with the headers is here at once: no timer on that path
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        first = message.get("body", b"")
+        if not message.get("more_body", False):
+            if len(first) > limit:
                 raise _too_large(limit)
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            return first
+        timeout_s = self.config.server.request_read_timeout_s
+        chunks = [first]
+        size = len(first)
+        try:
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    if size > limit:
+                        raise _too_large(limit)
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        raise ClientGone
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            raise GatewayError(
+                408,
+                f"The request body did not arrive within {timeout_s:g} s (server.request_read_timeout_s).",
+                code="request_timeout",
+                headers=[(b"connection", b"close")],
+            ) from None
+        if size > limit:
+            raise _too_large(limit)
+        return b"".join(chunks)
 
     def _choose_tier(self, request: ParsedRequest, model: ModelConfig, headers: dict[bytes, bytes]) -> str:
         override = headers.get(self._tier_header)

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from inferstack_gateway import logs
-    from inferstack_gateway.server import GatewayHttpProtocol
+    from inferstack_gateway.server import http_protocol
 
     logs.configure(config.server.log_level)
     # Everything allocated so far (modules, config, the app, its metrics) lives as long as the process: keep it out of
@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         host=config.server.host,
         port=config.server.port,
         loop="uvloop",
-        http=GatewayHttpProtocol,  # uvicorn's httptools protocol, sending a response head with its first bytes
+        # uvicorn's httptools protocol: a response head leaves with its first bytes; a request's head has a deadline
+        http=http_protocol(config.server),
         ws="none",
         lifespan="on",
         access_log=False,  # the gateway writes its own structured access log

@@ -82,6 +82,10 @@ class ServerConfig(_Frozen):
     pools (aiohttp's 15 s, httpx's 5 s): when the server closes first, a client can send its next request on a
     connection that is being closed, and that request is lost or hangs until the client's timeout. uvicorn's default
     of 5 s did this to requests that the official openai client (aiohttp transport) sent after about 5 s idle."""
+    request_read_timeout_s: float = Field(default=20, gt=0, le=600)
+    """How long a client has to send a request's headers once it has begun, and then again its body: a client that
+    trickles them (slowloris) or stops half-way gets 408 and its connection is closed, instead of holding it for good.
+    A new connection that sends nothing is closed after `keepalive_s`, like an idle one."""
     access_log: bool = True
     """One structured JSON line per request, with its request id."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"

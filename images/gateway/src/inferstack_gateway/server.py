@@ -13,10 +13,13 @@ end of that iteration, and both leave in one `writev`. Everything else about the
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from inferstack_gateway.config import ServerConfig
 from inferstack_gateway.errors import error_body
 
 STATUS_LINE_PREFIX = b"HTTP/1.1 "
@@ -59,13 +62,57 @@ class HeadCoalescingTransport:
 
 
 class GatewayHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol over a HeadCoalescingTransport. Pass as uvicorn's `http`.
+    """uvicorn's httptools protocol over a HeadCoalescingTransport. Pass as uvicorn's `http`, or
+    `functools.partial(GatewayHttpProtocol, head_timeout_s=...)`.
 
     A request that does not parse as HTTP is answered in OpenAI's error shape, like every other refusal of the
-    gateway (uvicorn's own answer is plain text)."""
+    gateway (uvicorn's own answer is plain text). uvicorn bounds only the idle time after a response: here a new
+    connection that sends nothing is closed after the same keep-alive timeout, and a request's head must be complete
+    within `head_timeout_s` of its first byte (408 otherwise), so that clients trickling bytes cannot hold connections
+    for good. The body's own deadline is the app's (`server.request_read_timeout_s`)."""
+
+    def __init__(self, *args: Any, head_timeout_s: float = 20.0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_timeout_s = head_timeout_s
+        self._head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn
         super().connection_made(HeadCoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+        # Cancelled by uvicorn at the first byte (data_received), as after a response.
+        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._stop_head_timer()
+        self._head_timer = self.loop.call_later(self._head_timeout_s, self._head_timed_out)
+
+    def on_headers_complete(self) -> None:
+        self._stop_head_timer()
+        super().on_headers_complete()
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.keep_alive = False  # a pipelined request's head is late: close once the response under way ends
+            return
+        message = f"The request's headers did not arrive within {self._head_timeout_s:g} s."
+        body = error_body(message, "invalid_request_error", code="request_timeout")
+        self.transport.write(
+            b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n%b" % (len(body), body)
+        )
+        self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
         body = error_body(
@@ -79,6 +126,11 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             b"connection: close\r\n\r\n%b" % (len(body), body)
         )
         self.transport.close()
+
+
+def http_protocol(server: ServerConfig) -> Callable[..., GatewayHttpProtocol]:
+    """The gateway's protocol with the config's deadline for a request's head: uvicorn's `http`."""
+    return functools.partial(GatewayHttpProtocol, head_timeout_s=server.request_read_timeout_s)
 
 
 class ChunkWriter:
