@@ -252,6 +252,26 @@ def test_slow_clients_cannot_hold_connections(gateway: Any, upstreams: Any) -> N
     assert upstream.requests and all(r["body"]["messages"] for r in upstream.requests)
 
 
+def test_a_stream_over_http_1_0_gets_400_and_a_plain_request_is_answered(gateway: Any, upstreams: Any) -> None:
+    # A stream was sent with chunked framing, which an HTTP/1.0 client cannot read.
+    upstream = upstreams("up")
+    gw = gateway(upstream)
+    host, port = gw.url.removeprefix("http://").split(":")
+    for stream, status in ((True, b"400"), (False, b"200")):
+        body = with_(stream=stream)
+        with socket.create_connection((host, int(port)), timeout=20) as sock:
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.0\r\nAuthorization: Bearer %b\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%b" % (API_KEY_A.encode(), len(body), body)
+            )
+            received, _ = _read_until_closed(sock, 10)
+        head, _, payload = received.partition(b"\r\n\r\n")
+        assert head.split(b" ")[1] == status and b"transfer-encoding" not in head.lower()
+        if stream:
+            assert orjson.loads(payload)["error"]["param"] == "stream"
+    assert len(upstream.requests) == 1
+
+
 def test_a_body_over_the_limit_gets_413_before_it_is_read(gateway: Any, upstreams: Any) -> None:
     gw = gateway(upstreams("up"), server={"access_log": False, "max_body_bytes": 2048})
     big = with_(messages=[{"role": "user", "content": "x" * 4096}])

@@ -380,6 +380,13 @@ class Gateway:
         raw = await self._read_body(headers, receive)
         body = parse_json_body(raw)
         request = parse_chat(body) if kind == "chat" else parse_completion(body)
+        if request.stream and scope.get("http_version") == "1.0":
+            # A stream's length is not known in advance: HTTP/1.1's chunked encoding frames it, which an HTTP/1.0
+            # client cannot read.
+            raise GatewayError(
+                400, "Streaming needs HTTP/1.1 (chunked transfer encoding); this request came over HTTP/1.0. Send it "
+                "over HTTP/1.1, or without 'stream'.", param="stream",
+            )  # fmt: skip
         model = self.config.models.get(request.model)
         if model is None or (principal.models and request.model not in principal.models):
             raise unknown_model(request.model, list(principal.models or self.config.models))
