@@ -10,11 +10,12 @@ Cross-section rules (a pool's zone must be one of the network's zones) live in
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping
 from ipaddress import IPv4Network
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
@@ -24,6 +25,23 @@ StrInput = Annotated[Any, "pulumi.Input[str]"]
 """A string or a ``pulumi.Output[str]``: pydantic cannot validate Outputs, so it passes them through."""
 
 DnsLabel = Annotated[str, Field(pattern=r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$")]
+
+
+def _openai_base_url(value: str) -> str:
+    """A gateway's OpenAI base URL, ``/v1`` included, as the kit renders every upstream (``<server>/v1``): the hub is
+    one more upstream of the sending side's gateway."""
+    if re.fullmatch(r"https?://[^\s/]+(/[^\s]*)?/v1", value):
+        return value
+    url = re.fullmatch(r"https?://[^\s/]+(/[^\s]*)?", value)
+    raise config_error(
+        "not an OpenAI base URL ending in /v1",
+        allowed="http(s)://<host>[:port][/path]/v1, e.g. https://gateway.dc1.example.com/v1",
+        fix=f"write {value.rstrip('/') + '/v1'!r}" if url else "write the gateway's URL with the /v1 path",
+    )
+
+
+OpenAiBaseUrl = Annotated[str, AfterValidator(_openai_base_url)]
+"""The hub gateway's URL as both sides name it (``hub.url``, ``gateway.hubUrl``): scheme, host, ``/v1``."""
 
 
 @runtime_checkable
@@ -294,6 +312,10 @@ class ObservabilitySpec(Spec):
     """Also delete the oldest blocks beyond this size (``retentionSize``); empty: age only."""
     remote_write: RemoteWriteSpec | None = None
     """Forward every sample to another Prometheus (an edge site to its hub)."""
+    remote_write_receiver: bool = False
+    """Hub side: accept the samples edge sites forward (``remoteWrite``) on ``/api/v1/write`` (kube-prometheus-stack
+    ``prometheus.prometheusSpec.enableRemoteWriteReceiver``, false by default in 88.0.0). It takes writes without
+    authentication: reach it only over the private link, never from a public address."""
     scrape_interval_s: int = Field(default=15, ge=1, le=15)
     """At most 15 s, so a latency regression shows within one alert window."""
     storage_gib: int = Field(default=100, ge=10)
@@ -425,7 +447,7 @@ class HubSpec(Spec):
 
     stack: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
     """``<organization>/<project>/<stack>`` of the hub."""
-    url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(/[^\s]*)?$")
+    url: OpenAiBaseUrl | None = None
     """The hub gateway's OpenAI base URL, including ``/v1``."""
     api_key_secret: str | None = Field(default=None, pattern=r"^[a-zA-Z][a-zA-Z0-9_.-]*$")
     """With ``url``: the secret config value holding the hub's key
@@ -477,6 +499,9 @@ class GatewaySpec(Spec):
     """HPA target. The gateway is CPU-bound per request: CPU tracks requests per second closely."""
     load_balancer: Literal["none", "internal"] = "none"
     """``internal``: an internal NLB through the AWS Load Balancer Controller; ``none``: ClusterIP only."""
+    load_balancer_port: int = Field(default=80, ge=1, le=65535)
+    """Off AWS, with ``loadBalancer: internal``: the port the private load balancer listens on (plain TCP to the
+    gateway). The edge tier's default is 8080 (``EdgeGatewaySpec``); the cloud's NLB serves TLS on 443 only."""
     tls_certificate_arn: str | None = Field(
         default=None, pattern=r"^arn:aws[a-z-]*:acm:[a-z]{2}(-[a-z]+)+-\d:\d{12}:certificate/[0-9a-f-]{36}$"
     )
@@ -491,7 +516,7 @@ class GatewaySpec(Spec):
     routes: tuple[RouteSpec, ...] = ()
     burst: SpilloverSpec | None = None
     """With a hub: the thresholds at which each local model's tier spills over to it; none: failover only."""
-    hub_url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(/[^\s]*)?/v1$")
+    hub_url: OpenAiBaseUrl | None = None
     """Hub side: the URL other stacks reach this gateway at (the ``gateway_url`` output), e.g. a private DNS name
     that matches ``tlsCertificateArn``'s; default: the internal load balancer's own address."""
     burst_tenant: BurstTenantSpec = BurstTenantSpec()

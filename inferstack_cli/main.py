@@ -103,8 +103,11 @@ def _onprem_pool_rows(env: OnpremEnvironment) -> list[list[str]]:
 def _edge_node_rows(env: EdgeEnvironment) -> list[list[str]]:
     from components.edge.budget import node_capacity, site_demand
     from components.kube.requests import Requests
+    from stacks.tiers import EDGE
 
-    demand = site_demand(env.nodes, env.models, env.cache, env.gateway, env.observability)
+    demand = site_demand(
+        env.nodes, env.models, env.cache, env.gateway, env.observability, rollout_surge=EDGE.grows_nodes
+    )
     asked = sum((d.total for d in demand), Requests())
     rows = [
         [n.name, str(n.cpu), f"{n.memory_gib} GiB", f"{n.gpu_count}x {n.gpu}" if n.gpu else "none",

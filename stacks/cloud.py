@@ -30,6 +30,7 @@ from components.serving.serving_base import (
     ServingBaseArgs,
 )
 from stacks.environment import CloudEnvironment
+from stacks.tiers import CLOUD
 
 
 def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
@@ -191,6 +192,7 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
                 loader_image=loader_image,
                 service_account=base.service_account,
                 priority_class=base.priority_class,
+                rollout_surge=CLOUD.grows_nodes,
                 fabric="efa",
                 gateway_namespace=base.gateway_namespace,
                 prometheus_url=observability.prometheus_url,

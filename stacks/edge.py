@@ -31,6 +31,7 @@ from components.store.s3_compatible_store import S3CompatibleStore, S3Compatible
 from stacks.environment import MODEL_STORE_KEY_ID, MODEL_STORE_SECRET_KEY, EdgeEnvironment
 from stacks.hub import hub_upstream as shared_hub_upstream
 from stacks.program import require_secret
+from stacks.tiers import EDGE
 
 QUICK_START = "edge quick start"
 SITE_LABEL = "inferstack_site"
@@ -127,6 +128,7 @@ def compose(env: EdgeEnvironment, stack: str) -> dict[str, Any]:
                 loader_image=f"{registry}/model-loader:{_images.KIT_IMAGE_TAG}",
                 service_account=base.service_account,
                 priority_class=base.priority_class,
+                rollout_surge=EDGE.grows_nodes,
                 fabric="none",
                 model_cache=ModelCacheVolume(host_path=None, storage_class=K3S_STORAGE_CLASS, size_gib=MODEL_CACHE_GIB),
                 loader_env=credentials.loader_env,

@@ -6,6 +6,7 @@ from components.catalog.models import MODELS
 from components.edge.budget import Demand, biggest, node_capacity, shortfall, site_demand
 from components.kube.requests import Requests
 from stacks.environment import CONFIG_KEY, HUB_TARGET, ConfigIssue, EdgeEnvironment
+from stacks.tiers import EDGE
 
 
 def edge_checks(env: EdgeEnvironment) -> list[ConfigIssue]:
@@ -57,7 +58,9 @@ def edge_checks(env: EdgeEnvironment) -> list[ConfigIssue]:
 
 def _budget(env: EdgeEnvironment) -> list[ConfigIssue]:
     """Every pod's requests against the site, then each model's pods against its own node."""
-    demand = site_demand(env.nodes, env.models, env.cache, env.gateway, env.observability)
+    demand = site_demand(
+        env.nodes, env.models, env.cache, env.gateway, env.observability, rollout_surge=EDGE.grows_nodes
+    )
     capacity = sum((node_capacity(n) for n in env.nodes), Requests())
     issues: list[ConfigIssue] = []
     short = shortfall(demand, capacity)

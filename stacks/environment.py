@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from components.catalog.instances import INSTANCES
-from components.edge.specs import EdgeClusterSpec, EdgeNodeSpec, EdgeObservabilitySpec
+from components.edge.specs import EdgeClusterSpec, EdgeGatewaySpec, EdgeNodeSpec, EdgeObservabilitySpec
 from components.onprem.specs import (
     FabricSpec,
     GpuOperatorSpec,
@@ -129,6 +129,7 @@ class EdgeEnvironment(BaseEnvironment):
     hub: HubSpec | None = None
     """The on-prem or cloud stack's gateway: complex prompts go there, and local models fall back to it."""
     observability: EdgeObservabilitySpec = EdgeObservabilitySpec()
+    gateway: EdgeGatewaySpec = EdgeGatewaySpec()
 
     @model_validator(mode="before")
     @classmethod

@@ -40,6 +40,7 @@ from stacks.environment import (
 )
 from stacks.hub import hub_upstream
 from stacks.program import stack_file
+from stacks.tiers import ONPREM
 
 
 def _secret(name: str, what: str) -> pulumi.Output[str]:
@@ -175,6 +176,7 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
                 loader_image=f"{registry}/model-loader:{_images.KIT_IMAGE_TAG}",
                 service_account=base.service_account,
                 priority_class=base.priority_class,
+                rollout_surge=ONPREM.grows_nodes,
                 fabric="rdma" if rdma else "none",
                 rdma=rdma,
                 model_cache=ModelCacheVolume(

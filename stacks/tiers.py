@@ -57,6 +57,11 @@ class TierPlugin:
     compose_module: str
     """``compose(env, stack) -> outputs``; imported only when this tier is planned."""
     provides: tuple[str, ...]
+    grows_nodes: bool
+    """A node autoscaler adds the GPU node a pending pod asks for (Karpenter). Where it does, a model's rollout
+    brings the new pod up before the old one goes (``maxSurge: 1``); on fixed hardware that extra pod would wait
+    for a GPU no node has, so a rollout replaces one pod at a time (``components.serving.inference_server``,
+    ``rollout_strategy``)."""
     unsupported: tuple[Unsupported, ...] = field(default=())
 
 
@@ -72,6 +77,8 @@ CLOUD = TierPlugin(
         "S3 model store and ECR repositories; ElastiCache for Valkey or in-cluster Redis",
         "serving (vLLM, Triton + TensorRT-LLM), gateway, KEDA, observability",
     ),
+    # Karpenter pools add the node; a managed node group's rollout needs room for one more pod below its maxSize.
+    grows_nodes=True,
     unsupported=(
         Unsupported(
             "fabric", "InfiniBand/RoCE fabrics are on-prem; AWS pools use EFA", "remove `fabric` (EFA is derived)"
@@ -85,6 +92,11 @@ CLOUD = TierPlugin(
         Unsupported("gpuPools[].nodeSelector", "cloud pools are labelled by the kit", "use gpuPools[].instanceType"),
         Unsupported("gpuPools[].gpu", "the GPU follows from the instance type", "use gpuPools[].instanceType"),
         Unsupported("gpuPools[].nodes", "cloud pools scale", "use gpuPools[].minSize / maxSize"),
+        Unsupported(
+            "gateway.loadBalancerPort",
+            "the internal NLB terminates TLS on 443 only: API keys never cross the network in clear text",
+            "remove it; clients use https://<load balancer>/v1",
+        ),
     ),
 )
 
@@ -99,6 +111,7 @@ ONPREM = TierPlugin(
         "S3-compatible model store (MinIO, Ceph RGW) or a pre-filled volume; in-cluster Redis with search",
         "serving (vLLM, Triton + TensorRT-LLM), gateway, KEDA, observability: the cloud tier's components",
     ),
+    grows_nodes=False,  # no node autoscaler: _FIXED_FLEET
     unsupported=(
         Unsupported("region", _AWS_ONLY, "remove `region`"),
         Unsupported("network", "the cluster's network exists already", "remove `network`"),
@@ -136,6 +149,7 @@ ONPREM = TierPlugin(
 
 _K3S = "the site runs k3s"
 _FIXED_SITE = "an edge site is a fixed set of nodes (nodes[])"
+_NOT_A_HUB = "an edge site is never a hub (only cloud and on-prem stacks take other stacks' traffic)"
 
 EDGE = TierPlugin(
     name="edge",
@@ -152,6 +166,7 @@ EDGE = TierPlugin(
         "for complex prompts and fallback",
         "Prometheus kept two days and forwarded to the hub (remoteWrite); the same dashboards",
     ),
+    grows_nodes=False,  # _FIXED_SITE
     unsupported=(
         Unsupported("region", "no AWS resources at the edge", "remove `region`"),
         Unsupported("network", "the site's network exists already", "remove `network`"),
@@ -182,6 +197,18 @@ EDGE = TierPlugin(
             "remove it; set gateway.loadBalancer: internal for a site address",
         ),
         Unsupported("persistentStorageClass", "claims use k3s's local-path class", "remove it"),
+        Unsupported(
+            "gateway.tlsCertificateArn",
+            "ACM certificates terminate TLS on an AWS NLB; servicelb forwards TCP",
+            "remove it; the site's load balancer forwards TCP (README, edge quick start)",
+        ),
+        Unsupported("gateway.hubUrl", _NOT_A_HUB, "remove it; name this site's own hub under `hub:`"),
+        Unsupported("gateway.burstTenant", _NOT_A_HUB, "remove it; the hub stack issues the key this site uses"),
+        Unsupported(
+            "observability.remoteWriteReceiver",
+            _NOT_A_HUB + ": it forwards its samples (observability.remoteWrite), nothing writes to it",
+            "remove it; turn it on in the hub stack",
+        ),
         Unsupported("cache.kind", "ElastiCache is AWS-only", "use `kind: in-cluster`", value="elasticache"),
         Unsupported("cache.nodeType", "ElastiCache is AWS-only", "remove it; size with cache.memoryGib"),
         Unsupported("modelStore.imageRepositories", "ECR is AWS-only", "push images to your own registry"),

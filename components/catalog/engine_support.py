@@ -93,6 +93,7 @@ ENGINE_IMAGES: Mapping[str, EngineImage] = MappingProxyType(
                         "--pooling",
                         "--parallel",
                         "--ctx-size",
+                        "--cache-ram",
                         "--n-gpu-layers",
                     },
                     {},

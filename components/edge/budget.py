@@ -22,7 +22,7 @@ from components.observability.observability import (
     collector_values,
     prometheus_values,
 )
-from components.serving._placement import Placement, place
+from components.serving._placement import place
 from components.specs import CacheSpec, GatewaySpec, ModelDeploySpec, ObservabilitySpec
 
 MODEL_CACHE_GIB = 20
@@ -44,7 +44,7 @@ class Demand:
         return self.per_pod * self.pods
 
 
-def serving_args(spec: ModelDeploySpec, node: EdgeNodeSpec) -> Any:
+def serving_args(spec: ModelDeploySpec, node: EdgeNodeSpec, rollout_surge: bool) -> Any:
     """The InferenceServer args an edge stack passes, minus the Pulumi-only ones (provider, store URLs)."""
     from components.serving.inference_server import InferenceServerArgs, ModelCacheVolume
 
@@ -58,16 +58,11 @@ def serving_args(spec: ModelDeploySpec, node: EdgeNodeSpec) -> Any:
         loader_image="model-loader",
         service_account="model-loader",
         priority_class="inferstack-serving",
+        rollout_surge=rollout_surge,
         fabric="none",
         model_cache=ModelCacheVolume(host_path=None, storage_class=K3S_STORAGE_CLASS, size_gib=MODEL_CACHE_GIB),
         gpu_runtime_class=K3S_NVIDIA_RUNTIME_CLASS,
     )
-
-
-def serving_pod(spec: ModelDeploySpec, node: EdgeNodeSpec, placement: Placement) -> dict[str, Any]:
-    from components.serving.inference_server import server_pod
-
-    return server_pod(serving_args(spec, node), placement)
 
 
 def site_demand(
@@ -76,10 +71,17 @@ def site_demand(
     cache: CacheSpec,
     gateway: GatewaySpec,
     observability: ObservabilitySpec,
+    *,
+    rollout_surge: bool,
 ) -> list[Demand]:
     """Every pod the edge stack renders that requests anything. Models that cannot be placed are skipped (the
-    model checks report them)."""
+    model checks report them).
+
+    ``rollout_surge`` is the tier's (``stacks.tiers``, ``grows_nodes``): a model's pods are its replicas plus the
+    pods its rollout adds, read from the same ``rollout_strategy`` its Deployment renders. A site's nodes do not
+    grow, so a rollout adds none and the budget holds the replicas alone."""
     from components.serving._placement import PlacementProblem
+    from components.serving.inference_server import rollout_strategy, server_pod, surge_pods
 
     by_name = {n.name: n for n in nodes}
     demand: list[Demand] = []
@@ -91,7 +93,9 @@ def site_demand(
             placement = place(spec, node)
         except PlacementProblem:
             continue
-        demand.append(Demand(spec.name, pod_requests(serving_pod(spec, node, placement)), spec.replicas, node.name))
+        args = serving_args(spec, node, rollout_surge)
+        pods = spec.replicas + surge_pods(rollout_strategy(args.rollout_surge))
+        demand.append(Demand(spec.name, pod_requests(server_pod(args, placement)), pods, node.name))
     chat = [m for m in models if not MODELS[m.model].is_embedding]
     if gateway.enabled and chat:
         # The HPA may grow the gateway to maxReplicas: the site must hold the peak, not the start.

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pydantic import Field, field_validator
 
 from components.catalog.instances import EDGE_GPUS, GPUS, GpuSpec
-from components.specs import DnsLabel, ObservabilitySpec, Spec, config_error, did_you_mean
+from components.specs import DnsLabel, GatewaySpec, ObservabilitySpec, Spec, config_error, did_you_mean
 
 K3S_STORAGE_CLASS = "local-path"
 """k3s's packaged local-path provisioner (``rancher.io/local-path``, WaitForFirstConsumer, the default class;
@@ -19,6 +19,13 @@ k3s ``manifests/local-storage.yaml``)."""
 K3S_NVIDIA_RUNTIME_CLASS = "nvidia"
 """The RuntimeClass k3s ships for the NVIDIA container runtime it finds on a node (k3s ``manifests/runtimes.yaml``;
 ``pkg/agent/containerd/nvidia.go``)."""
+K3S_TRAEFIK_PORTS = (80, 443)
+"""Host ports a default k3s install gives its packaged Traefik: "The Traefik ingress controller deploys a
+LoadBalancer Service that uses ports 80 and 443" and ServiceLB exposes them on every node, "meaning ports 80 and 443
+will not be usable for other HostPort or NodePort pods" (https://docs.k3s.io/networking/networking-services, the
+current k3s docs, which are not versioned)."""
+EDGE_GATEWAY_PORT = 8080
+"""The gateway's site port: one Traefik does not hold (the gateway's own container port as well)."""
 GPU_NODE_LABEL = "nvidia.com/gpu.present"
 """The label the NVIDIA device plugin chart's default affinity accepts to "force" a GPU node (values.yaml of
 k8s-device-plugin v0.19.2); k3s runs no Node Feature Discovery, so the kit asks for it on GPU nodes."""
@@ -124,3 +131,14 @@ class EdgeObservabilitySpec(ObservabilitySpec):
     retention_days: int = Field(default=2, ge=1)
     retention_size_gib: int | None = Field(default=4, ge=1)
     storage_gib: int = Field(default=8, ge=2)
+
+
+class EdgeGatewaySpec(GatewaySpec):
+    """The gateway at a site: the same keys, with the load balancer's port off Traefik's."""
+
+    load_balancer_port: int = Field(default=EDGE_GATEWAY_PORT, ge=1, le=65535)
+    """With ``loadBalancer: internal``: the port clients reach the gateway on at the node's address. k3s's ServiceLB
+    (klipper-lb) serves a LoadBalancer port by binding it as a host port on the nodes, and "If there are no free
+    host ports, the service load balancer will stay in pending" (github.com/k3s-io/klipper-lb README, 1b4b8a2): with
+    Traefik on (k3s's default, ``K3S_TRAEFIK_PORTS``) a Service on 80 never gets an address and ``pulumi up``
+    waits for it. 80 works on a k3s started with ``--disable=traefik``."""

@@ -364,7 +364,8 @@ class Gateway(pulumi.ComponentResource):
             )
         elif spec.load_balancer == "internal":
             # Off AWS: the tier's load balancer (MetalLB, the cluster's own, k3s servicelb) gives an address on
-            # the private network; it forwards TCP and terminates no TLS (README: on-prem quick start).
+            # the private network; it forwards TCP and terminates no TLS (README: on-prem quick start). Its port is
+            # the tier's: 80 on-prem, 8080 at the edge, where k3s's Traefik holds 80 (components/edge/specs.py).
             lb = k8s.core.v1.Service(
                 f"{name}-lb",
                 metadata={**meta, "name": f"{name}-lb", "annotations": dict(args.service_annotations or {})},
@@ -377,7 +378,9 @@ class Gateway(pulumi.ComponentResource):
                         if args.load_balancer_source_ranges
                         else {}
                     ),
-                    "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+                    "ports": [
+                        {"name": "http", "port": spec.load_balancer_port, "targetPort": "http", "protocol": "TCP"}
+                    ],
                 },
                 opts=k8s_opts,
             )
@@ -431,19 +434,22 @@ class Gateway(pulumi.ComponentResource):
         if spec.hub_url is not None:
             self.burst_url = pulumi.Output.from_input(spec.hub_url)
         elif lb is not None:
-            # AWS: the internal NLB terminates TLS on 443; off AWS the private load balancer forwards port 80.
-            scheme = "https" if args.service_annotations is None else "http"
-            self.burst_url = pulumi.Output.all(lb.status, self.url).apply(lambda a: _lb_url(a[0], a[1], scheme))
+            # AWS: the internal NLB terminates TLS on 443; off AWS the private load balancer forwards its port.
+            aws = args.service_annotations is None
+            scheme, port = ("https", TLS_PORT) if aws else ("http", spec.load_balancer_port)
+            self.burst_url = pulumi.Output.all(lb.status, self.url).apply(lambda a: _lb_url(a[0], a[1], scheme, port))
         self.register_outputs({"url": self.url, "burst_url": self.burst_url})
 
 
-def _lb_url(status: Any, fallback: str, scheme: str) -> str:
-    """The load balancer's ``/v1`` URL from the Service's status (Pulumi waits for it); ``fallback`` until known."""
+def _lb_url(status: Any, fallback: str, scheme: str, port: int) -> str:
+    """The load balancer's ``/v1`` URL from the Service's status (Pulumi waits for it); ``fallback`` until known.
+    The port is left out where it is the scheme's own."""
     ingress = (getattr(getattr(status, "load_balancer", None), "ingress", None) or []) if status else []
     for entry in ingress:
         host = getattr(entry, "hostname", None) or getattr(entry, "ip", None)
         if host:
-            return f"{scheme}://{host}/v1"
+            at = host if (scheme, port) in (("http", 80), ("https", 443)) else f"{host}:{port}"
+            return f"{scheme}://{at}/v1"
     return fallback
 
 

@@ -76,6 +76,9 @@ def prometheus_values(
         prometheus["retentionSize"] = f"{spec.retention_size_gib}GiB"
     if spec.remote_write is not None:
         prometheus["remoteWrite"] = [{"url": spec.remote_write.url}]
+    if spec.remote_write_receiver:
+        # Prometheus's --web.enable-remote-write-receiver: what the sites' remoteWrite posts to (/api/v1/write).
+        prometheus["enableRemoteWriteReceiver"] = True
     if external_labels:
         prometheus["externalLabels"] = dict(external_labels)
     values: dict[str, Any] = {

@@ -5,12 +5,15 @@ the pinned image is ``components.catalog.images.LLAMACPP``): ``-m``, ``--host`` 
 pod must bind 0.0.0.0), ``--port`` (the default moved from 8080 to 9931: always passed), ``-a/--alias``,
 ``-c/--ctx-size`` (the whole KV cache, shared by the slots), ``-np/--parallel`` (slots), ``-ngl`` (layers in
 VRAM), ``-t/--threads``, ``--metrics`` (Prometheus ``/metrics``, off by default), ``--embeddings`` (restrict
-the server to ``/v1/embeddings``), ``--pooling`` and ``--no-webui``. ``/health`` answers 503 while the model
-loads and 200 once a slot is free.
+the server to ``/v1/embeddings``), ``--pooling``, ``--no-webui`` and ``-cram/--cache-ram`` (the host-memory prompt
+cache in MiB, "default: 8192, -1 - no limit, 0 - disable": the README's "Server-specific params" table as read at
+commit 00dc805; added by PR #16391 in October 2025, thousands of builds before the pinned b10257). ``/health``
+answers 503 while the model loads and 200 once a slot is free.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -31,6 +34,19 @@ ALL_LAYERS = "999"
 
 KV_BYTES_PER_ELEMENT = 2
 """llama.cpp's default KV cache type is f16 (``-ctk``/``-ctv``, default f16)."""
+
+
+def prompt_cache_mib(model: ModelSpec, profile: LatencyProfile) -> int:
+    """``--cache-ram``: host memory for the prompts of idle slots (MiB), so a conversation displaced from its slot
+    comes back by a copy instead of a new prefill (hundreds of milliseconds of TTFT on a small GPU).
+
+    Bounded, and counted in the pod's memory: llama-server's default is 8192 MiB per server, kept in host RAM
+    whether the model runs on the GPU or not, above what the kit requests. One slot's full context of f16 KV (the
+    profile's context) holds the longest conversation, or several shorter ones. An embedding server keeps none:
+    its inputs share no prefix worth restoring."""
+    if model.is_embedding:
+        return 0
+    return math.ceil(kv_cache_bytes(model, serving_context_tokens(model, profile)) / 2**20)
 
 
 def llamacpp_slots(profile: LatencyProfile) -> int:
@@ -84,5 +100,6 @@ def llamacpp_args(
             "--parallel", str(llamacpp_slots(profile)),
             "--ctx-size", str(llamacpp_context_tokens(model, profile)),
         ]  # fmt: skip
+    args += ["--cache-ram", str(prompt_cache_mib(model, profile))]
     args += ["--n-gpu-layers", ALL_LAYERS if gpu_offload else "0"]
     return args

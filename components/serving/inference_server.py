@@ -26,7 +26,7 @@ from components.catalog.models import MODEL_CACHE_ROOT, gguf_dir, hf_checkpoint_
 from components.catalog.sizing import weight_bytes
 from components.kube.labels import POOL_LABEL
 from components.kube.objects import custom_resource
-from components.serving._llamacpp import LLAMACPP_HTTP_PORT, llamacpp_args
+from components.serving._llamacpp import LLAMACPP_HTTP_PORT, llamacpp_args, prompt_cache_mib
 from components.serving._placement import Placement, place
 from components.serving._triton import (
     MODEL_NAMES,
@@ -102,6 +102,9 @@ class InferenceServerArgs(Args):
     build_service_account: str = "engine-builder"
     """The engine-build Job's account: the one role allowed to write engines to the store."""
     priority_class: str
+    rollout_surge: bool
+    """Required, the tier's fact (``stacks.tiers``, ``grows_nodes``): whether a rollout may add a pod before it removes
+    one. Only where a node autoscaler adds the GPU that pod asks for (``rollout_strategy``)."""
     fabric: Fabric = "efa"
     """How multi-node groups talk: EFA (cloud), RDMA over InfiniBand (on-prem) or plain TCP."""
     gateway_namespace: str = "inferstack-gateway"
@@ -285,10 +288,12 @@ def llamacpp_threads(placement: Placement, pool: ServingPool) -> int:
 
 
 def llamacpp_resources(placement: Placement, pool: ServingPool) -> dict[str, Any]:
-    """Requests = what the server holds: the GGUF file (mmap) plus, on CPU, the KV cache, plus 1 GiB of runtime."""
+    """Requests = what the server holds: the GGUF file (mmap) plus, on CPU, the KV cache, plus the host-memory prompt
+    cache (``--cache-ram``, on GPU and CPU alike), plus 1 GiB of runtime."""
     fit = placement.fit
     resident_gb = fit.weights_gb_per_gpu + (0 if placement.gpu_offload else fit.kv_reserve_gb_per_gpu)
-    memory = f"{math.ceil(resident_gb * 1e9 / 2**30 + 1)}Gi"
+    prompt_cache = prompt_cache_mib(placement.model, placement.profile) * 2**20
+    memory = f"{math.ceil((resident_gb * 1e9 + prompt_cache) / 2**30 + 1)}Gi"
     limits: dict[str, Any] = {"memory": memory}
     if placement.gpu_offload:
         limits["nvidia.com/gpu"] = 1
@@ -667,11 +672,33 @@ def network_policy(args: InferenceServerArgs) -> dict[str, Any]:
     return {"podSelector": {"matchLabels": {MODEL_LABEL: spec.name}}, "policyTypes": ["Ingress"], "ingress": ingress}
 
 
+def rollout_strategy(surge: bool) -> dict[str, Any]:
+    """How a model's Deployment replaces its pods.
+
+    Where nodes grow (``surge``), the new pod comes up first and the serving count never drops: a node autoscaler
+    adds the GPU it asks for. On fixed hardware that extra pod would ask for a GPU no node has; it would stay
+    Pending and the rollout would never finish (a one-GPU site, a full on-prem fleet). There one pod goes, then its
+    replacement comes: a one-replica model is down while the new pod loads, as it would be under ``Recreate``."""
+    if surge:
+        return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+
+
+def surge_pods(strategy: dict[str, Any]) -> int:
+    """Pods a rollout runs beyond ``replicas`` (what a node budget must hold besides the replicas)."""
+    return int(strategy.get("rollingUpdate", {}).get("maxSurge", 0))
+
+
 def disruption_budget(spec: ModelDeploySpec, selector: dict[str, Any]) -> dict[str, Any]:
     """Keep at least half the replicas serving through voluntary evictions (node drains, Karpenter expiry).
 
-    ``minAvailable``, not ``maxUnavailable: 1``: with one replica, ``maxUnavailable: 1`` lets a drain take the
-    model down entirely. A percentage follows KEDA's replica count (2 -> 1, 8 -> 4 must stay up)."""
+    ``minAvailable``: a percentage follows KEDA's replica count (2 -> 1, 8 -> 4 must stay up). Not with one
+    replica: 50 % of 1 rounds up to 1, no eviction is ever allowed and ``kubectl drain`` waits for ever
+    (https://kubernetes.io/docs/tasks/run-application/configure-pdb/, "Rounding logic when specifying
+    percentages", v1.35). A single replica cannot keep serving through a drain anyway, so it may be evicted
+    (``maxUnavailable: 1``)."""
+    if spec.replicas <= 1:
+        return {"maxUnavailable": 1, "selector": selector}
     return {"minAvailable": "50%", "selector": selector}
 
 
@@ -782,8 +809,7 @@ class InferenceServer(pulumi.ComponentResource):
                 spec={
                     "replicas": spec.replicas,
                     "selector": selector,
-                    # Never drop below the serving count during a rollout: bring the new pod up first.
-                    "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                    "strategy": rollout_strategy(args.rollout_surge),
                     "template": {"metadata": template_meta, "spec": server_pod(args, placement)},
                 },
                 opts=pulumi.ResourceOptions(

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from helpers import ROOT, config_errors
@@ -60,7 +61,7 @@ def test_pods_that_do_not_fit_the_node_budget_name_the_biggest_consumers() -> No
     (line,) = errors(lambda e: e["nodes"][0].update(cpu=6, memoryGib=16))
     assert line.startswith(f"{SOURCE}: inferstack:environment.nodes: got pods requesting ")
     assert "(2.55 CPU short)" in line
-    assert "biggest: llama-3b (2 CPU, 3.0 GiB, 1 GPU), minilm (2 CPU, 2.0 GiB), redis (1 CPU, 2.0 GiB)" in line
+    assert "biggest: llama-3b (2 CPU, 4.0 GiB, 1 GPU), minilm (2 CPU, 2.0 GiB), redis (1 CPU, 2.0 GiB)" in line
 
 
 def test_a_hub_by_url_without_a_key() -> None:
@@ -101,3 +102,31 @@ def test_two_gpu_models_on_a_one_gpu_node_are_one_gpu_short() -> None:
 
     (line,) = errors(edit)
     assert "inferstack:environment.nodes: got pods requesting" in line and "(1 GPU short)" in line
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("tlsCertificateArn", "arn:aws:acm:us-east-1:123456789012:certificate/0b5e1c2d-3f4a-4b6c-8d7e-9f0a1b2c3d4e"),
+        ("hubUrl", "https://gateway.store-0042.example.com/v1"),
+        ("burstTenant", {"tenant": "burst"}),
+    ],
+)
+def test_hub_side_and_aws_gateway_keys_are_refused_by_name_at_a_site(key: str, value: Any) -> None:
+    # GIVEN a gateway key only a hub (or an AWS NLB) reads WHEN it is set on an edge site THEN it is refused by name,
+    # not planned into nothing
+    (line,) = errors(lambda e: e["gateway"].update({key: value}))
+    assert f"inferstack:environment.gateway.{key}: got " in line and "on tier edge" in line
+
+
+def test_a_remote_write_receiver_is_refused_at_a_site() -> None:
+    (line,) = errors(lambda e: e["observability"].update(remoteWriteReceiver=True))
+    assert "inferstack:environment.observability.remoteWriteReceiver: got true on tier edge" in line
+    assert "turn it on in the hub stack" in line
+
+
+def test_a_hub_url_without_v1_is_refused_with_the_url_to_write() -> None:
+    (line,) = errors(lambda e: e.update(hub={"url": "https://gateway.dc1.example.com", "apiKeySecret": "hubApiKey"}))
+    assert "inferstack:environment.hub.url: got 'https://gateway.dc1.example.com' (not an OpenAI base URL ending in " \
+           "/v1)" in line  # fmt: skip
+    assert "fix: write 'https://gateway.dc1.example.com/v1'" in line

@@ -10,10 +10,14 @@ from typing import Any
 
 import yaml
 
-from helpers import ROOT, plan_with
+from components.edge.budget import site_demand
+from components.edge.specs import K3S_TRAEFIK_PORTS
+from helpers import ROOT, plan_with, raw_environment
 from inferstack_cli import render
 from inferstack_cli.mocks import PLACEHOLDER_HOST
 from inferstack_cli.plan import Plan, run_plan
+from stacks.environment import EdgeEnvironment, load_environment
+from stacks.tiers import EDGE
 
 PlanOf = Callable[[str], Plan]
 
@@ -193,3 +197,57 @@ def test_a_hub_by_url_reads_its_key_from_a_secret_config_value(tmp_path: Any) ->
     assert gateway_config(plan)["upstreams"]["hub"]["url"] == "https://gateway.dc1.example.com/v1"
     (secret,) = [r for r in plan.of_type("kubernetes:core/v1:Secret") if r.name == "gateway-hub"]
     assert secret.inputs["stringData"] == "[secret]"
+
+
+def test_the_gateways_site_port_is_off_the_ports_k3s_traefik_holds(plan_of: PlanOf) -> None:
+    # GIVEN a default k3s install, whose Traefik holds host ports 80 and 443 through ServiceLB
+    # WHEN the bundled edge stack is planned
+    (port,) = named(plan_of("edge"), "Service", "gateway-lb")["spec"]["ports"]
+    # THEN the gateway's LoadBalancer port is one ServiceLB can still bind, forwarded to the gateway's API port
+    assert port["port"] == 8080 and port["port"] not in K3S_TRAEFIK_PORTS
+    assert port["targetPort"] == "http"
+
+
+def test_a_site_that_disabled_traefik_may_take_port_80(tmp_path: Any) -> None:
+    plan = plan_with(tmp_path, "edge", lambda env: env["gateway"].update(loadBalancerPort=80))
+    (port,) = named(plan, "Service", "gateway-lb")["spec"]["ports"]
+    assert port["port"] == 80
+
+
+def test_a_rollout_on_a_one_gpu_site_replaces_the_pod_instead_of_waiting_for_a_second_gpu(plan_of: PlanOf) -> None:
+    # GIVEN the bundled site: one L4, and llama-3b holds it with one replica
+    plan = plan_of("edge")
+    for name in ("llama-3b", "minilm"):
+        strategy = named(plan, "Deployment", name)["spec"]["strategy"]
+        # THEN a rollout never asks for a pod beyond the replicas (it would stay Pending for a GPU no node has)
+        assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+
+
+def test_the_node_budget_holds_the_replicas_alone_since_a_rollout_adds_no_pod() -> None:
+    # GIVEN the bundled site: one L4 and one replica of the GPU model
+    env = load_environment(raw_environment("edge"), "stacks/Pulumi.edge.yaml")
+    assert isinstance(env, EdgeEnvironment)
+    demand = {d.name: d for d in site_demand(env.nodes, env.models, env.cache, env.gateway, env.observability,
+                                             rollout_surge=EDGE.grows_nodes)}  # fmt: skip
+    # THEN the budget counts exactly the replicas: the one GPU suffices, and the site plans (test above)
+    assert demand["llama-3b"].pods == 1 and demand["llama-3b"].total.gpus == 1
+    # AND a tier whose nodes grew would have to hold the rollout's extra pod too
+    surging = site_demand(env.nodes, env.models, env.cache, env.gateway, env.observability, rollout_surge=True)
+    assert {d.name: d.pods for d in surging}["llama-3b"] == 2
+
+
+def test_a_one_replica_model_lets_a_drain_evict_it(plan_of: PlanOf) -> None:
+    # GIVEN one replica: minAvailable 50% would round up to 1 and block `kubectl drain` for ever
+    budget = named(plan_of("edge"), "PodDisruptionBudget", "llama-3b")["spec"]
+    assert budget["maxUnavailable"] == 1 and "minAvailable" not in budget
+
+
+def test_the_bundled_spillover_threshold_fills_llama_cpps_slots_exactly(plan_of: PlanOf) -> None:
+    # GIVEN the bundled site: llama.cpp's slots as rendered (--parallel) and the gateway at its most replicas
+    plan = plan_of("edge")
+    (server,) = named(plan, "Deployment", "llama-3b")["spec"]["template"]["spec"]["containers"]
+    slots = int(server["args"][server["args"].index("--parallel") + 1])
+    gateway = raw_environment("edge")["gateway"]
+    spillover = gateway_config(plan)["tiers"]["llama-3b"]["spillover"]
+    # THEN each gateway replica spills once its share of the slots is busy: no request waits for a slot locally
+    assert spillover["spill_above_inflight"] * gateway["maxReplicas"] == slots == 4

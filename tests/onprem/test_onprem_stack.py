@@ -232,3 +232,13 @@ def test_a_prefilled_volume_store_copies_checkpoints_onto_nvme_without_s3_keys(t
     assert "/mnt/model-store/meta-llama/Llama-3.1-8B-Instruct/hf/." in script and ".inferstack-copied" in script
     assert {"name": "model-store", "mountPath": "/mnt/model-store", "readOnly": True} in copy["volumeMounts"]
     assert "env" not in copy  # no S3 endpoint, no keys
+
+
+def test_the_edge_sites_hub_receives_their_forwarded_metrics(plan_of: PlanOf) -> None:
+    # GIVEN the on-prem stack, the bundled edge site's hub, whose remoteWrite posts to this Prometheus
+    onprem = release_values(plan_of("onprem"), "kube-prometheus-stack")["prometheus"]["prometheusSpec"]
+    # THEN its Prometheus serves /api/v1/write (off by default in kube-prometheus-stack 88.0.0)
+    assert onprem["enableRemoteWriteReceiver"] is True
+    # AND a stack that is nobody's hub keeps it off
+    prod = release_values(plan_of("prod"), "kube-prometheus-stack")["prometheus"]["prometheusSpec"]
+    assert "enableRemoteWriteReceiver" not in prod

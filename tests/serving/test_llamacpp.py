@@ -11,6 +11,7 @@ from components.catalog.profiles import PROFILES
 from components.edge.specs import EdgeNodeSpec
 from components.serving._llamacpp import llamacpp_args
 from components.serving._placement import PlacementProblem, place
+from components.serving.inference_server import llamacpp_resources
 from components.specs import ModelDeploySpec
 
 # Flags of llama-server as listed in ggml-org/llama.cpp tools/server/README.md (auto-generated usage tables):
@@ -18,6 +19,7 @@ from components.specs import ModelDeploySpec
 README_FLAGS = {
     "-m", "--model", "-a", "--alias", "--host", "--port", "-t", "--threads", "--metrics", "--no-webui",
     "--embeddings", "--embedding", "--pooling", "-np", "--parallel", "-c", "--ctx-size", "-ngl", "--n-gpu-layers",
+    "-cram", "--cache-ram",
 }  # fmt: skip
 
 L4_NODE = EdgeNodeSpec(name="site", cpu=16, memory_gib=64, gpu="L4")
@@ -92,6 +94,26 @@ def test_the_embedding_model_stays_on_cpu_in_embedding_mode_even_on_a_gpu_node()
     assert not placed.gpu_offload and placed.gguf is not None and placed.gguf.file.endswith("Q8_0.gguf")
     args = llamacpp_args(placed.model, placed.gguf, placed.profile, gpu_offload=False, threads=2)
     assert "--embeddings" in args and args[args.index("--n-gpu-layers") + 1] == "0"
+
+
+def test_the_prompt_cache_in_host_ram_is_bounded_and_counted_in_the_pods_memory() -> None:
+    # GIVEN the bundled edge model (3B Q4_K_M on an L4, ultra-low-latency: 4 slots of 8192 tokens)
+    placed = place(spec(), L4_NODE)
+    assert placed.gguf is not None
+    args = llamacpp_args(placed.model, placed.gguf, placed.profile, gpu_offload=True, threads=2)
+    # THEN llama-server keeps at most one slot's f16 KV of idle prompts in host RAM, not its 8192 MiB default
+    # (28 layers x 8 KV heads x 128 dims x 2 (K, V) x 2 bytes x 8192 tokens = 896 MiB)
+    assert args[args.index("--cache-ram") + 1] == "896"
+    # AND the pod's memory holds it beside the weights and 1 GiB of runtime: ceil(1.88 + 0.875 + 1) GiB
+    resources = llamacpp_resources(placed, L4_NODE)
+    assert resources["requests"]["memory"] == resources["limits"]["memory"] == "4Gi"
+
+
+def test_an_embedding_server_keeps_no_prompt_cache() -> None:
+    placed = place(spec("sentence-transformers/all-MiniLM-L6-v2"), L4_NODE)
+    assert placed.gguf is not None
+    args = llamacpp_args(placed.model, placed.gguf, placed.profile, gpu_offload=False, threads=2)
+    assert args[args.index("--cache-ram") + 1] == "0"
 
 
 def test_vllm_refuses_an_explicit_quantization_and_says_why() -> None:

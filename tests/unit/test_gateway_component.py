@@ -111,3 +111,35 @@ def test_gateway_without_api_keys_is_refused() -> None:
 def test_api_key_must_be_a_hash_never_a_plaintext_key() -> None:
     (line,) = config_errors(lambda env: env["gateway"]["apiKeys"][0].update(keySha256="my-secret-key"))
     assert "gateway.apiKeys[0].keySha256" in line and "[0-9a-f]{64}" in line
+
+
+def test_the_clouds_tls_only_load_balancer_takes_no_other_port() -> None:
+    (line,) = config_errors(lambda env: env["gateway"].update(loadBalancerPort=8080))
+    assert "gateway.loadBalancerPort: got 8080 on tier cloud" in line and "443" in line
+
+
+def test_the_on_prem_load_balancer_keeps_port_80(plan_of: PlanOf) -> None:
+    service = gateway_objects(plan_of("onprem"))["Service/gateway-lb"]
+    assert [p["port"] for p in service["spec"]["ports"]] == [80]
+
+
+def test_the_load_balancers_url_names_its_port_unless_it_is_the_schemes_own() -> None:
+    from types import SimpleNamespace
+
+    from components.gateway.gateway import _lb_url
+
+    status = SimpleNamespace(load_balancer=SimpleNamespace(ingress=[SimpleNamespace(hostname=None, ip="10.42.0.10")]))
+    # GIVEN a k3s site's servicelb address WHEN the gateway listens on 8080 THEN other stacks must dial 8080
+    assert _lb_url(status, "in-cluster", "http", 8080) == "http://10.42.0.10:8080/v1"
+    assert _lb_url(status, "in-cluster", "http", 80) == "http://10.42.0.10/v1"
+    assert _lb_url(status, "in-cluster", "https", 443) == "https://10.42.0.10/v1"
+    assert _lb_url(None, "in-cluster", "http", 8080) == "in-cluster"
+
+
+def test_both_sides_name_the_hub_by_its_v1_url() -> None:
+    # GIVEN the hub side's gateway.hubUrl and the sending side's hub.url THEN one rule and one message for both
+    (hub_side,) = config_errors(lambda env: env["gateway"].update(hubUrl="https://gw.prod.internal.example.com"))
+    assert "gateway.hubUrl: got 'https://gw.prod.internal.example.com' (not an OpenAI base URL ending in /v1)" in (
+        hub_side
+    )
+    assert "fix: write 'https://gw.prod.internal.example.com/v1'" in hub_side

@@ -258,3 +258,37 @@ def test_plan_json_includes_kubernetes_objects_with_their_provider(plan_of: Plan
     provider = next(r for r in plan.resources if r.type == "pulumi:providers:kubernetes")
     assert provider.name == "inferstack-prod-k8s"
     assert json.dumps(plan.to_json())  # serializable
+
+
+SURGE = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+REPLACE = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+
+
+@pytest.mark.parametrize(
+    ("stack", "strategy"), [("prod", SURGE), ("dev", SURGE), ("onprem", REPLACE), ("edge", REPLACE)]
+)
+def test_only_a_tier_whose_nodes_grow_surges_a_models_rollout(plan_of: PlanOf, stack: str, strategy: Any) -> None:
+    # GIVEN each bundled stack WHEN planned THEN its model Deployments roll out as its tier's nodes allow: the cloud
+    # (Karpenter adds the GPU node) brings the new pod up first; fixed hardware replaces a pod at a time
+    models = [
+        m
+        for m in manifests(plan_of(stack))
+        if m["kind"] == "Deployment" and m["metadata"]["namespace"] == "inferstack-serving"
+    ]
+    assert models and all(m["spec"]["strategy"] == strategy for m in models)
+
+
+def test_replicated_models_keep_half_serving_through_a_drain_and_single_ones_may_be_evicted(plan_of: PlanOf) -> None:
+    budgets = {
+        m["metadata"]["name"]: m["spec"]
+        for m in manifests(plan_of("prod"))
+        if m["kind"] == "PodDisruptionBudget" and m["metadata"]["namespace"] == "inferstack-serving"
+    }
+    # GIVEN prod's llama-8b (2 replicas) and llama-70b (8): at least half stay up through voluntary evictions
+    assert budgets["llama-8b"]["minAvailable"] == budgets["llama-70b"]["minAvailable"] == "50%"
+    # AND dev's single replica: minAvailable 50% would round up to 1 and block every drain
+    (single,) = [
+        m["spec"] for m in manifests(plan_of("dev"))
+        if m["kind"] == "PodDisruptionBudget" and m["metadata"]["namespace"] == "inferstack-serving"
+    ]  # fmt: skip
+    assert single["maxUnavailable"] == 1 and "minAvailable" not in single
