@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -134,3 +135,76 @@ def test_server_keepalive_s_closes_an_idle_client_connection(
 ) -> None:
     url, _ = gateway_process
     assert not _idle_connection_open_after(url, 2.0)
+
+
+def test_the_gateway_serves_https_itself_with_a_mounted_certificate(
+    upstreams: Any, redis_server: Any, tmp_path: Path
+) -> None:
+    # Off AWS the load balancer forwards TCP: the gateway terminates TLS, so keys and prompts never cross in clear text.
+    import openai
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.crt"))
+    port = free_port()
+    config = {
+        "server": {"host": "127.0.0.1", "port": port, "access_log": False,
+                   "tls_cert_file": str(tmp_path / "tls.crt"), "tls_key_file": str(tmp_path / "tls.key")},
+        "upstreams": {"main": {"url": upstreams("up").base}},
+        "tiers": {"small": {"upstreams": ["main"]}},
+        "models": {"local": {"tier": "small", "cache": {"policy": "never"}}},
+        "auth": {"keys": [{"tenant": "a", "name": "a", "key_sha256": sha256(API_KEY_A)}]},
+    }  # fmt: skip
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    script = shutil.which("inferstack-gateway", path=str(Path(sys.executable).parent)) or "inferstack-gateway"
+    process = subprocess.Popen([script, "--config", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        trusting = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+        client = openai.OpenAI(
+            base_url=f"https://127.0.0.1:{port}/v1", api_key=API_KEY_A, max_retries=0,
+            http_client=openai.DefaultHttpxClient(verify=trusting),
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, "the gateway exited during startup"
+            try:
+                answer = client.chat.completions.create(model="local", messages=[{"role": "user", "content": "hi"}])
+                break
+            except openai.APIConnectionError:
+                assert time.monotonic() < deadline, "the gateway did not answer over HTTPS"
+                time.sleep(0.1)
+        assert answer.choices[0].message.content.startswith("up#")
+        client.close()
+        # Plain HTTP on the same port gets no answer.
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).read()
+    finally:
+        process.terminate()
+        try:
+            process.wait(40)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+
+
+def test_a_tls_certificate_without_its_key_or_that_cannot_be_read_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    script = shutil.which("inferstack-gateway", path=str(Path(sys.executable).parent)) or "inferstack-gateway"
+    base = {
+        "upstreams": {"main": {"url": "http://127.0.0.1:9/v1"}},
+        "tiers": {"small": {"upstreams": ["main"]}},
+        "models": {"local": {"tier": "small", "cache": {"policy": "never"}}},
+        "auth": {"enabled": False},
+    }
+    for server, expected in (
+        ({"tls_cert_file": "/nowhere/tls.crt"}, "set tls_cert_file and tls_key_file together"),
+        ({"tls_cert_file": "/nowhere/tls.crt", "tls_key_file": "/nowhere/tls.key"}, "cannot load /nowhere/tls.crt"),
+    ):
+        path = tmp_path / "gateway.yaml"
+        path.write_text(yaml.safe_dump({**base, "server": server}))
+        done = subprocess.run([script, "--config", str(path)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and expected in done.stderr and "Traceback" not in done.stderr
+        assert "Fix:" in done.stderr

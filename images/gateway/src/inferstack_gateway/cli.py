@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import ssl
 import sys
 
 from inferstack_gateway.config import ConfigError, load_config
@@ -27,6 +28,21 @@ def main(argv: list[str] | None = None) -> int:
         models, upstreams = len(config.models), len(config.upstreams)
         print(f"{args.config}: ok ({models} model{'s' * (models != 1)}, {upstreams} upstream{'s' * (upstreams != 1)})")
         return 0
+
+    tls = {}
+    if config.server.tls_cert_file is not None and config.server.tls_key_file is not None:
+        cert, key = config.server.tls_cert_file, config.server.tls_key_file
+        try:  # what uvicorn would load, checked first: a missing or mismatched file is one line, not a traceback
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            print(
+                f"server.tls_cert_file / server.tls_key_file: cannot load {cert} and {key}: "
+                f"{getattr(exc, 'strerror', None) or exc}. Fix: mount the kubernetes.io/tls Secret there "
+                "(tls.crt, tls.key), a PEM certificate chain and its private key",
+                file=sys.stderr,
+            )
+            return 2
+        tls = {"ssl_certfile": cert, "ssl_keyfile": key}
 
     import uvicorn
 
@@ -53,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout_keep_alive=config.server.keepalive_s,
         proxy_headers=False,  # the gateway reads no client address: skip uvicorn's per-request X-Forwarded-* pass
         timeout_graceful_shutdown=30,
+        **tls,  # uvicorn's context: TLS 1.2 and 1.3 (Python's default minimum for a server context)
     )
     return 0
 

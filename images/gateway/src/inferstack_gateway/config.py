@@ -82,6 +82,12 @@ class ServerConfig(_Frozen):
     pools (aiohttp's 15 s, httpx's 5 s): when the server closes first, a client can send its next request on a
     connection that is being closed, and that request is lost or hangs until the client's timeout. uvicorn's default
     of 5 s did this to requests that the official openai client (aiohttp transport) sent after about 5 s idle."""
+    tls_cert_file: str | None = None
+    """PEM certificate chain. With `tls_key_file` the gateway serves HTTPS itself (TLS 1.2 and 1.3), for a load
+    balancer that forwards TCP (on-prem, edge): API keys and prompts never cross the network in clear text. Mount both
+    from a `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`)."""
+    tls_key_file: str | None = None
+    """The certificate's PEM private key."""
     request_read_timeout_s: float = Field(default=20, gt=0, le=600)
     """How long a client has to send a request's headers once it has begun, and then again its body: a client that
     trickles them (slowloris) or stops half-way gets 408 and its connection is closed, instead of holding it for good.
@@ -90,6 +96,17 @@ class ServerConfig(_Frozen):
     """One structured JSON line per request, with its request id."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     """Level of the gateway's JSON logs."""
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Self:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            missing = "tls_key_file" if self.tls_key_file is None else "tls_cert_file"
+            raise PydanticCustomError(
+                "config",
+                "set tls_cert_file and tls_key_file together (HTTPS needs both). Fix: set {missing} too, or neither",
+                {"path": missing, "missing": missing},
+            )
+        return self
 
 
 class RedisConfig(_Frozen):
