@@ -15,7 +15,7 @@ from typing import Any
 from components.cache.redis_cache import redis_resources
 from components.catalog.models import MODELS
 from components.edge.specs import K3S_NVIDIA_RUNTIME_CLASS, K3S_STORAGE_CLASS, EdgeNodeSpec
-from components.gateway.gateway import GATEWAY_RESOURCES
+from components.gateway.gateway import GATEWAY_RESOURCES, GATEWAY_ROLLOUT
 from components.kube.requests import Requests, container_requests, pod_requests
 from components.observability.observability import (
     SMALL_SITE_PROMETHEUS_RESOURCES,
@@ -98,9 +98,10 @@ def site_demand(
         demand.append(Demand(spec.name, pod_requests(server_pod(args, placement)), pods, node.name))
     chat = [m for m in models if not MODELS[m.model].is_embedding]
     if gateway.enabled and chat:
-        # The HPA may grow the gateway to maxReplicas: the site must hold the peak, not the start.
-        replicas = max(gateway.replicas, gateway.max_replicas)
-        demand.append(Demand("gateway", container_requests({"resources": GATEWAY_RESOURCES}), replicas))
+        # The HPA may grow the gateway to maxReplicas, and a rollout then adds its surge pod: the site must hold the
+        # peak, not the start.
+        pods = max(gateway.replicas, gateway.max_replicas) + surge_pods(GATEWAY_ROLLOUT)
+        demand.append(Demand("gateway", container_requests({"resources": GATEWAY_RESOURCES}), pods))
     demand.append(Demand("redis", container_requests({"resources": redis_resources(cache.memory_gib)}), 1))
     values = prometheus_values(observability, resources=SMALL_SITE_PROMETHEUS_RESOURCES)
     demand.append(

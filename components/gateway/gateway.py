@@ -29,6 +29,9 @@ TRITON_ENTRY_MODEL = "ensemble"
 """The Triton entry model: components/serving/_triton.py renders ensemble → pre → tensorrt_llm → post."""
 GATEWAY_RESOURCES: dict[str, Any] = {"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
 """One gateway replica (the edge node budget counts the same numbers)."""
+GATEWAY_ROLLOUT: dict[str, Any] = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+"""The gateway never drops below its serving count in a rollout: a CPU pod comes up first (an edge site's node budget
+holds room for it)."""
 GATEWAY_UID = 10001
 """The gateway image's user (images/gateway/Dockerfile)."""
 
@@ -280,7 +283,7 @@ class Gateway(pulumi.ComponentResource):
             spec={
                 "replicas": spec.replicas,
                 "selector": {"matchLabels": APP},
-                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                "strategy": GATEWAY_ROLLOUT,
                 "template": {
                     "metadata": {
                         "labels": APP,

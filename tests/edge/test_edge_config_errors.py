@@ -60,8 +60,9 @@ def test_a_model_that_does_not_fit_a_cpu_boxs_memory() -> None:
 def test_pods_that_do_not_fit_the_node_budget_name_the_biggest_consumers() -> None:
     (line,) = errors(lambda e: e["nodes"][0].update(cpu=6, memoryGib=16))
     assert line.startswith(f"{SOURCE}: inferstack:environment.nodes: got pods requesting ")
-    assert "(2.55 CPU short)" in line
-    assert "biggest: llama-3b (2 CPU, 4.0 GiB, 1 GPU), minilm (2 CPU, 2.0 GiB), redis (1 CPU, 2.0 GiB)" in line
+    assert "(3.55 CPU short)" in line
+    # The gateway counts at maxReplicas (2) plus its rollout's surge pod
+    assert "biggest: llama-3b (2 CPU, 4.0 GiB, 1 GPU), minilm (2 CPU, 2.0 GiB), gateway 3x (1 CPU, 0.2 GiB)" in line
 
 
 def test_a_hub_by_url_without_a_key() -> None:

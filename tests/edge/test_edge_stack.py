@@ -236,6 +236,17 @@ def test_the_node_budget_holds_the_replicas_alone_since_a_rollout_adds_no_pod() 
     assert {d.name: d.pods for d in surging}["llama-3b"] == 2
 
 
+def test_the_node_budget_holds_the_gateways_rollout_pod_at_its_most_replicas(plan_of: PlanOf) -> None:
+    # The gateway's CPU pods surge in a rollout (it never drops below its serving count): at maxReplicas the site
+    # must hold one more, or the rollout waits for room that a fixed site never gets.
+    env = load_environment(raw_environment("edge"), "stacks/Pulumi.edge.yaml")
+    assert isinstance(env, EdgeEnvironment)
+    demand = {d.name: d for d in site_demand(env.nodes, env.models, env.cache, env.gateway, env.observability,
+                                             rollout_surge=EDGE.grows_nodes)}  # fmt: skip
+    strategy = named(plan_of("edge"), "Deployment", "gateway")["spec"]["strategy"]
+    assert demand["gateway"].pods == env.gateway.max_replicas + strategy["rollingUpdate"]["maxSurge"]
+
+
 def test_a_one_replica_model_lets_a_drain_evict_it(plan_of: PlanOf) -> None:
     # GIVEN one replica: minAvailable 50% would round up to 1 and block `kubectl drain` for ever
     budget = named(plan_of("edge"), "PodDisruptionBudget", "llama-3b")["spec"]
