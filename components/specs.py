@@ -507,6 +507,11 @@ class GatewaySpec(Spec):
     )
     """ACM certificate the load balancer terminates TLS with, on port 443. Required with ``loadBalancer``:
     API keys never cross the network in clear text."""
+    tls_secret: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+    """Off AWS: a ``kubernetes.io/tls`` Secret in the gateway's namespace (``tls.crt``, ``tls.key``; made beforehand,
+    by cert-manager or ``kubectl create secret tls``). The gateway then serves HTTPS itself on every port (the
+    private load balancer forwards TCP): API keys and prompts never cross the network in clear text. The cloud's
+    NLB terminates TLS with ``tlsCertificateArn`` instead."""
     embeddings_url: str | None = None
     """OpenAI-compatible ``/v1`` base URL for embeddings. Without it the semantic cache is off (exact only)."""
     semantic_max_distance: float = Field(default=0.1, ge=0, le=1)

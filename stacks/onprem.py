@@ -115,6 +115,7 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
             models=model_slos(env.models, base.serving_namespace),
             serving_namespace=base.serving_namespace,
             gateway_namespace=base.gateway_namespace,
+            gateway_tls=env.gateway.tls_secret is not None,
             cache_url=cache.url(),
             cache_secret=(cache.secret_name, cache.secret_key),
             system_node_selector=system,

@@ -93,6 +93,11 @@ CLOUD = TierPlugin(
         Unsupported("gpuPools[].gpu", "the GPU follows from the instance type", "use gpuPools[].instanceType"),
         Unsupported("gpuPools[].nodes", "cloud pools scale", "use gpuPools[].minSize / maxSize"),
         Unsupported(
+            "gateway.tlsSecret",
+            "the internal NLB terminates TLS on 443 with an ACM certificate",
+            "use gateway.tlsCertificateArn",
+        ),
+        Unsupported(
             "gateway.loadBalancerPort",
             "the internal NLB terminates TLS on 443 only: API keys never cross the network in clear text",
             "remove it; clients use https://<load balancer>/v1",

@@ -29,6 +29,8 @@ TRITON_ENTRY_MODEL = "ensemble"
 """The Triton entry model: components/serving/_triton.py renders ensemble → pre → tensorrt_llm → post."""
 GATEWAY_RESOURCES: dict[str, Any] = {"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
 """One gateway replica (the edge node budget counts the same numbers)."""
+TLS_DIR = "/etc/inferstack/tls"
+"""Where the ``gateway.tlsSecret`` Secret is mounted (its ``tls.crt`` and ``tls.key``)."""
 GATEWAY_ROLLOUT: dict[str, Any] = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
 """The gateway never drops below its serving count in a rollout: a CPU pod comes up first (an edge site's node budget
 holds room for it)."""
@@ -88,8 +90,11 @@ def gateway_config(
         embeddings = {"url": upstream_urls["$embeddings"], "model": embedder.model, "dimensions": embedder.dimensions}
     semantic = embeddings is not None
     fallback = [HUB] if hub is not None and hub.fallback else []
+    server: dict[str, Any] = {"port": PORT}
+    if spec.tls_secret is not None:
+        server.update(tls_cert_file=f"{TLS_DIR}/tls.crt", tls_key_file=f"{TLS_DIR}/tls.key")
     config: dict[str, Any] = {
-        "server": {"port": PORT},
+        "server": server,
         "redis": {"url": "${GATEWAY_REDIS_URL}"},
         # vLLM and llama.cpp serve the model under its catalog id; Triton's OpenAI frontend under the entry model.
         "upstreams": {
@@ -276,7 +281,13 @@ class Gateway(pulumi.ComponentResource):
             },
             *hub_env,
         ]
-        probe = {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5}
+        tls = spec.tls_secret is not None
+        # With gateway.tlsSecret the gateway serves HTTPS only: the kubelet probes it over TLS (unverified, as kubelet
+        # HTTPS probes are).
+        http_get = {"port": "http", **({"scheme": "HTTPS"} if tls else {})}
+        probe = {"httpGet": {**http_get, "path": "/readyz"}, "periodSeconds": 5}
+        tls_mounts = [{"name": "tls", "mountPath": TLS_DIR, "readOnly": True}] if tls else []
+        tls_volumes = [{"name": "tls", "secret": {"secretName": spec.tls_secret}}] if tls else []
         k8s.apps.v1.Deployment(
             name,
             metadata=meta,
@@ -312,7 +323,7 @@ class Gateway(pulumi.ComponentResource):
                                 "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
                                 "resources": GATEWAY_RESOURCES,
                                 "readinessProbe": probe,
-                                "livenessProbe": {**probe, "httpGet": {"path": "/healthz", "port": "http"}},
+                                "livenessProbe": {**probe, "httpGet": {**http_get, "path": "/healthz"}},
                                 "volumeMounts": [
                                     {
                                         "name": "config",
@@ -321,6 +332,7 @@ class Gateway(pulumi.ComponentResource):
                                     },
                                     {"name": "keys", "mountPath": "/etc/inferstack/keys", "readOnly": True},
                                     {"name": "tmp", "mountPath": "/tmp"},
+                                    *tls_mounts,
                                 ],
                                 "securityContext": RESTRICTED_CONTAINER,
                             }
@@ -329,6 +341,7 @@ class Gateway(pulumi.ComponentResource):
                             {"name": "config", "configMap": {"name": f"{name}-config"}},
                             {"name": "keys", "secret": {"secretName": f"{name}-keys"}},
                             {"name": "tmp", "emptyDir": {}},
+                            *tls_volumes,
                         ],
                     },
                 },
@@ -345,10 +358,10 @@ class Gateway(pulumi.ComponentResource):
             name,
             metadata={**meta, "annotations": {}},
             spec={
-                # In-cluster clients (and the kit's own URL output) use the ClusterIP on port 80.
+                # In-cluster clients (and the kit's own URL output) use the ClusterIP on port 80, or 443 with TLS.
                 "type": "ClusterIP",
                 "selector": APP,
-                "ports": [{"name": "http", "port": 80, "targetPort": "http"}],
+                "ports": [{"name": "http", "port": TLS_PORT if tls else 80, "targetPort": "http"}],
             },
             opts=k8s_opts,
         )
@@ -432,14 +445,14 @@ class Gateway(pulumi.ComponentResource):
             opts=k8s_opts,
         )
         self.service_name = name
-        self.url = pulumi.Output.concat("http://", name, ".", args.namespace, ".svc/v1")
+        self.url = pulumi.Output.concat("https://" if tls else "http://", name, ".", args.namespace, ".svc/v1")
         self.burst_url = self.url
         if spec.hub_url is not None:
             self.burst_url = pulumi.Output.from_input(spec.hub_url)
         elif lb is not None:
             # AWS: the internal NLB terminates TLS on 443; off AWS the private load balancer forwards its port.
             aws = args.service_annotations is None
-            scheme, port = ("https", TLS_PORT) if aws else ("http", spec.load_balancer_port)
+            scheme, port = ("https", TLS_PORT) if aws else ("https" if tls else "http", spec.load_balancer_port)
             self.burst_url = pulumi.Output.all(lb.status, self.url).apply(lambda a: _lb_url(a[0], a[1], scheme, port))
         self.register_outputs({"url": self.url, "burst_url": self.burst_url})
 

@@ -74,15 +74,23 @@ def gateway_service_monitor(
     selector_labels: dict[str, str] | None = None,
     port: str = "metrics",
     interval: str = SCRAPE_INTERVAL_SERVING,
+    tls: bool = False,
 ) -> dict[str, Any]:
-    """A ServiceMonitor for the gateway's ``/metrics`` (the ``inferstack_gateway_*`` series)."""
+    """A ServiceMonitor for the gateway's ``/metrics`` (the ``inferstack_gateway_*`` series).
+
+    ``tls``: the gateway serves HTTPS only (``gateway.tlsSecret``). The scrape does not verify its certificate: the
+    Secret need not carry a ``ca.crt``, the scrape carries no credential, and it stays inside the cluster, where the
+    gateway's NetworkPolicy admits it."""
+    endpoint: dict[str, Any] = {"port": port, "path": "/metrics", "interval": interval}
+    if tls:
+        endpoint.update(scheme="https", tlsConfig={"insecureSkipVerify": True})
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
         "metadata": _monitor_metadata("inferstack-gateway", namespace),
         "spec": {
             "selector": {"matchLabels": selector_labels or {"app.kubernetes.io/name": "inferstack-gateway"}},
-            "endpoints": [{"port": port, "path": "/metrics", "interval": interval}],
+            "endpoints": [endpoint],
         },
     }
 

@@ -169,6 +169,8 @@ class ObservabilityArgs(Args):
     models: list[ModelSlo] = Field(default_factory=list)
     serving_namespace: str
     gateway_namespace: str
+    gateway_tls: bool = False
+    """The gateway serves HTTPS only (``gateway.tlsSecret``): its metrics are scraped over TLS."""
     cache_url: StrInput | None = None
     """``redis://`` or ``rediss://`` address the Redis exporter scrapes."""
     cache_secret: tuple[str, str] | None = None
@@ -250,7 +252,7 @@ class Observability(pulumi.ComponentResource):
         for engine in engines:
             self._custom(engine_pod_monitor(engine, args.serving_namespace), after)  # type: ignore[arg-type]
         # The gateway serves /metrics on its API port.
-        self._custom(gateway_service_monitor(args.gateway_namespace, port="http"), after)
+        self._custom(gateway_service_monitor(args.gateway_namespace, port="http", tls=args.gateway_tls), after)
         self._custom(prometheus_rule(args.models, namespace=namespace), after)
         for build in DASHBOARDS:
             manifest = dashboard_configmap(build(), namespace)

@@ -262,3 +262,29 @@ def test_the_bundled_spillover_threshold_fills_llama_cpps_slots_exactly(plan_of:
     spillover = gateway_config(plan)["tiers"]["llama-3b"]["spillover"]
     # THEN each gateway replica spills once its share of the slots is busy: no request waits for a slot locally
     assert spillover["spill_above_inflight"] * gateway["maxReplicas"] == slots == 4
+
+
+def test_with_a_tls_secret_the_site_gateway_serves_https_on_every_port(tmp_path: Any) -> None:
+    # GIVEN a site that gives its gateway a kubernetes.io/tls Secret (its load balancer forwards TCP, no more)
+    plan = plan_with(tmp_path, "edge", lambda env: env["gateway"].update(tlsSecret="gateway-tls"))
+    # THEN the gateway mounts it and serves HTTPS with it
+    server = gateway_config(plan)["server"]
+    assert server["tls_cert_file"] == "/etc/inferstack/tls/tls.crt"
+    assert server["tls_key_file"] == "/etc/inferstack/tls/tls.key"
+    pod = named(plan, "Deployment", "gateway")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert {"name": "tls", "secret": {"secretName": "gateway-tls"}} in pod["volumes"]
+    assert {"name": "tls", "mountPath": "/etc/inferstack/tls", "readOnly": True} in container["volumeMounts"]
+    # AND the kubelet probes it, and Prometheus scrapes it, over TLS; in-cluster clients reach it on 443
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert container["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    (monitor,) = [m for m in by_kind(plan, "ServiceMonitor") if m["metadata"]["name"] == "inferstack-gateway"]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    assert named(plan, "Service", "gateway")["spec"]["ports"][0]["port"] == 443
+    assert plan.outputs["gateway_url"] == "https://gateway.inferstack-gateway.svc/v1"
+    # AND without one, nothing of it is rendered (the bundled site)
+    bundled = run_plan("edge")
+    assert "tls_cert_file" not in gateway_config(bundled)["server"]
+    assert "scheme" not in named(bundled, "Deployment", "gateway")["spec"]["template"]["spec"]["containers"][0][
+        "readinessProbe"]["httpGet"]  # fmt: skip

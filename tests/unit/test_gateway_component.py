@@ -143,3 +143,8 @@ def test_both_sides_name_the_hub_by_its_v1_url() -> None:
         hub_side
     )
     assert "fix: write 'https://gw.prod.internal.example.com/v1'" in hub_side
+
+
+def test_the_cloud_terminates_tls_at_its_load_balancer_not_with_a_tls_secret() -> None:
+    (line,) = config_errors(lambda env: env["gateway"].update(tlsSecret="gateway-tls"))
+    assert "gateway.tlsSecret: got 'gateway-tls' on tier cloud" in line and "tlsCertificateArn" in line
