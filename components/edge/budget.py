@@ -94,7 +94,7 @@ def site_demand(
         except PlacementProblem:
             continue
         args = serving_args(spec, node, rollout_surge)
-        pods = spec.replicas + surge_pods(rollout_strategy(args.rollout_surge))
+        pods = spec.replicas + surge_pods(rollout_strategy(rollout_surge))
         demand.append(Demand(spec.name, pod_requests(server_pod(args, placement)), pods, node.name))
     chat = [m for m in models if not MODELS[m.model].is_embedding]
     if gateway.enabled and chat:

@@ -442,26 +442,24 @@ class Gateway:
         if message["type"] == "http.disconnect":
             raise ClientGone
         first = message.get("body", b"")
+        if len(first) > limit:
+            raise _too_large(limit)
         if not message.get("more_body", False):
-            if len(first) > limit:
-                raise _too_large(limit)
             return first
         timeout_s = self.config.server.request_read_timeout_s
         chunks = [first]
         size = len(first)
         try:
             async with asyncio.timeout(timeout_s):
-                while True:
-                    if size > limit:
-                        raise _too_large(limit)
+                while message.get("more_body", False):
                     message = await receive()
                     if message["type"] == "http.disconnect":
                         raise ClientGone
                     chunk = message.get("body", b"")
                     size += len(chunk)
+                    if size > limit:
+                        raise _too_large(limit)
                     chunks.append(chunk)
-                    if not message.get("more_body", False):
-                        break
         except TimeoutError:
             raise GatewayError(
                 408,
@@ -469,8 +467,6 @@ class Gateway:
                 code="request_timeout",
                 headers=[(b"connection", b"close")],
             ) from None
-        if size > limit:
-            raise _too_large(limit)
         return b"".join(chunks)
 
     def _choose_tier(self, request: ParsedRequest, model: ModelConfig, headers: dict[bytes, bytes]) -> str:

@@ -107,23 +107,21 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             self.cycle.keep_alive = False  # a pipelined request's head is late: close once the response under way ends
             return
         message = f"The request's headers did not arrive within {self._head_timeout_s:g} s."
-        body = error_body(message, "invalid_request_error", code="request_timeout")
-        self.transport.write(
-            b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-            b"connection: close\r\n\r\n%b" % (len(body), body)
-        )
-        self.transport.close()
+        self._refuse_and_close(b"408 Request Timeout", message, "request_timeout")
 
     def send_400_response(self, msg: str) -> None:
-        body = error_body(
+        message = (
             f"{msg} The request is not valid HTTP/1.1 (for example both Content-Length and Transfer-Encoding, or a "
-            "malformed request line or header).",
-            "invalid_request_error",
-            code="invalid_http_request",
+            "malformed request line or header)."
         )
+        self._refuse_and_close(b"400 Bad Request", message, "invalid_http_request")
+
+    def _refuse_and_close(self, status: bytes, message: str, code: str) -> None:
+        """Answer outside any request cycle (no ASGI app saw the request) in OpenAI's error shape, then close."""
+        body = error_body(message, "invalid_request_error", code=code)
         self.transport.write(
-            b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-            b"connection: close\r\n\r\n%b" % (len(body), body)
+            b"HTTP/1.1 %b\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%b"
+            % (status, len(body), body)
         )
         self.transport.close()
 

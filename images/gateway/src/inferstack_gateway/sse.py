@@ -14,6 +14,10 @@ from inferstack_gateway.normalize import Kind
 
 DONE = b"data: [DONE]\n\n"
 
+_REBUILT = frozenset({"role", "content", "tool_calls"})
+"""Message (and delta) fields rebuilt by name; any other string field of a delta is concatenated as it is, and
+replayed in a delta of its own."""
+
 
 def parse_events(raw: bytes) -> tuple[list[dict[str, Any]], bool]:
     """Split an SSE body into its JSON `data:` payloads. Returns (events, saw [DONE])."""
@@ -116,11 +120,6 @@ def _assemble(kind: Kind, events: list[dict[str, Any]]) -> dict[str, Any] | None
     if usage is not None:
         response["usage"] = usage
     return response
-
-
-_REBUILT = frozenset({"role", "content", "tool_calls"})
-"""Message (and delta) fields rebuilt by name; any other string field of a delta is concatenated as it is, and
-replayed in a delta of its own."""
 
 
 def _string(value: Any) -> str:
