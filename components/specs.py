@@ -456,9 +456,22 @@ class HubSpec(Spec):
     """The alias requested at the hub; empty: the alias the client asked for."""
     fallback: bool = True
     """Local models fail over to the hub (connect errors, 5xx, timeouts before the first byte)."""
+    ca_config_map: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+    """A ConfigMap in the gateway's namespace holding the PEM certificate(s) of the private CA the hub's HTTPS
+    certificate chains to (a hub serving ``gateway.tlsSecret``'s certificate of the site's own CA): the gateway then
+    trusts that CA, and only it, for the hub. Unset: the system's trust store (a publicly trusted certificate, such
+    as the ACM one on the cloud's load balancer)."""
+    ca_key: str = Field(default="ca.crt", pattern=r"^[-._a-zA-Z0-9]+$")
+    """The key of ``caConfigMap`` that holds the PEM bundle (trust-manager writes the key its Bundle names)."""
 
     @model_validator(mode="after")
     def _one_way(self) -> HubSpec:
+        if self.ca_config_map is not None and self.url is not None and not self.url.startswith("https://"):
+            raise config_error(
+                f"caConfigMap for a hub reached over plain HTTP ({self.url})",
+                allowed="a CA to trust for a hub whose url is https://",
+                fix="write the hub's https:// URL in hub.url, or remove hub.caConfigMap",
+            )
         if (self.stack is None) == (self.url is None):
             raise config_error(
                 "names its hub both ways or neither",

@@ -37,7 +37,7 @@ def stack_reference_outputs(stack: str) -> tuple[dict[str, Any], list[str]]:
     """
     return (
         {
-            "gateway_url": f"http://{PLACEHOLDER_HOST}/{stack}/v1",
+            "gateway_url": f"https://{PLACEHOLDER_HOST}/{stack}/v1",
             "burst_api_key": f"<inferstack plan: placeholder for {stack} burst_api_key>",
         },
         ["burst_api_key"],

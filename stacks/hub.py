@@ -27,4 +27,6 @@ def hub_upstream(hub: HubSpec | None, quick_start: str) -> HubUpstream | None:
         assert hub.url is not None and hub.api_key_secret is not None  # hub_checks refuses anything else
         url = hub.url
         key = require_secret(hub.api_key_secret, "the key the hub issued to this stack", quick_start)
-    return HubUpstream(url=url, api_key=key, model=hub.model, fallback=hub.fallback)
+    return HubUpstream(
+        url=url, api_key=key, model=hub.model, fallback=hub.fallback, ca_config_map=hub.ca_config_map, ca_key=hub.ca_key
+    )

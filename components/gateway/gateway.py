@@ -31,6 +31,8 @@ GATEWAY_RESOURCES: dict[str, Any] = {"requests": {"cpu": "1", "memory": "256Mi"}
 """One gateway replica (the edge node budget counts the same numbers)."""
 TLS_DIR = "/etc/inferstack/tls"
 """Where the ``gateway.tlsSecret`` Secret is mounted (its ``tls.crt`` and ``tls.key``)."""
+HUB_CA_FILE = "/etc/inferstack/hub-ca/ca.crt"
+"""Where the hub's private CA (``hub.caConfigMap``) is mounted: the hub upstream's ``ca_file``."""
 GATEWAY_ROLLOUT: dict[str, Any] = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
 """The gateway never drops below its serving count in a rollout: a CPU pod comes up first (an edge site's node budget
 holds room for it)."""
@@ -64,6 +66,10 @@ class HubUpstream(Args):
     """The alias requested at the hub; ``None``: the alias the client asked for."""
     fallback: bool = True
     """Each local model's tier fails over to the hub (connect errors, 5xx, timeouts before the first byte)."""
+    ca_config_map: str | None = None
+    """A ConfigMap holding the private CA the hub's certificate chains to (mounted; the gateway's ``ca_file``)."""
+    ca_key: str = "ca.crt"
+    """The ConfigMap's key holding the PEM bundle."""
 
 
 def gateway_config(
@@ -117,6 +123,8 @@ def gateway_config(
         upstream: dict[str, Any] = {"url": upstream_urls[HUB], "kind": "remote", "api_key": "${" + HUB_KEY_ENV + "}"}
         if hub.model:
             upstream["model"] = hub.model
+        if hub.ca_config_map is not None:
+            upstream["ca_file"] = HUB_CA_FILE
         config["upstreams"][HUB] = upstream
         config["tiers"][HUB] = {"upstreams": [HUB]}
         if spec.burst is not None and hub.fallback:
@@ -288,6 +296,18 @@ class Gateway(pulumi.ComponentResource):
         probe = {"httpGet": {**http_get, "path": "/readyz"}, "periodSeconds": 5}
         tls_mounts = [{"name": "tls", "mountPath": TLS_DIR, "readOnly": True}] if tls else []
         tls_volumes = [{"name": "tls", "secret": {"secretName": spec.tls_secret}}] if tls else []
+        if args.hub is not None and args.hub.ca_config_map is not None:
+            hub_ca_dir, hub_ca_name = HUB_CA_FILE.rsplit("/", 1)
+            tls_mounts.append({"name": "hub-ca", "mountPath": hub_ca_dir, "readOnly": True})
+            tls_volumes.append(
+                {
+                    "name": "hub-ca",
+                    "configMap": {
+                        "name": args.hub.ca_config_map,
+                        "items": [{"key": args.hub.ca_key, "path": hub_ca_name}],
+                    },
+                }
+            )
         k8s.apps.v1.Deployment(
             name,
             metadata=meta,

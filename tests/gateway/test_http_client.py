@@ -526,6 +526,16 @@ def test_https_verifies_the_server_certificate_and_its_host_name() -> None:
         strict = HttpClient(limit_per_origin=2, keepalive_s=4, connect_timeout_s=2)
         with pytest.raises(ConnectFailed, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
             await strict.request(b"POST", target, {}, b"{}")
+        # GIVEN the same client and a target of its own that trusts the CA (an upstream's ca_file) THEN it works,
+        # in a pool of its own, and the system-store target still is refused
+        private = Target.parse(f"https://127.0.0.1:{port}/v1/chat/completions", trusting)
+        assert private.origin != target.origin
+        response = await strict.request(b"POST", private, {}, b"{}")
+        assert (response.status, await response.read()) == (200, b"ok")
+        response.close()
+        with pytest.raises(ConnectFailed, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+            await strict.request(b"POST", target, {}, b"{}")
+        assert Target.parse(f"http://127.0.0.1:{port}/v1", trusting).tls is None  # plain http carries no context
         strict.close()
         server.close()
 

@@ -9,6 +9,7 @@ import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -182,6 +183,7 @@ def test_the_gateway_serves_https_itself_with_a_mounted_certificate(
         # Plain HTTP on the same port gets no answer.
         with pytest.raises(OSError):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).read()
+        _a_site_trusts_this_hub_by_its_ca_file_only(f"https://127.0.0.1:{port}/v1", tmp_path, script)
     finally:
         process.terminate()
         try:
@@ -189,6 +191,56 @@ def test_the_gateway_serves_https_itself_with_a_mounted_certificate(
         except subprocess.TimeoutExpired:
             process.kill()
             raise
+
+
+def _a_site_trusts_this_hub_by_its_ca_file_only(hub_url: str, tmp_path: Path, script: str) -> None:
+    """A second gateway (a site) with this HTTPS gateway as its hub: with `ca_file` (relative to its config) it
+    reaches the hub; without it the private CA is not trusted and the request fails over to nothing (503)."""
+    port = free_port()
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    shutil.copy(tmp_path / "ca.crt", site_dir / "hub-ca.crt")
+    hub = {"url": hub_url, "kind": "remote", "api_key": API_KEY_A, "model": "local"}
+    config = {
+        "server": {"host": "127.0.0.1", "port": port, "access_log": False},
+        "upstreams": {"trusted": {**hub, "ca_file": "hub-ca.crt"}, "untrusted": hub},
+        "tiers": {"trusted": {"upstreams": ["trusted"]}, "untrusted": {"upstreams": ["untrusted"]}},
+        "models": {
+            "via-trusted": {"tier": "trusted", "cache": {"policy": "never"}},
+            "via-untrusted": {"tier": "untrusted", "cache": {"policy": "never"}},
+        },
+        "auth": {"enabled": False},
+    }
+    (site_dir / "gateway.yaml").write_text(yaml.safe_dump(config))
+    process = subprocess.Popen([script, "--config", str(site_dir / "gateway.yaml")], stderr=subprocess.DEVNULL)
+    try:
+
+        def ask(model: str) -> tuple[int, dict[str, Any]]:
+            body = orjson.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/chat/completions", body, {"content-type": "application/json"}
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    return response.status, orjson.loads(response.read())
+            except urllib.error.HTTPError as exc:
+                return exc.code, orjson.loads(exc.read())
+
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, "the site gateway exited during startup"
+            try:
+                status, answer = ask("via-trusted")
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the site gateway did not start"
+                time.sleep(0.1)
+        assert status == 200 and answer["choices"][0]["message"]["content"].startswith("up#")
+        status, error = ask("via-untrusted")
+        assert status == 503 and error["error"]["type"] != "", error
+    finally:
+        process.terminate()
+        process.wait(40)
 
 
 def test_a_tls_certificate_without_its_key_or_that_cannot_be_read_is_one_line_and_exit_2(tmp_path: Path) -> None:
@@ -202,9 +254,14 @@ def test_a_tls_certificate_without_its_key_or_that_cannot_be_read_is_one_line_an
     for server, expected in (
         ({"tls_cert_file": "/nowhere/tls.crt"}, "set tls_cert_file and tls_key_file together"),
         ({"tls_cert_file": "/nowhere/tls.crt", "tls_key_file": "/nowhere/tls.key"}, "cannot load /nowhere/tls.crt"),
-    ):
+        ({"upstreams": {"main": {"url": "https://hub.example:8443/v1", "ca_file": "/nowhere/ca.crt"}}},
+         "upstreams.main.ca_file: cannot load /nowhere/ca.crt"),
+        ({"upstreams": {"main": {"url": "https://hub.example:8443/v1", "ca_file": "gateway.yaml"}}},
+         "upstreams.main.ca_file: cannot load"),  # a file that holds no certificate
+    ):  # fmt: skip
         path = tmp_path / "gateway.yaml"
-        path.write_text(yaml.safe_dump({**base, "server": server}))
+        server, top = ({}, server) if "upstreams" in server else (server, {})
+        path.write_text(yaml.safe_dump({**base, "server": server, **top}))
         done = subprocess.run([script, "--config", str(path)], capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and expected in done.stderr and "Traceback" not in done.stderr
         assert "Fix:" in done.stderr

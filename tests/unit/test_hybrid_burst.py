@@ -179,3 +179,44 @@ def test_the_hub_url_can_name_the_certificates_private_dns_name(tmp_path: Any) -
     plan = plan_with(tmp_path, "prod", lambda env: env["gateway"].update(hubUrl=url))
     # WHEN planned THEN gateway_url is that URL (the sending side's TLS check matches the certificate)
     assert plan.outputs["gateway_url"] == url
+
+
+def test_a_hub_with_a_private_ca_is_trusted_by_that_ca_only(tmp_path: Any) -> None:
+    # GIVEN the edge site, whose hub (onprem) serves a certificate of the site's private CA (gateway.tlsSecret there),
+    # and a ConfigMap holding that CA's bundle under trust-manager's key
+    from helpers import plan_with
+
+    def edit(env: dict[str, Any]) -> None:
+        env["hub"].update(caConfigMap="onprem-hub-ca", caKey="trust-bundle.pem")
+
+    plan = plan_with(tmp_path, "edge", edit)
+    # WHEN planned THEN the hub upstream's ca_file is where the gateway pod mounts that key, read-only
+    from components.gateway.gateway import HUB_CA_FILE
+
+    config = gateway_config(plan)
+    assert config["upstreams"]["hub"]["ca_file"] == HUB_CA_FILE
+    assert config["upstreams"]["hub"]["url"].startswith("https://")  # the placeholder is an https hub
+    (deployment,) = [r for r in plan.of_type("kubernetes:apps/v1:Deployment") if r.name == "gateway"]
+    pod = deployment.inputs["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "hub-ca"]
+    assert volume["configMap"] == {"name": "onprem-hub-ca", "items": [{"key": "trust-bundle.pem", "path": "ca.crt"}]}
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "hub-ca"]
+    assert f"{mount['mountPath']}/ca.crt" == HUB_CA_FILE and mount["readOnly"] is True
+    # AND the gateway's own schema accepts the rendered config
+    parsed = parse_config(config, env=GATEWAY_ENV)
+    assert parsed.upstreams["hub"].ca_file == HUB_CA_FILE
+
+
+def test_without_a_private_ca_the_hub_is_verified_against_the_system_store(plan_of: PlanOf) -> None:
+    config = gateway_config(plan_of("edge"))
+    assert "ca_file" not in config["upstreams"]["hub"]
+    (deployment,) = [r for r in plan_of("edge").of_type("kubernetes:apps/v1:Deployment") if r.name == "gateway"]
+    assert all(v["name"] != "hub-ca" for v in deployment.inputs["spec"]["template"]["spec"]["volumes"])
+
+
+def test_a_private_ca_for_a_plain_http_hub_is_refused() -> None:
+    def edit(env: dict[str, Any]) -> None:
+        env["hub"] = {"url": "http://gateway.dc1.example.com/v1", "apiKeySecret": "hubApiKey", "caConfigMap": "hub-ca"}
+
+    (line,) = config_errors(edit, stack="onprem")
+    assert "hub" in line and "caConfigMap" in line and "https://" in line

@@ -205,6 +205,10 @@ class UpstreamConfig(_Frozen):
     max_inflight: int | None = Field(default=None, ge=1)
     """At most this many requests in flight to this upstream from one gateway replica; past it the upstream counts as
     saturated and is skipped like an open circuit (the next upstream of the tier is tried). Unset: no cap."""
+    ca_file: str | None = None
+    """https only: PEM file of the CA certificate(s) the upstream's certificate must chain to, trusted instead of the
+    system's store (a hub whose gateway serves a certificate of the site's private CA); relative to the config
+    file. Read at start: a missing or unreadable file stops the gateway with one line."""
 
     @field_validator("url")
     @classmethod
@@ -213,6 +217,13 @@ class UpstreamConfig(_Frozen):
 
     @model_validator(mode="after")
     def _remote_key(self) -> Self:
+        if self.ca_file is not None and not self.url.startswith("https://"):
+            raise PydanticCustomError(
+                "config",
+                "ca_file is for an https:// upstream, and url is {url}. Fix: use the upstream's https:// URL, or "
+                "remove ca_file",
+                {"path": "ca_file", "url": repr(self.url)},
+            )
         has_key = self.api_key is not None and bool(self.api_key.get_secret_value())
         if has_key and self.api_key_file is not None:
             raise PydanticCustomError(
@@ -670,11 +681,15 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Ga
     if config.auth.keys_file is not None and not Path(config.auth.keys_file).is_absolute():
         resolved = (path.parent / config.auth.keys_file).as_posix()
         config = config.model_copy(update={"auth": config.auth.model_copy(update={"keys_file": resolved})})
-    relative = {
-        name: upstream.model_copy(update={"api_key_file": (path.parent / upstream.api_key_file).as_posix()})
-        for name, upstream in config.upstreams.items()
-        if upstream.api_key_file is not None and not Path(upstream.api_key_file).is_absolute()
-    }
+    relative = {}
+    for name, upstream in config.upstreams.items():
+        files = {
+            field: (path.parent / value).as_posix()
+            for field, value in (("api_key_file", upstream.api_key_file), ("ca_file", upstream.ca_file))
+            if value is not None and not Path(value).is_absolute()
+        }
+        if files:
+            relative[name] = upstream.model_copy(update=files)
     if relative:
         config = config.model_copy(update={"upstreams": {**config.upstreams, **relative}})
     return config

@@ -51,9 +51,12 @@ class Target:
     port: int
     path: bytes
     host_header: bytes
+    tls: ssl.SSLContext | None = None
+    """https only: the context the server's certificate is verified with; None: the client's (the system's trust
+    store). A private CA's upstream gets its own (`upstreams.<name>.ca_file`)."""
 
     @classmethod
-    def parse(cls, url: str) -> Target:
+    def parse(cls, url: str, tls: ssl.SSLContext | None = None) -> Target:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{url!r} is not an http(s) URL with a host")
@@ -63,11 +66,15 @@ class Target:
             path += "?" + parts.query
         default = (parts.scheme == "https" and port == 443) or (parts.scheme == "http" and port == 80)
         host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
-        return cls(parts.scheme, parts.hostname, port, path.encode(), (host if default else f"{host}:{port}").encode())
+        host_header = (host if default else f"{host}:{port}").encode()
+        return cls(
+            parts.scheme, parts.hostname, port, path.encode(), host_header, tls if parts.scheme == "https" else None
+        )
 
     @property
-    def origin(self) -> tuple[str, str, int]:
-        return self.scheme, self.host, self.port
+    def origin(self) -> tuple[str, str, int, ssl.SSLContext | None]:
+        """The pool's key: one server, reached with one trust setting."""
+        return self.scheme, self.host, self.port, self.tls
 
 
 class Response:
@@ -446,11 +453,11 @@ class _Pool:
 
 
 class HttpClient:
-    """Keep-alive pools, one per origin (scheme, host, port).
+    """Keep-alive pools, one per origin (scheme, host, port, and the target's TLS context).
 
-    https origins verify the server's certificate and host name against `tls`, by default the system's trust store
-    (`ssl.create_default_context()`, which also reads `SSL_CERT_FILE`: the way to trust a private CA in a container).
-    """
+    https origins verify the server's certificate and host name against the target's own context (a private CA's) or
+    else `tls`, by default the system's trust store (`ssl.create_default_context()`, which also reads
+    `SSL_CERT_FILE`)."""
 
     def __init__(
         self,
@@ -464,7 +471,7 @@ class HttpClient:
         self._limit = limit_per_origin
         self._keepalive_s = keepalive_s
         self._connect_timeout_s = connect_timeout_s
-        self._pools: dict[tuple[str, str, int], _Pool] = {}
+        self._pools: dict[tuple[str, str, int, ssl.SSLContext | None], _Pool] = {}
 
     async def request(
         self,
@@ -489,7 +496,9 @@ class HttpClient:
         if pool is None:
             tls = None
             if target.scheme == "https":
-                tls = self._tls = self._tls or ssl.create_default_context()
+                if target.tls is None and self._tls is None:
+                    self._tls = ssl.create_default_context()
+                tls = target.tls or self._tls
             pool = self._pools[target.origin] = _Pool(target, self._limit, self._keepalive_s, tls)
         data = _encode(method, target, headers, body)
         for attempt in (1, 2):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,7 +73,8 @@ class Upstream:
         self.config = config
         self.base = config.url
         paths = ("/chat/completions", "/completions", "/models")
-        self.targets = {path: Target.parse(config.url + path) for path in paths}
+        tls = _trust(name, config)
+        self.targets = {path: Target.parse(config.url + path, tls) for path in paths}
         self.model = config.model
         self.kind = config.kind
         """local, or remote (the hub): the `upstream_kind` label and span attribute, and what residency excludes."""
@@ -132,6 +134,19 @@ def _api_key(name: str, config: UpstreamConfig) -> str | None:
         raise ConfigError(
             f"upstreams.{name}.api_key_file: cannot read {config.api_key_file}: {exc.strerror}. "
             "Fix: mount the Secret holding the key there"
+        ) from None
+
+
+def _trust(name: str, config: UpstreamConfig) -> ssl.SSLContext | None:
+    """The context an upstream with `ca_file` is verified with: that CA only, host name checked."""
+    if config.ca_file is None:
+        return None
+    try:
+        return ssl.create_default_context(cafile=config.ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"upstreams.{name}.ca_file: cannot load {config.ca_file}: {getattr(exc, 'strerror', None) or exc}. "
+            "Fix: mount the PEM CA certificate(s) the upstream's certificate chains to there"
         ) from None
 
 
