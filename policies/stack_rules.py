@@ -763,21 +763,21 @@ def _engine_problems(table: Any, image: str, args: list[str]) -> list[str]:
 
 
 def _engine_words(container: Mapping[str, Any]) -> list[str]:
-    """The container's words, without the ``ray start`` steps of a shell script: multi-node vLLM groups start
-    Ray (the image's own ``ray`` CLI, flags per docs.ray.io "ray start") before ``vllm serve``, and Ray's
-    flags are not the engine's."""
-    words = argv(container)
+    """The container's words that run the engine. A multi-node vLLM group's ranks run a shell script (the kit's
+    ``ray_group_script``): Ray's steps (the image's own ``ray`` CLI, flags per docs.ray.io "ray start"), a wait,
+    then ``exec vllm serve ...`` on the leader, while a worker only joins Ray. Of a script, only the steps that
+    start the engine (``vllm``) are its words; Ray's flags are not the engine's."""
+    command = [*(container.get("command") or []), *(container.get("args") or [])]
+    if len(command) < 3 or command[:2] not in (["/bin/sh", "-c"], ["sh", "-c"]):
+        return argv(container)
     kept: list[str] = []
-    segment: list[str] = []
-    for w in [*words, "&&"]:
-        if w in ("&&", ";"):
-            if segment[:2] in (["/bin/sh", "-c"], ["sh", "-c"]):
-                segment = segment[2:]
-            if segment[:2] != ["ray", "start"]:
-                kept += segment
-            segment = []
-        else:
-            segment.append(w)
+    for line in str(command[2]).splitlines():
+        for step in line.replace(";", "&&").split("&&"):
+            words = step.split()
+            if words[:1] == ["exec"]:
+                words = words[1:]
+            if words[:1] == ["vllm"]:
+                kept += words
     return kept
 
 

@@ -192,6 +192,7 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
                 loader_image=loader_image,
                 service_account=base.service_account,
                 priority_class=base.priority_class,
+                group_priority_class=base.group_priority_class,
                 rollout_surge=CLOUD.grows_nodes,
                 fabric="efa",
                 gateway_namespace=base.gateway_namespace,

@@ -19,6 +19,7 @@ from components.kube.existing_cluster import ExistingCluster, ExistingClusterArg
 from components.kube.labels import GPU_PRESENT_LABEL
 from components.observability.alerts import model_slos
 from components.observability.observability import Observability, ObservabilityArgs
+from components.onprem.gpu_operator import RUNTIME_CLASS as GPU_OPERATOR_RUNTIME_CLASS
 from components.onprem.gpu_operator import gpu_operator_values
 from components.onprem.local_storage import LocalStorage, LocalStorageArgs
 from components.onprem.metallb import MetalLb, MetalLbArgs
@@ -130,6 +131,10 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
             gpu_stack="gpu-operator",
             gpu_operator_values=gpu_operator_values(env.gpu_operator, env.fabric),
             gpu_node_label=GPU_PRESENT_LABEL,
+            # The DCGM exporter asks for no GPU, so only the nvidia runtime gives it NVML: with CDI on (the operator's
+            # default since v25.10) the toolkit no longer makes nvidia containerd's default runtime; GPU pods get
+            # their devices through CDI. The operator creates the RuntimeClass (values operator.runtimeClass).
+            gpu_runtime_class=GPU_OPERATOR_RUNTIME_CLASS if env.gpu_operator.toolkit == "operator" else None,
             system_node_selector=system,
         ),
         opts=pulumi.ResourceOptions(depends_on=[observability.stack_release]),
@@ -177,6 +182,7 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
                 loader_image=f"{registry}/model-loader:{_images.KIT_IMAGE_TAG}",
                 service_account=base.service_account,
                 priority_class=base.priority_class,
+                group_priority_class=base.group_priority_class,
                 rollout_surge=ONPREM.grows_nodes,
                 fabric="rdma" if rdma else "none",
                 rdma=rdma,

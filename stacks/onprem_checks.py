@@ -6,6 +6,11 @@ from collections import defaultdict
 
 from stacks.environment import CONFIG_KEY, ConfigIssue, OnpremEnvironment
 
+POD_INTERFACE = "eth0"
+"""A serving pod's interface on the cluster network."""
+SECONDARY_INTERFACE = "net1"
+"""Multus's name for the first network a pod's ``k8s.v1.cni.cncf.io/networks`` annotation attaches."""
+
 
 def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
     from components.serving._placement import PlacementProblem, place
@@ -91,6 +96,19 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
             )
         )
     secondary = env.fabric.secondary_network
+    pod_interfaces = [POD_INTERFACE, *([SECONDARY_INTERFACE] if secondary is not None else [])]
+    if env.fabric.socket_interface is not None and env.fabric.socket_interface not in pod_interfaces:
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.fabric.socketInterface",
+                repr(env.fabric.socket_interface),
+                "an interface inside the serving pods, which are not on the host network: "
+                + " or ".join(pod_interfaces),
+                f"set socketInterface: {POD_INTERFACE} (the pod network)"
+                + (f", or {SECONDARY_INTERFACE} for the secondary network" if secondary is not None else "")
+                + ", or remove it and let NCCL pick",
+            )
+        )
     if secondary is not None and secondary.kind == "ipoib" and not secondary.master:
         issues.append(
             ConfigIssue(

@@ -7,6 +7,10 @@ from typing import Any
 from components.onprem import _values
 from components.onprem.specs import FabricSpec, GpuOperatorSpec
 
+RUNTIME_CLASS = "nvidia"
+"""The RuntimeClass the operator creates for its toolkit's runtime (chart value ``operator.runtimeClass``, default
+``nvidia`` at v26.7.0): what pods that use a GPU without requesting one (the DCGM exporter) run under."""
+
 
 def gpu_operator_values(spec: GpuOperatorSpec, fabric: FabricSpec) -> dict[str, Any]:
     return _values.gpu_operator_values(

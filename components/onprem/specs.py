@@ -124,7 +124,9 @@ class FabricSpec(Spec):
     hcas: tuple[str, ...] = ()
     """HCA names NCCL may use (``NCCL_IB_HCA``, exact match), e.g. ``[mlx5_0, ..., mlx5_7]``; empty: NCCL picks."""
     socket_interface: str | None = None
-    """NCCL's bootstrap interface (``NCCL_SOCKET_IFNAME``), e.g. ``bond0``; empty: NCCL picks."""
+    """NCCL's bootstrap interface (``NCCL_SOCKET_IFNAME``) as the serving pods see it: they are not on the host
+    network, so ``eth0`` (the pod network) or, with ``secondaryNetwork``, ``net1`` (Multus's name for it), never a
+    host interface such as ``bond0``; empty: NCCL picks."""
     topology_label: LabelKey = "fabric.topograph.run/tier-0"
     """Node label naming the leaf switch (or rail) a server hangs off: a multi-node group stays within one value
     (LeaderWorkerSet exclusive topology). Default: NVIDIA topograph v1's leaf label."""

@@ -102,6 +102,9 @@ class InferenceServerArgs(Args):
     build_service_account: str = "engine-builder"
     """The engine-build Job's account: the one role allowed to write engines to the store."""
     priority_class: str
+    group_priority_class: str | None = None
+    """Multi-node groups' PriorityClass, above ``priority_class`` so that a group can take whole nodes from
+    single-node replicas (``ServingBase.group_priority_class``); ``None``: ``priority_class``."""
     rollout_surge: bool
     """Required, the tier's fact (``stacks.tiers``, ``grows_nodes``): whether a rollout may add a pod before it removes
     one. Only where a node autoscaler adds the GPU that pod asks for (``rollout_strategy``)."""
@@ -336,16 +339,9 @@ def server_container(args: InferenceServerArgs, placement: Placement, *, role: s
         # Every flag must be one the pinned image runs (components/catalog/engine_support.py).
         check_engine_args(_images.VLLM, engine_args)
         serve = [*VLLM_ENTRYPOINT, *engine_args]
-        if multi_node:
-            # vLLM spans nodes with Ray: the leader starts the head and serves, workers join it
-            # (vLLM docs, "Deploying with LeaderWorkerSet").
-            if role == "leader":
-                script = f"ray start --head --port=6379 && {shlex.join(serve)}"
-            else:
-                script = "ray start --address=$(LWS_LEADER_ADDRESS):6379 --block"
-            command = ["/bin/sh", "-c", script]
-        else:
-            command = serve
+        # vLLM spans nodes with Ray: the leader starts the head and serves, workers join it
+        # (vLLM docs, "Deploying with LeaderWorkerSet").
+        command = ["/bin/sh", "-c", ray_group_script(role, serve)] if multi_node else serve
     else:
         # Triton in-process behind its OpenAI-compatible frontend, so the gateway speaks one protocol to
         # both engines; the KServe frontends stay on for Triton-native clients. Multi-GPU engines run in
@@ -393,6 +389,44 @@ def server_container(args: InferenceServerArgs, placement: Placement, *, role: s
         container["ports"] = ports(spec)
         container.update(probes(spec))
     return container
+
+
+RAY_PORT = 6379
+_MEMLOCK_WARNING = (
+    'if [ "$(ulimit -l)" != unlimited ]; then echo "inferstack: locked-memory limit $(ulimit -l) KiB: RDMA memory '
+    "registration may fail and NCCL fall back to TCP (NET/Socket); raise the container runtime's limit "
+    '(LimitMEMLOCK=infinity for containerd)" >&2; fi'
+)
+_WAIT_FOR_GROUP = """python3 - <<'PY'
+import os, time, ray
+ray.init(address="auto", logging_level="ERROR")
+want = int(os.environ["LWS_GROUP_SIZE"])
+while (alive := sum(node["Alive"] for node in ray.nodes())) < want:
+    print(f"inferstack: waiting for the group's Ray nodes, {alive} of {want}", flush=True)
+    time.sleep(5)
+PY"""
+
+
+def ray_group_script(role: str, serve: list[str]) -> str:
+    """The shell script of one rank of a vLLM group on Ray (vLLM docs, "Deploying with LeaderWorkerSet").
+
+    Each pod's init containers fetch the weights first, so the ranks come up minutes apart. The leader starts Ray's
+    head, waits until all ``LWS_GROUP_SIZE`` nodes have joined, then serves; a worker retries joining until the head
+    answers. Without the waits the first rank to give up would exit, and LWS recreates the whole group
+    (``RecreateGroupOnPodRestart``), its local caches and downloads with it."""
+    if role == "leader":
+        steps = [
+            f"ray start --head --port={RAY_PORT} --disable-usage-stats",
+            _WAIT_FOR_GROUP,
+            f"exec {shlex.join(serve)}",
+        ]
+    else:
+        steps = [
+            f"until ray start --address=$(LWS_LEADER_ADDRESS):{RAY_PORT} --disable-usage-stats --block; do",
+            '  echo "inferstack: the Ray head at $(LWS_LEADER_ADDRESS) is not up yet; retrying in 5 s"; sleep 5',
+            "done",
+        ]
+    return "\n".join(["set -e", _MEMLOCK_WARNING, *steps])
 
 
 def _llamacpp_container(args: InferenceServerArgs, placement: Placement) -> dict[str, Any]:
@@ -481,12 +515,12 @@ def engine_prefix(args: InferenceServerArgs, placement: Placement) -> tuple[Any,
     )
 
 
-def _pod_common(args: InferenceServerArgs) -> dict[str, Any]:
+def _pod_common(args: InferenceServerArgs, *, group: bool = False) -> dict[str, Any]:
     return {
         "serviceAccountName": args.service_account,
         # EKS Pod Identity injects its own projected token; nothing here talks to the Kubernetes API.
         "automountServiceAccountToken": False,
-        "priorityClassName": args.priority_class,
+        "priorityClassName": (args.group_priority_class or args.priority_class) if group else args.priority_class,
         "nodeSelector": args.pool.node_labels,
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
         "securityContext": {"fsGroup": LOADER_UID, "seccompProfile": {"type": "RuntimeDefault"}},
@@ -550,7 +584,7 @@ def server_pod(args: InferenceServerArgs, placement: Placement, *, role: str = "
             {"name": "triton-config", "configMap": {"name": f"{spec.name}-triton"}},
         ]
     pod: dict[str, Any] = {
-        **_pod_common(args),
+        **_pod_common(args, group=placement.multi_node(args.pool.spec.gpu_count)),
         **({"runtimeClassName": args.gpu_runtime_class} if args.gpu_runtime_class and placement.world_size else {}),
         "initContainers": inits,
         "containers": [server_container(args, placement, role=role)],

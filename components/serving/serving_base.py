@@ -12,6 +12,9 @@ GATEWAY_NAMESPACE = "inferstack-gateway"
 CACHE_NAMESPACE = "inferstack-cache"
 MONITORING_NAMESPACE = "monitoring"
 PRIORITY_CLASS = "inferstack-serving"
+GROUP_PRIORITY_CLASS = "inferstack-serving-group"
+"""Multi-node groups, one step above PRIORITY_CLASS: a group needs whole nodes, and single-GPU replicas spread one
+per node would otherwise leave no node free for it for good (the scheduler never preempts equal priority)."""
 RESTRICTED = (GATEWAY_NAMESPACE, CACHE_NAMESPACE)
 """Namespaces whose pods all meet the "restricted" Pod Security level. Serving pods mount the node's
 NVMe cache (hostPath); monitoring runs node exporters with host access: both stay "privileged"."""
@@ -32,6 +35,7 @@ class ServingBase(pulumi.ComponentResource):
     gateway_namespace: str
     cache_namespace: str
     priority_class: str
+    group_priority_class: str
     service_account: str
 
     def __init__(self, name: str, args: ServingBaseArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -69,6 +73,17 @@ class ServingBase(pulumi.ComponentResource):
             description="LLM inference servers: latency-critical",
             opts=k8s_opts,
         )
+        k8s.scheduling.v1.PriorityClass(
+            GROUP_PRIORITY_CLASS,
+            metadata={"name": GROUP_PRIORITY_CLASS},
+            # Above the single-node replicas: a group's pod preempts the fewest of them on one node, and they come
+            # back on the free GPUs elsewhere (the plan checks that the pool holds every replica).
+            value=1_000_100,
+            global_default=False,
+            preemption_policy="PreemptLowerPriority",
+            description="LLM inference groups spanning nodes: take whole nodes from single-node replicas",
+            opts=k8s_opts,
+        )
         annotations = {"eks.amazonaws.com/role-arn": args.loader_role_arn} if args.loader_role_arn else {}
         for account in (MODEL_LOADER_SERVICE_ACCOUNT, ENGINE_BUILDER_SERVICE_ACCOUNT):
             k8s.core.v1.ServiceAccount(
@@ -90,6 +105,7 @@ class ServingBase(pulumi.ComponentResource):
         self.cache_namespace = CACHE_NAMESPACE
         self.monitoring_namespace = MONITORING_NAMESPACE
         self.priority_class = PRIORITY_CLASS
+        self.group_priority_class = GROUP_PRIORITY_CLASS
         self.service_account = MODEL_LOADER_SERVICE_ACCOUNT
         self.build_service_account = ENGINE_BUILDER_SERVICE_ACCOUNT
         self.namespaces = namespaces

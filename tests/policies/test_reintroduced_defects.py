@@ -105,3 +105,24 @@ def test_unsupported_engine_flag_names_the_workload_the_flag_and_the_image() -> 
     message = found["message"]
     assert "Deployment serving/llama container server" in message
     assert "--otlp-traces-endpoint" in message and "vllm/vllm-openai:v0.11.0" in message
+
+
+def test_an_unsupported_engine_flag_inside_a_groups_ray_script_is_found_and_rays_flags_are_not() -> None:
+    # GIVEN the leader and worker scripts a multi-node vLLM group runs (Ray's CLI, a wait, then `exec vllm serve`)
+    from components.serving.inference_server import ray_group_script
+
+    def scripted(role: str, args: list[str]) -> dict:
+        container = server(args)
+        container["command"] = ["/bin/sh", "-c", ray_group_script(role, container["command"])]
+        return container
+
+    supported = ["--tensor-parallel-size", "8", "--pipeline-parallel-size", "2"]
+    plan = fixed_cloud_plan()
+    _pod(plan, "llama", "Deployment")["containers"] = [scripted("leader", supported)]
+    assert violations(plan, "stack-engine-args-supported") == []  # --head, --port, --block are Ray's
+    _pod(plan, "llama", "Deployment")["containers"] = [scripted("worker", supported)]
+    assert violations(plan, "stack-engine-args-supported") == []
+    # WHEN the engine's own line carries a flag the pinned image lacks THEN it is named
+    _pod(plan, "llama", "Deployment")["containers"] = [scripted("leader", [*supported, "--otlp-traces-endpoint", "x"])]
+    (found,) = violations(plan, "stack-engine-args-supported")
+    assert "--otlp-traces-endpoint" in found["message"]
