@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from stacks.environment import CONFIG_KEY, ConfigIssue, OnpremEnvironment
@@ -10,6 +11,14 @@ POD_INTERFACE = "eth0"
 """A serving pod's interface on the cluster network."""
 SECONDARY_INTERFACE = "net1"
 """Multus's name for the first network a pod's ``k8s.v1.cni.cncf.io/networks`` annotation attaches."""
+
+
+def _checkpoint_gib(model_id: str) -> int:
+    """A catalog model's Hugging Face checkpoint on disk: its parameters in BF16, and 5 % for the tokenizer, configs
+    and shard headers, rounded up."""
+    from components.catalog.models import MODELS
+
+    return math.ceil(MODELS[model_id].params * 2 * 1.05 / 2**30)
 
 
 def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
@@ -133,7 +142,18 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
                     f"add modelStore.{key}",
                 )
             )
+    cache_gib = env.local_storage.model_cache_gib
     for i, model in enumerate(env.models):
+        checkpoint_gib = _checkpoint_gib(model.model)
+        if model.engine == "vllm" and checkpoint_gib > cache_gib:
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.localStorage.modelCacheGib",
+                    f"{cache_gib} GiB for {model.name!r}, whose BF16 checkpoint is {checkpoint_gib} GiB",
+                    f"at least {checkpoint_gib} GiB: each serving pod copies the whole checkpoint to its NVMe volume",
+                    f"set localStorage.modelCacheGib: {checkpoint_gib} or more (local volumes at least that large)",
+                )
+            )
         if store.kind == "volume" and model.engine != "vllm":
             issues.append(
                 ConfigIssue(

@@ -164,3 +164,13 @@ def test_the_dcgm_exporter_runs_under_the_operators_nvidia_runtime(plan_of: Plan
     plan = plan_with(tmp_path, "onprem", lambda env: env.setdefault("gpuOperator", {}).update(toolkit="host"))
     release = next(r for r in plan.of_type("kubernetes:helm.sh/v3:Release") if r.name == "dcgm-exporter")
     assert "runtimeClassName" not in release.inputs["values"]
+
+
+def test_a_model_cache_smaller_than_a_checkpoint_is_refused() -> None:
+    # GIVEN 700 GiB local volumes and the bundled 405B model (a 794 GiB BF16 checkpoint with its files)
+    (line,) = config_errors(lambda env: env["localStorage"].update(modelCacheGib=700), stack="onprem")
+    # THEN the line names the key, the model and the size it needs
+    assert "localStorage.modelCacheGib" in line and "'llama-405b'" in line and "794 GiB" in line
+    lines = config_errors(lambda env: env["localStorage"].update(modelCacheGib=10), stack="onprem")
+    # one per vLLM model (8B: 16 GiB, 405B); the Triton 70B copies only its tokenizer and engine
+    assert [("'llama-8b'" in line, "'llama-405b'" in line) for line in lines] == [(True, False), (False, True)]
