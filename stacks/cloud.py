@@ -161,7 +161,12 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
         ObservabilityArgs(
             spec=env.observability,
             provider=provider,
-            models=model_slos(env.models, base.serving_namespace),
+            models=model_slos(
+                env.models,
+                base.serving_namespace,
+                env.pool,
+                base.gateway_namespace if env.gateway.enabled else None,
+            ),
             serving_namespace=base.serving_namespace,
             gateway_namespace=base.gateway_namespace,
             cache_url=cache.url(),

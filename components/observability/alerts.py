@@ -5,19 +5,23 @@ validated against the prometheus-operator CRD (``tests/observability``). Metric 
 ``_dashboards`` (the one vocabulary), so a dashboard and the alert on the same number cannot disagree.
 
 Recording rules first turn each engine's histogram into one series per model with one name
-(``inferstack_model:ttft_seconds:p99_rate5m``), whatever the engine and its unit. The per-model alerts
-then compare that series with the model's own target; naming follows the Prometheus convention
-``level:metric:operations`` (prometheus.io/docs/practices/rules).
+(``inferstack_model:ttft_seconds:p99_rate5m``), whatever the engine and its unit. An engine that exports no
+TTFT histogram as the kit runs it (Triton behind its OpenAI frontend, llama.cpp) gets that series per model
+from the gateway's ``inferstack_gateway_upstream_ttft_seconds`` instead (label ``source: gateway``); a model
+no gateway relays has no TTFT alert rather than one that can never fire. The per-model alerts then compare
+that series with the model's own target; naming follows the Prometheus convention ``level:metric:operations``
+(prometheus.io/docs/practices/rules).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from components.catalog.charts import CHARTS, prometheus_selector_labels
+from components.catalog.models import MODELS
 from components.observability.dashboards import (
     BY_MODEL,
     DCGM_XID_ERRORS,
@@ -30,12 +34,13 @@ from components.observability.dashboards import (
     MODEL_LABEL,
     REDIS_UP,
     Engine,
+    GatewayMetrics,
     itl_quantile,
     selector,
     ttft_quantile,
 )
-
-WorkloadKind = Literal["Deployment", "LeaderWorkerSet"]
+from components.serving._placement import WorkloadKind, place
+from components.specs import ModelDeploySpec, ServingPool
 
 SLO_BURN_FACTOR: Final = 1.1
 """An SLO alert fires when p99 exceeds the target by 10 %, so noise right at the target stays quiet."""
@@ -69,14 +74,18 @@ class ModelSlo:
     namespace: str
     workload_kind: WorkloadKind = "Deployment"
     """``LeaderWorkerSet`` for multi-node models: readiness is then read from its leader StatefulSet."""
+    gateway_namespace: str | None = None
+    """Namespace of the gateway that relays this model's streams (upstream = the model's name). Where the engine
+    exports no TTFT histogram, the TTFT SLO reads the gateway's; ``None``: no gateway in front (or an embedding
+    model), so such an engine gets no TTFT alert."""
     queue_alert_per_replica: float = 4.0
     """Waiting requests per replica, sustained 10 m, that mean the autoscaler cannot keep up (at its
     maximum, or no GPU node to be had). Well above the KEDA targets so scaling gets its chance first."""
 
     def __post_init__(self) -> None:
-        for field in ("name", "namespace"):
+        for field in ("name", "namespace", "gateway_namespace"):
             value = getattr(self, field)
-            if not _DNS_LABEL.match(value):
+            if value is not None and not _DNS_LABEL.match(value):
                 raise ValueError(
                     f"ModelSlo.{field}: {value!r} is not a DNS-1123 label; use lowercase letters, digits and '-'"
                 )
@@ -92,19 +101,43 @@ class ModelSlo:
     def matchers(self) -> tuple[str, str]:
         return f'namespace="{self.namespace}"', f'{MODEL_LABEL}="{self.name}"'
 
+    @property
+    def ttft_from_gateway(self) -> bool:
+        """The engine exports no TTFT histogram: the gateway's per-upstream one stands in (if a gateway relays)."""
+        return ENGINE_METRICS[self.engine].ttft_bucket is None
 
-def model_slos(models: Iterable[Any], namespace: str) -> list[ModelSlo]:
-    """The SLOs of a stack's ``models[]`` entries (name, engine, ``slo``), in ``namespace``."""
-    return [
-        ModelSlo(
-            name=m.name,
-            engine=m.engine,
-            ttft_p99_ms=m.slo.ttft_p99_ms,
-            itl_p99_ms=m.slo.itl_p99_ms,
-            namespace=namespace,
+    @property
+    def ttft_measured(self) -> bool:
+        return not self.ttft_from_gateway or self.gateway_namespace is not None
+
+
+def model_slos(
+    models: Iterable[ModelDeploySpec],
+    namespace: str,
+    pool_of: Callable[[str], ServingPool],
+    gateway_namespace: str | None = None,
+) -> list[ModelSlo]:
+    """The SLOs of a stack's ``models[]`` entries, served in ``namespace`` on the pools ``pool_of`` names.
+
+    The workload kind comes from the same placement the InferenceServer deploys (``place``), so the availability
+    alert reads the object that exists. ``gateway_namespace``: where the stack's gateway runs, ``None`` without
+    one; it relays chat models only.
+    """
+    slos = []
+    for m in models:
+        pool = pool_of(m.pool)
+        slos.append(
+            ModelSlo(
+                name=m.name,
+                engine=m.engine,
+                ttft_p99_ms=m.slo.ttft_p99_ms,
+                itl_p99_ms=m.slo.itl_p99_ms,
+                namespace=namespace,
+                workload_kind=place(m, pool).workload_kind(pool.spec.gpu_count),
+                gateway_namespace=None if MODELS[m.model].is_embedding else gateway_namespace,
+            )
         )
-        for m in models
-    ]
+    return slos
 
 
 def _number(value: float) -> str:
@@ -112,8 +145,28 @@ def _number(value: float) -> str:
     return f"{round(value, 9):.9g}"
 
 
-def recording_rules() -> list[dict[str, Any]]:
-    """Engine-neutral per-model series: TTFT/ITL p99 in seconds and waiting requests per replica."""
+def gateway_ttft_rule(slo: ModelSlo) -> dict[str, Any]:
+    """TTFT p99 of one model from the gateway: streams its upstream (named after the model) answered.
+
+    The result carries the model's own ``namespace`` and ``inferstack_model``, so the alert reads it like an engine's.
+    """
+    assert slo.gateway_namespace is not None
+    bucket = selector(
+        GatewayMetrics.UPSTREAM_TTFT_SECONDS + "_bucket",
+        f'namespace="{slo.gateway_namespace}"',
+        f'{GatewayMetrics.UPSTREAM_LABEL}="{slo.name}"',
+    )
+    return {
+        "record": TTFT_P99,
+        "expr": f"histogram_quantile(0.99, sum by (le) (rate({bucket}[5m])))",
+        "labels": {"engine": slo.engine, "source": "gateway", "namespace": slo.namespace, MODEL_LABEL: slo.name},
+    }
+
+
+def recording_rules(models: Sequence[ModelSlo] = ()) -> list[dict[str, Any]]:
+    """Engine-neutral per-model series: TTFT/ITL p99 in seconds and waiting requests per replica.
+
+    ``models`` whose engine exports no TTFT histogram get their TTFT p99 from the gateway, one rule each."""
     rules: list[dict[str, Any]] = []
     for engine in ENGINES:
         ttft = ttft_quantile(engine, 0.99)
@@ -131,6 +184,7 @@ def recording_rules() -> list[dict[str, Any]]:
                 "labels": {"engine": engine},
             }
         )
+    rules += [gateway_ttft_rule(slo) for slo in models if slo.ttft_from_gateway and slo.gateway_namespace]
     return rules
 
 
@@ -156,18 +210,26 @@ def model_alerts(slo: ModelSlo) -> list[dict[str, Any]]:
     sel = ",".join(slo.matchers)
     who = f"{slo.namespace}/{slo.name}"
     ttft_s = slo.ttft_p99_ms * SLO_BURN_FACTOR / 1000
-    alerts = [
-        _alert(
-            "InferstackTTFTSLOBurn",
-            f"{TTFT_P99}{{{sel}}} > {_number(ttft_s)}",
-            "critical",
-            f"{who}: TTFT p99 above its {slo.ttft_p99_ms:g} ms target",
-            f"TTFT p99 over 5 m is {{{{ $value | humanizeDuration }}}}, more than {SLO_BURN_FACTOR:g} x the "
-            f"{slo.ttft_p99_ms:g} ms target. Check the queue depth and replica count panels: a queue means "
-            "scaling lags; no queue means prefill is slow (long prompts, cold prefix cache).",
-            SLO_BURN_FOR,
+    alerts = []
+    if slo.ttft_measured:
+        measured = (
+            " (as the gateway measures it: request to the model's first token, streams only)"
+            if slo.ttft_from_gateway
+            else ""
         )
-    ]
+        alerts.append(
+            _alert(
+                "InferstackTTFTSLOBurn",
+                f"{TTFT_P99}{{{sel}}} > {_number(ttft_s)}",
+                "critical",
+                f"{who}: TTFT p99 above its {slo.ttft_p99_ms:g} ms target",
+                f"TTFT p99 over 5 m{measured} is {{{{ $value | humanizeDuration }}}}, more than "
+                f"{SLO_BURN_FACTOR:g} x the {slo.ttft_p99_ms:g} ms target. Check the queue depth and replica count "
+                "panels: a queue means scaling lags; no queue means prefill is slow (long prompts, cold prefix "
+                "cache).",
+                SLO_BURN_FOR,
+            )
+        )
     if ENGINE_METRICS[slo.engine].itl_bucket is not None:
         itl_s = slo.itl_p99_ms * SLO_BURN_FACTOR / 1000
         alerts.append(
@@ -272,7 +334,7 @@ def prometheus_rule(
             raise ValueError(f"ModelSlo {slo.namespace}/{slo.name} is listed twice; model names must be unique")
         seen.add(key)
     groups = [
-        {"name": "inferstack.recording", "rules": recording_rules()},
+        {"name": "inferstack.recording", "rules": recording_rules(ordered)},
         {"name": "inferstack.models", "rules": [rule for slo in ordered for rule in model_alerts(slo)]},
         {"name": "inferstack.platform", "rules": platform_alerts()},
     ]

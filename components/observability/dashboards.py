@@ -53,6 +53,10 @@ class GatewayMetrics:
     MODEL_LABEL: Final = "model"
     TTFT_SECONDS: Final = "inferstack_gateway_ttft_seconds"
     """Histogram, labels ``model`` and ``upstream_kind``: time to first byte of the answer as the client sees it."""
+    UPSTREAM_TTFT_SECONDS: Final = "inferstack_gateway_upstream_ttft_seconds"
+    """Histogram, label ``upstream`` (the kit names each model's upstream after the model): streams only, from the
+    request to the upstream to its first event that carries output. The TTFT of engines that export none."""
+    UPSTREAM_LABEL: Final = "upstream"
 
 
 # --- inference engines ---------------------------------------------------------------------------------
@@ -102,12 +106,16 @@ ENGINE_METRICS: Mapping[Engine, EngineMetrics] = MappingProxyType(
             kv_capacity=None,
             client_matchers="",
         ),
-        # Triton + TensorRT-LLM backend, port 8002 (Triton "Metrics" docs; TensorRT-LLM backend
-        # "Triton Metrics"). The first-response histogram is in milliseconds and needs
-        # --metrics-config histogram_latencies=true. Triton exports no inter-token histogram.
+        # Triton + TensorRT-LLM backend (Triton "Metrics" docs; TensorRT-LLM backend "Triton Metrics"), served on
+        # the OpenAI frontend's /metrics. No TTFT: Triton's first-response histogram
+        # (nv_inference_first_response_histogram_ms) needs --metrics-config histogram_latencies=true, and the
+        # OpenAI frontend the kit runs (server repo r25.09, python/openai/openai_frontend/main.py) builds
+        # tritonserver.Server in-process with no metrics option and has no flag for one. The TTFT of a Triton
+        # model comes from the gateway (GatewayMetrics.UPSTREAM_TTFT_SECONDS). Triton exports no inter-token
+        # histogram either.
         "triton": EngineMetrics(
-            ttft_bucket="nv_inference_first_response_histogram_ms_bucket",
-            ttft_scale=0.001,
+            ttft_bucket=None,
+            ttft_scale=1.0,
             itl_bucket=None,
             queue='nv_trt_llm_request_metrics{request_type="waiting"}',
             running='nv_trt_llm_request_metrics{request_type="active"}',
@@ -119,7 +127,7 @@ ENGINE_METRICS: Mapping[Engine, EngineMetrics] = MappingProxyType(
         # llama.cpp llama-server with --metrics (tools/server/README.md, "GET /metrics"): gauges and counters only,
         # no latency histograms and no request counter. requests_deferred is the queue (requests waiting for a
         # free slot), requests_processing the slots decoding. TTFT/ITL of a llama.cpp model come from the
-        # gateway's own histograms (inferstack_gateway_ttft_seconds).
+        # gateway's own histograms (inferstack_gateway_upstream_ttft_seconds).
         "llamacpp": EngineMetrics(
             ttft_bucket=None,
             ttft_scale=1.0,
@@ -341,13 +349,24 @@ def serving_dashboard() -> dict[str, Any]:
     def latency(q: float, fn: Callable[..., str | None]) -> tuple[_Target, ...]:
         return _per_engine(f"p{round(q * 100)}", lambda e: fn(e, q, *f))
 
+    g = GatewayMetrics
+    # The kit names each model's upstream after the model, so the model variable selects it.
+    upstream_bucket = selector(g.UPSTREAM_TTFT_SECONDS + "_bucket", g.UPSTREAM_LABEL + '=~"$model"')
+    gateway_ttft = tuple(
+        _Target(
+            f"histogram_quantile({q:g}, sum by (le, {g.UPSTREAM_LABEL}) (rate({upstream_bucket}[5m])))",
+            f"{{{{{g.UPSTREAM_LABEL}}}}} p{round(q * 100)} (gateway)",
+        )
+        for q in (0.5, 0.99)
+    )
     panels = (
         _Panel(
             "Time to first token",
-            "p50 and p99 per model over 5 m. vLLM: vllm:time_to_first_token_seconds; Triton: "
-            "nv_inference_first_response_histogram_ms on the client-facing entry model.",
+            "p50 and p99 per model over 5 m. vLLM: vllm:time_to_first_token_seconds. (gateway): streams the "
+            "gateway relayed, request to the model's first token (inferstack_gateway_upstream_ttft_seconds); the "
+            "only TTFT of Triton and llama.cpp models, which export none as the kit runs them.",
             "s",
-            latency(0.5, ttft_quantile) + latency(0.99, ttft_quantile),
+            latency(0.5, ttft_quantile) + latency(0.99, ttft_quantile) + gateway_ttft,
         ),
         _Panel(
             "Inter-token latency",
@@ -386,8 +405,9 @@ def serving_dashboard() -> dict[str, Any]:
         ),
         _Panel(
             "Replicas",
-            "Available vs desired. Deployments from kube-state-metrics; a LeaderWorkerSet shows as its "
-            "leader StatefulSet (one leader per group); desired = KEDA's HPA (keda-hpa-<model>).",
+            "Available vs desired. Deployments from kube-state-metrics; a LeaderWorkerSet <model> shows as its "
+            "leader StatefulSet <model> (one leader per group: ready groups) and one worker StatefulSet "
+            "<model>-<group> per group; desired = KEDA's HPA (keda-hpa-<model>).",
             "short",
             (
                 _Target(
@@ -396,7 +416,7 @@ def serving_dashboard() -> dict[str, Any]:
                 ),
                 _Target(
                     f"sum by (statefulset) ({selector(KSM_STATEFULSET_READY, _NS_FILTER)})",
-                    "{{statefulset}} groups ready",
+                    "{{statefulset}} ready",
                 ),
                 _Target(
                     f"sum by (horizontalpodautoscaler) ({selector(KSM_HPA_DESIRED, _NS_FILTER)})",

@@ -8,6 +8,7 @@ is deployed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from components.catalog.models import GGUF_FILES, MODELS, GgufFile, ModelSpec
 from components.catalog.profiles import PROFILES, LatencyProfile
@@ -30,6 +31,9 @@ GGUF_DEFAULT = {False: "Q4_K_M", True: "Q8_0"}
 a few MB either way, and embeddings lose recall below 8 bits)."""
 CPU_MEMORY_UTILIZATION = 0.9
 """Share of a CPU node's RAM one llama.cpp server may plan for (the rest is the OS, k3s and page cache)."""
+
+
+WorkloadKind = Literal["Deployment", "LeaderWorkerSet"]
 
 
 @dataclass
@@ -65,6 +69,11 @@ class Placement:
     def multi_node(self, gpus_per_node: int) -> bool:
         """More ranks than one node has GPUs: one pod per pipeline stage, in a LeaderWorkerSet."""
         return self.world_size > gpus_per_node
+
+    def workload_kind(self, gpus_per_node: int) -> WorkloadKind:
+        """What serves the model, so what kube-state-metrics reports its readiness by: a LeaderWorkerSet (through
+        its leader StatefulSet) when it spans nodes, else a Deployment."""
+        return "LeaderWorkerSet" if self.multi_node(gpus_per_node) else "Deployment"
 
     def gpus_per_pod(self, gpus_per_node: int) -> int:
         return self.tp if self.multi_node(gpus_per_node) else self.world_size

@@ -756,7 +756,7 @@ class InferenceServer(pulumi.ComponentResource):
         selector = {"matchLabels": {MODEL_LABEL: spec.name}}
         template_meta = {"labels": labels(spec)}
         multi_node = placement.multi_node(args.pool.spec.gpu_count)
-        self.workload_kind = "LeaderWorkerSet" if multi_node else "Deployment"
+        self.workload_kind = placement.workload_kind(args.pool.spec.gpu_count)
         scaler = autoscaler(args, placement, self.workload_kind)
         # KEDA owns the replica count once it scales the workload; Pulumi must not reset it.
         owned_by_keda = ["spec.replicas"] if scaler else []

@@ -200,6 +200,9 @@ class StandIn:
     tokens: int = 5
     mode: str = "ok"
     echo: bool = False
+    role_first: bool = False
+    """Chat streams: send the role-only opening event before `ttft_s`, as Triton's OpenAI frontend does (its
+    _streaming_chat_iterator yields it before the model's first response); otherwise it comes with the first token."""
     requests: list[dict[str, Any]] = field(default_factory=list)
     completed: int = 0
     aborted: int = 0
@@ -239,7 +242,8 @@ async def stand_in_handler(stand_in: StandIn, request: Any) -> Any:
             return web.json_response(
                 {"object": "error", "message": "max_tokens is too large", "type": "BadRequestError"}, status=400
             )
-        await asyncio.sleep(stand_in.ttft_s)
+        if not (stand_in.role_first and chat and body.get("stream")):
+            await asyncio.sleep(stand_in.ttft_s)
         words = stand_in.words(body)
         usage = {"prompt_tokens": 7, "completion_tokens": len(words), "total_tokens": 7 + len(words)}
         base = {"id": f"cmpl-{stand_in.name}-{stand_in.answers}", "created": 1700000000, "model": body["model"]}
@@ -269,6 +273,8 @@ async def stand_in_handler(stand_in: StandIn, request: Any) -> Any:
 
         if chat:
             await event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+        if stand_in.role_first and chat:
+            await asyncio.sleep(stand_in.ttft_s)
         for i, word in enumerate(words):
             if i:
                 await asyncio.sleep(stand_in.itl_s)

@@ -389,6 +389,32 @@ def test_latencies_measured_before_the_answer_are_in_the_histograms_after_it(gat
     assert wait_for(lambda: gw.metric("inferstack_gateway_in_flight_requests") == 0)
 
 
+def test_upstream_ttft_is_the_first_event_with_output_not_the_first_byte(gateway: Any, upstreams: Any) -> None:
+    """The TTFT SLO of a Triton model reads inferstack_gateway_upstream_ttft_seconds: Triton's OpenAI frontend opens
+    every chat stream with a role-only event before the model has run, so the first byte says nothing of prefill."""
+    # GIVEN an upstream that sends its role event at once and its first token 300 ms later
+    upstream: StandIn = upstreams("up", ttft_s=0.3, role_first=True)
+    gw = gateway(upstream)
+    # WHEN a client streams a chat completion, then asks the same without streaming
+    stream = gw.client().chat.completions.create(
+        model="local", messages=[{"role": "user", "content": "Say hi"}], temperature=0.7, stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    ask(gw, "Say hi", temperature=0.7)
+
+    def upstream_ttft(suffix: str) -> float:
+        return gw.metric(f"inferstack_gateway_upstream_ttft_seconds_{suffix}", upstream="main")
+
+    # THEN the stream, and only the stream, is observed, at its first token, not at the role event
+    assert wait_for(lambda: upstream_ttft("count") == 1)
+    assert upstream_ttft("sum") >= 0.3
+    assert gw.metric("inferstack_gateway_upstream_ttft_seconds_bucket", upstream="main", le="0.25") == 0
+    assert wait_for(
+        lambda: gw.metric("inferstack_gateway_ttft_seconds_count", model="local", upstream_kind="local") == 2
+    )
+    assert gw.metric("inferstack_gateway_ttft_seconds_bucket", model="local", upstream_kind="local", le="0.25") == 1
+
+
 def test_repeated_hits_come_from_the_near_cache_and_a_rewritten_entry_is_served_fresh(
     gateway: Any, upstreams: Any, redis_server: Any
 ) -> None:

@@ -44,7 +44,9 @@ def fleet() -> list[ModelSlo]:
     """One model per shape the rules distinguish: vLLM Deployment, Triton Deployment, vLLM LeaderWorkerSet."""
     return [
         ModelSlo("llama-8b", "vllm", ttft_p99_ms=100, itl_p99_ms=20, namespace="serving"),
-        ModelSlo("llama-70b-trt", "triton", ttft_p99_ms=150, itl_p99_ms=25, namespace="serving"),
+        ModelSlo(
+            "llama-70b-trt", "triton", ttft_p99_ms=150, itl_p99_ms=25, namespace="serving", gateway_namespace="gateway"
+        ),
         ModelSlo(
             "llama-405b",
             "vllm",

@@ -37,35 +37,61 @@ def test_ttft_burn_fires_at_target_times_1_1_for_5m(fleet: list[ModelSlo], model
     assert alert["for"] == "5m"
 
 
-@pytest.mark.parametrize(
-    ("engine", "source"),
-    [
-        ("vllm", "vllm:time_to_first_token_seconds_bucket"),
-        ("triton", 'nv_inference_first_response_histogram_ms_bucket{model=~"ensemble|tensorrt_llm_bls"}'),
-    ],
-)
-def test_ttft_p99_is_recorded_from_each_engine(engine: str, source: str) -> None:
+def test_vllm_ttft_p99_is_recorded_from_its_own_histogram() -> None:
     # GIVEN the recording rules
     recorded = [
         r
         for r in _rules(prometheus_rule([]), "inferstack.recording")
-        if r["record"] == "inferstack_model:ttft_seconds:p99_rate5m" and r["labels"]["engine"] == engine
+        if r["record"] == "inferstack_model:ttft_seconds:p99_rate5m" and r["labels"]["engine"] == "vllm"
     ]
-    # WHEN / THEN the engine's histogram feeds the shared series, in seconds
+    # WHEN / THEN vLLM's histogram feeds the shared series, in seconds
     assert len(recorded) == 1
-    assert f"rate({source}[5m])" in recorded[0]["expr"]
+    assert "rate(vllm:time_to_first_token_seconds_bucket[5m])" in recorded[0]["expr"]
 
 
-def test_triton_milliseconds_become_seconds() -> None:
-    # GIVEN Triton's first-response histogram in milliseconds
-    # WHEN its TTFT p99 is recorded
-    triton = next(
+def test_no_rule_reads_tritons_first_response_histogram(fleet: list[ModelSlo]) -> None:
+    # GIVEN a fleet with a Triton model; Triton exports nv_inference_first_response_histogram_ms only with
+    # --metrics-config histogram_latencies=true, for which its OpenAI frontend (r25.09) has no flag
+    # WHEN the rules are rendered
+    exprs = [r["expr"] for g in prometheus_rule(fleet)["spec"]["groups"] for r in g["rules"]]
+    # THEN none reads it
+    assert not [e for e in exprs if "nv_inference_first_response" in e]
+
+
+def test_triton_ttft_p99_is_recorded_from_the_gateway_per_model(fleet: list[ModelSlo]) -> None:
+    # GIVEN a Triton model behind the gateway in namespace "gateway"
+    # WHEN the rules are rendered
+    recorded = [
         r
-        for r in _rules(prometheus_rule([]), "inferstack.recording")
-        if r["record"].startswith("inferstack_model:ttft") and r["labels"]["engine"] == "triton"
-    )
-    # THEN it is scaled to seconds like vLLM's
-    assert triton["expr"].endswith(" * 0.001")
+        for r in _rules(prometheus_rule(fleet), "inferstack.recording")
+        if r["record"] == "inferstack_model:ttft_seconds:p99_rate5m" and r["labels"]["engine"] == "triton"
+    ]
+    # THEN its TTFT p99 is the gateway's histogram of its upstream, labelled as the engine series would be
+    assert recorded == [
+        {
+            "record": "inferstack_model:ttft_seconds:p99_rate5m",
+            "expr": "histogram_quantile(0.99, sum by (le) (rate(inferstack_gateway_upstream_ttft_seconds_bucket"
+            '{namespace="gateway",upstream="llama-70b-trt"}[5m])))',
+            "labels": {
+                "engine": "triton",
+                "source": "gateway",
+                "namespace": "serving",
+                "inferstack_model": "llama-70b-trt",
+            },
+        }
+    ]
+
+
+@pytest.mark.parametrize("engine", ["triton", "llamacpp"])
+def test_no_ttft_alert_where_nothing_measures_ttft(engine: str) -> None:
+    # GIVEN a model whose engine exports no TTFT histogram and that no gateway relays
+    slo = ModelSlo("m", engine, ttft_p99_ms=100, itl_p99_ms=20, namespace="serving")  # type: ignore[arg-type]
+    # WHEN the rules are rendered
+    rule = prometheus_rule([slo])
+    # THEN it gets no TTFT alert (one that could never fire) and no TTFT recording of its own
+    assert _alerts(rule, "InferstackTTFTSLOBurn") == []
+    assert not [r for r in _rules(rule, "inferstack.recording") if r["labels"].get("inferstack_model") == "m"]
+    assert _alerts(rule, "InferstackModelUnavailable")
 
 
 def test_itl_burn_only_where_the_engine_exports_itl(fleet: list[ModelSlo]) -> None:
@@ -152,6 +178,7 @@ def test_duplicate_model_is_refused(fleet: list[ModelSlo]) -> None:
         ({"ttft_p99_ms": 0}, "ModelSlo.ttft_p99_ms"),
         ({"namespace": "Serving"}, "ModelSlo.namespace"),
         ({"workload_kind": "StatefulSet"}, "ModelSlo.workload_kind"),
+        ({"gateway_namespace": "Gateway"}, "ModelSlo.gateway_namespace"),
     ],
 )
 def test_invalid_slo_names_the_field(overrides: dict[str, Any], message: str) -> None:

@@ -43,10 +43,11 @@ def _panel_exprs(dashboard: dict[str, Any], title: str) -> str:
                 "(rate(vllm:time_to_first_token_seconds_bucket{",
                 "histogram_quantile(0.99, sum by (le, namespace, inferstack_model) "
                 "(rate(vllm:time_to_first_token_seconds_bucket{",
-                "histogram_quantile(0.5, sum by (le, namespace, inferstack_model) "
-                "(rate(nv_inference_first_response_histogram_ms_bucket{",
-                "histogram_quantile(0.99, sum by (le, namespace, inferstack_model) "
-                "(rate(nv_inference_first_response_histogram_ms_bucket{",
+                # Triton and llama.cpp export no TTFT as the kit runs them: the gateway's per-upstream histogram.
+                "histogram_quantile(0.5, sum by (le, upstream) "
+                '(rate(inferstack_gateway_upstream_ttft_seconds_bucket{upstream=~"$model"}[5m])))',
+                "histogram_quantile(0.99, sum by (le, upstream) "
+                '(rate(inferstack_gateway_upstream_ttft_seconds_bucket{upstream=~"$model"}[5m])))',
             ],
         ),
         ("Inter-token latency", ["(0.5, ", "(0.99, ", "vllm:inter_token_latency_seconds_bucket{"]),
@@ -69,8 +70,18 @@ def test_serving_panels_filter_by_model_and_namespace() -> None:
     # GIVEN the serving dashboard's per-model panels (the replica panel reads kube-state-metrics: no model label)
     panels = [p for p in serving_dashboard()["panels"] if p["title"] != "Replicas"]
     exprs = [t["expr"] for p in panels for t in p["targets"]]
-    # WHEN / THEN every query honours the model and namespace variables
-    assert all('inferstack_model=~"$model"' in e and 'namespace=~"$namespace"' in e for e in exprs)
+    # WHEN / THEN every query honours the model and namespace variables; the gateway's TTFT, scraped in the gateway's
+    # namespace, selects the model by its upstream (named after the model)
+    engine = [e for e in exprs if "inferstack_gateway_" not in e]
+    gateway = [e for e in exprs if "inferstack_gateway_" in e]
+    assert all('inferstack_model=~"$model"' in e and 'namespace=~"$namespace"' in e for e in engine)
+    assert gateway and all('upstream=~"$model"' in e for e in gateway)
+
+
+def test_no_panel_reads_tritons_first_response_histogram() -> None:
+    # GIVEN every dashboard; the Triton OpenAI frontend (r25.09) cannot turn on histogram_latencies
+    # WHEN / THEN no query reads nv_inference_first_response_histogram_ms
+    assert not [e for build in DASHBOARDS for e in _exprs(build()) if "nv_inference_first_response" in e]
 
 
 def test_cache_hit_rate_counts_exact_and_semantic_hits_over_cacheable_requests() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -242,3 +243,78 @@ def test_the_edge_sites_hub_receives_their_forwarded_metrics(plan_of: PlanOf) ->
     # AND a stack that is nobody's hub keeps it off
     prod = release_values(plan_of("prod"), "kube-prometheus-stack")["prometheus"]["prometheusSpec"]
     assert "enableRemoteWriteReceiver" not in prod
+
+
+def _one(items: Any) -> Any:
+    found = list(items)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def _rules(plan: Plan) -> list[dict[str, Any]]:
+    return [r for g in _one(by_kind(plan, "PrometheusRule"))["spec"]["groups"] for r in g["rules"]]
+
+
+def test_every_availability_alert_reads_the_workload_that_serves_the_model(plan_of: PlanOf) -> None:
+    # GIVEN the bundled on-prem stack: two Deployments and the 405B model in a LeaderWorkerSet
+    plan = plan_of("onprem")
+    deployments = {
+        m["metadata"]["name"] for m in by_kind(plan, "Deployment") if m["metadata"]["namespace"] == "inferstack-serving"
+    }
+    groups = {m["metadata"]["name"] for m in by_kind(plan, "LeaderWorkerSet")}
+    assert "llama-405b" in groups
+    # WHEN its availability alerts are rendered
+    unavailable = {
+        r["labels"]["inferstack_model"]: r["expr"]
+        for r in _rules(plan)
+        if r.get("alert") == "InferstackModelUnavailable"
+    }
+    # THEN the LeaderWorkerSet's is read from its leader StatefulSet, which the LWS controller names after it
+    # (kubernetes-sigs/lws v0.10.0, leaderworkerset_controller.go: appsapplyv1.StatefulSet(lws.Name, ...)), and no
+    # rule reads a kube-state-metrics series of a Deployment or StatefulSet the stack does not create
+    assert unavailable["llama-405b"] == (
+        '(kube_statefulset_status_replicas_ready{namespace="inferstack-serving",statefulset="llama-405b"} == 0) and '
+        '(kube_statefulset_replicas{namespace="inferstack-serving",statefulset="llama-405b"} > 0)'
+    )
+    exprs = " ".join(r["expr"] for r in _rules(plan))
+    assert set(re.findall(r'deployment="([^"]+)"', exprs)) == deployments
+    assert set(re.findall(r'statefulset="([^"]+)"', exprs)) == groups
+
+
+def test_the_triton_ttft_slo_reads_a_series_that_exists(plan_of: PlanOf) -> None:
+    # GIVEN the bundled on-prem stack, whose llama-70b runs on Triton behind its OpenAI frontend (r25.09), which
+    # has no flag for --metrics-config histogram_latencies=true, so nv_inference_first_response_histogram_ms is
+    # never exported
+    plan = plan_of("onprem")
+    triton = _one(m for m in by_kind(plan, "Deployment") if m["metadata"]["name"] == "llama-70b")
+    assert not any("metrics-config" in arg for arg in triton["spec"]["template"]["spec"]["containers"][0]["command"])
+    # WHEN the rules are rendered
+    rules = _rules(plan)
+    # THEN no rule reads the first-response histogram, and the model's TTFT p99 comes from the gateway's
+    # per-upstream histogram, on the upstream the gateway config names after the model, in the namespace the
+    # gateway's ServiceMonitor scrapes
+    assert not [r for r in rules if "nv_inference_first_response" in r["expr"]]
+    recorded = _one(
+        r
+        for r in rules
+        if r.get("record") == "inferstack_model:ttft_seconds:p99_rate5m"
+        and r["labels"].get("inferstack_model") == "llama-70b"
+    )
+    assert recorded["expr"] == (
+        "histogram_quantile(0.99, sum by (le) (rate(inferstack_gateway_upstream_ttft_seconds_bucket"
+        '{namespace="inferstack-gateway",upstream="llama-70b"}[5m])))'
+    )
+    assert recorded["labels"] == {
+        "engine": "triton",
+        "source": "gateway",
+        "namespace": "inferstack-serving",
+        "inferstack_model": "llama-70b",
+    }
+    config = yaml.safe_load(
+        _one(m for m in by_kind(plan, "ConfigMap") if m["metadata"]["name"] == "gateway-config")["data"]["gateway.yaml"]
+    )
+    assert "llama-70b" in config["upstreams"]
+    monitor = _one(m for m in by_kind(plan, "ServiceMonitor") if m["metadata"]["name"] == "inferstack-gateway")
+    assert monitor["metadata"]["namespace"] == "inferstack-gateway"
+    burn = _one(r for r in rules if r.get("alert") == "InferstackTTFTSLOBurn" and '"llama-70b"' in r["expr"])
+    assert burn["expr"].startswith('inferstack_model:ttft_seconds:p99_rate5m{namespace="inferstack-serving",')

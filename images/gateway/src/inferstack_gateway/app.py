@@ -669,6 +669,7 @@ class Gateway:
         exchange.spilled = upstreams is route.spilled
         if not upstreams:
             raise _stays_local(tier, self.config.routing.tier_header)
+        sent = time.perf_counter()
         try:
             opened = await open_upstream(
                 self.http, upstreams, path, payload,
@@ -692,14 +693,16 @@ class Gateway:
             await self._send(send, exchange, 200, opened.first, JSON)
             self._after(principal, request, model, keys, embedding, opened.first, streamed=False)
             return
-        raw = await self._stream(opened, request, send, exchange, deadline)
+        raw = await self._stream(opened, request, send, exchange, deadline, sent)
         if raw is not None:
             self._after(principal, request, model, keys, embedding, raw, streamed=True)
 
     async def _stream(
-        self, opened: Opened, request: ParsedRequest, send: Send, exchange: Exchange, deadline: float
+        self, opened: Opened, request: ParsedRequest, send: Send, exchange: Exchange, deadline: float, sent: float
     ) -> bytes | None:
-        """Relay the SSE body chunk by chunk as it arrives. Returns the whole body if it ended with [DONE]."""
+        """Relay the SSE body chunk by chunk as it arrives. Returns the whole body if it ended with [DONE].
+
+        `sent`: when the request went to the tier's upstreams (the start of the upstream's TTFT)."""
         headers = [
             *SSE_HEADERS,
             (b"x-request-id", exchange.request_id.encode("latin-1")),
@@ -758,7 +761,9 @@ class Gateway:
         finally:
             response.close()
             metrics = self._model_metrics[request.model, exchange.upstream_kind]
+            upstream_ttft = self.metrics.upstream_ttft
             self._defer(lambda: _observe_stream(*metrics, exchange.started, arrivals))
+            self._defer(lambda: _observe_first_output(upstream_ttft, opened.upstream.name, sent, chunks, arrivals))
         if error is None and not _ends_with_done(chunks):
             error = "The upstream ended the stream without [DONE]."
             opened.upstream.error("truncated_stream")
@@ -874,6 +879,14 @@ def _observe_stream(ttft: Any, itl: Any, started: float, arrivals: list[float]) 
     ttft.observe(arrivals[0] - started)
     for previous, now in itertools.pairwise(arrivals):
         itl.observe(now - previous)
+
+
+def _observe_first_output(
+    histogram: Any, upstream: str, sent: float, chunks: list[bytes], arrivals: list[float]
+) -> None:
+    index = sse.first_output(chunks)
+    if index is not None:
+        histogram.labels(upstream).observe(arrivals[index] - sent)
 
 
 def _consume_exception(task: asyncio.Task[Any]) -> None:

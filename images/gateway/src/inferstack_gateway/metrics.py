@@ -72,6 +72,16 @@ class Metrics:
             buckets=_TTFT,
             registry=r,
         )
+        # The model's own TTFT where its engine exports none (Triton behind its OpenAI frontend, llama.cpp): the
+        # first event that carries output, not the first byte (Triton's frontend sends a role-only event before it
+        # runs the model), on streams an upstream answered, from the request to that upstream.
+        self.upstream_ttft = Histogram(
+            "inferstack_gateway_upstream_ttft_seconds",
+            "Streams only: time from the request to an upstream (failover included) to its first event with output",
+            ["upstream"],
+            buckets=_TTFT,
+            registry=r,
+        )
         self.itl = Histogram(
             "inferstack_gateway_itl_seconds",
             "Time between streamed chunks, per model",

@@ -39,6 +39,31 @@ def parse_events(raw: bytes) -> tuple[list[dict[str, Any]], bool]:
     return events, done
 
 
+def first_output(chunks: list[bytes]) -> int | None:
+    """Index of the chunk that completes the stream's first event with output (text, a tool call, reasoning): a
+    role-only or empty opening event is not a token. None if no such event arrived."""
+    pending = b""
+    for index, chunk in enumerate(chunks):
+        pending += chunk
+        *blocks, pending = pending.replace(b"\r\n", b"\n").split(b"\n\n")
+        events, _ = parse_events(b"\n\n".join(blocks))
+        if any(_has_output(event) for event in events):
+            return index
+    return None
+
+
+def _has_output(event: dict[str, Any]) -> bool:
+    for choice in event.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        if choice.get("text"):
+            return True
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and any(value for key, value in delta.items() if key != "role"):
+            return True
+    return False
+
+
 def assemble(kind: Kind, raw: bytes) -> dict[str, Any] | None:
     """Rebuild the non-streamed response from a complete stream; None if it was truncated, carried an error, or holds
     what this cannot rebuild faithfully (a field of a type OpenAI's streams do not send): never a partial answer."""
