@@ -19,6 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from components.catalog.images import KIT_IMAGES
 from components.catalog.instances import INSTANCES
 
 StrInput = Annotated[Any, "pulumi.Input[str]"]
@@ -104,10 +105,23 @@ class NetworkSpec(Spec):
 
     cidr: IPv4Network = IPv4Network("10.0.0.0/16")
     """VPC CIDR; private subnets get the larger share, since every pod takes a VPC IP."""
-    availability_zones: tuple[str, ...] = Field(default=(), min_length=2)
-    """At least two zones: the EKS control plane requires subnets in two."""
+    availability_zones: tuple[str, ...] = ()
+    """Two or three distinct zones: the EKS control plane requires subnets in two, and the subnet layout
+    (``components.aws.network.subnet_cidrs``) carves a VPC into four quarters, three of them private."""
     nat_gateways: Literal["single", "per-zone"] = "per-zone"
     """``per-zone`` keeps a zone's egress alive when another zone fails."""
+
+    @field_validator("availability_zones")
+    @classmethod
+    def _two_or_three_zones(cls, zones: tuple[str, ...]) -> tuple[str, ...]:
+        repeated = sorted({z for z in zones if zones.count(z) > 1})
+        if repeated or not 2 <= len(zones) <= 3:
+            raise config_error(
+                f"{repeated[0]!r} listed twice" if repeated else f"{len(zones)} zones",
+                allowed="2 to 3 distinct zones of the region (EKS needs two; the subnet layout has room for three)",
+                fix="list two or three different zones, e.g. [us-east-1a, us-east-1b, us-east-1c]",
+            )
+        return zones
 
 
 ControlPlaneLog = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]
@@ -256,7 +270,22 @@ class ModelStoreSpec(Spec):
     """Protect the bucket from deletion by ``pulumi destroy``."""
     force_destroy: bool = False
     """Allow deleting a non-empty bucket. Keep off outside throwaway stacks."""
-    image_repositories: tuple[DnsLabel, ...] = ("gateway", "model-loader")
+    image_repositories: tuple[DnsLabel, ...] = KIT_IMAGES
+    """ECR repositories to create: the kit's images (``gateway``, ``model-loader``, which the stack deploys from
+    them) and any of your own."""
+
+    @field_validator("image_repositories")
+    @classmethod
+    def _kit_images_once(cls, repos: tuple[str, ...]) -> tuple[str, ...]:
+        missing = [r for r in KIT_IMAGES if r not in repos]
+        repeated = sorted({r for r in repos if repos.count(r) > 1})
+        if missing or repeated:
+            raise config_error(
+                f"{missing[0]!r} missing" if missing else f"{repeated[0]!r} listed twice",
+                allowed=f"distinct repository names including {', '.join(KIT_IMAGES)} (the stack deploys those images)",
+                fix=f"list each repository once and keep {' and '.join(KIT_IMAGES)}",
+            )
+        return repos
 
 
 class S3CompatibleStoreSpec(Spec):

@@ -36,6 +36,8 @@ LLAMACPP_CPU: Final = f"ghcr.io/ggml-org/llama.cpp:server-{LLAMACPP_TAG}"
 LLAMACPP_CUDA: Final = f"ghcr.io/ggml-org/llama.cpp:server-cuda-{LLAMACPP_TAG}"
 """llama-server with the CUDA backend: used when the model is offloaded to a GPU."""
 KIT_IMAGE_TAG: Final = "0.1.0"
+KIT_IMAGES: Final = ("gateway", "model-loader")
+"""The kit's own images (``images/<name>``): the cloud stack deploys each from its ECR repository of that name."""
 """Tag of the kit's own images; build and push them first (README, "Images")."""
 
 NETWORK_OPERATOR_REPOSITORY: Final = "nvcr.io/nvidia/mellanox"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from helpers import ROOT, config_errors
@@ -198,3 +200,32 @@ def test_capacity_block_needs_karpenter() -> None:
 def test_on_demand_fallback_needs_a_reservation() -> None:
     (line,) = config_errors(lambda e: e["gpuPools"][0].update(capacity={"onDemandFallback": True}))
     assert "gpuPools[0].capacity.onDemandFallback: got true with capacity.type 'on-demand'" in line
+
+
+# --- fuzz audit: tracebacks and values that deployed, then broke ---------------------------------------------------
+
+
+def test_more_than_three_zones_is_refused_before_the_subnet_layout_runs_out() -> None:
+    zones = ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]
+    (line,) = config_errors(lambda e: e["network"].update(availabilityZones=zones))
+    assert "network.availabilityZones: got " in line and "(4 zones)" in line
+    assert "allowed: 2 to 3 distinct zones" in line and "fix: list two or three different zones" in line
+
+
+def test_a_zone_listed_twice_is_refused() -> None:
+    (line,) = config_errors(lambda e: e["network"].update(availabilityZones=["us-east-1a", "us-east-1a"]), stack="dev")
+    assert "network.availabilityZones: got " in line and "('us-east-1a' listed twice)" in line
+
+
+@pytest.mark.parametrize(
+    ("repos", "problem"),
+    [
+        (["gateway"], "'model-loader' missing"),
+        ([], "'gateway' missing"),
+        (["gateway", "model-loader", "gateway"], "'gateway' listed twice"),
+    ],
+)
+def test_image_repositories_keep_the_kits_images_once_each(repos: list[str], problem: str) -> None:
+    (line,) = config_errors(lambda e: e.setdefault("modelStore", {}).update(imageRepositories=repos))
+    assert f"modelStore.imageRepositories: got {json.dumps(repos)} ({problem})" in line
+    assert "fix: list each repository once and keep gateway and model-loader" in line
