@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from ipaddress import IPv4Network
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
@@ -100,10 +100,33 @@ def catalog_member(value: str, catalog: Mapping[str, Any], *, catalog_name: str,
     return value
 
 
+def _cidr_text(value: Any) -> Any:
+    """A CIDR as the stack file writes it: pydantic would read the number 123 as the host 0.0.0.123/32."""
+    if isinstance(value, int | float | bool):
+        raise config_error(
+            "not a CIDR string",
+            allowed="an IPv4 CIDR such as 203.0.113.0/24",
+            fix="write the network address with its prefix length, e.g. 203.0.113.0/24",
+        )
+    return value
+
+
+Cidr = Annotated[IPv4Network, BeforeValidator(_cidr_text)]
+"""An IPv4 network written as ``a.b.c.d/n``."""
+
+WIDEST_ALLOWLIST_PREFIX = 8
+"""An allow-list entry wider than a /8 reaches past any one organisation's network into the internet (no private
+range is wider than 10.0.0.0/8): ``[0.0.0.0/1, 128.0.0.0/1]`` is ``0.0.0.0/0`` in two halves."""
+
+
+def _too_wide(cidrs: tuple[IPv4Network, ...]) -> IPv4Network | None:
+    return next((c for c in cidrs if c.prefixlen < WIDEST_ALLOWLIST_PREFIX), None)
+
+
 class NetworkSpec(Spec):
     """The VPC: one private and one public subnet per availability zone."""
 
-    cidr: IPv4Network = IPv4Network("10.0.0.0/16")
+    cidr: Cidr = IPv4Network("10.0.0.0/16")
     """VPC CIDR; private subnets get the larger share, since every pod takes a VPC IP."""
     availability_zones: tuple[str, ...] = ()
     """Two or three distinct zones: the EKS control plane requires subnets in two, and the subnet layout
@@ -131,11 +154,11 @@ class ClusterSpec(Spec):
     """The EKS control plane."""
 
     kubernetes_version: str = Field(default="1.33", pattern=r"^1\.\d{2}$")
-    endpoint_public_access_cidrs: tuple[IPv4Network, ...] = ()
+    endpoint_public_access_cidrs: tuple[Cidr, ...] = ()
     """Empty: the API endpoint is private only. A public endpoint needs an explicit allowlist."""
     admin_role_arns: tuple[Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")], ...] = ()
     """IAM roles given cluster-admin through access entries (API authentication mode)."""
-    deployer_cidrs: tuple[IPv4Network, ...] = ()
+    deployer_cidrs: tuple[Cidr, ...] = ()
     """Networks allowed to reach the private API endpoint on 443 (the runner, VPN or bastion that runs
     ``pulumi up``). The cluster security group admits only itself otherwise."""
     deployer_security_group_ids: tuple[Annotated[str, Field(pattern=r"^sg-[0-9a-f]{8,17}$")], ...] = ()
@@ -148,10 +171,12 @@ class ClusterSpec(Spec):
     @field_validator("endpoint_public_access_cidrs")
     @classmethod
     def _no_open_world(cls, cidrs: tuple[IPv4Network, ...]) -> tuple[IPv4Network, ...]:
-        if any(c.prefixlen == 0 for c in cidrs):
+        wide = _too_wide(cidrs)
+        if wide is not None:
             raise config_error(
-                "0.0.0.0/0 opens the Kubernetes API to the internet",
-                allowed="specific CIDRs such as your office or VPN range (e.g. 203.0.113.0/24)",
+                f"{wide} opens the Kubernetes API to the internet",
+                allowed=f"specific CIDRs, /{WIDEST_ALLOWLIST_PREFIX} or longer, such as your office or VPN range "
+                "(e.g. 203.0.113.0/24)",
                 fix="list only the networks that run `pulumi up` or kubectl, or leave it empty for a private endpoint",
             )
         return cidrs
@@ -159,10 +184,13 @@ class ClusterSpec(Spec):
     @field_validator("deployer_cidrs")
     @classmethod
     def _no_open_deployer(cls, cidrs: tuple[IPv4Network, ...]) -> tuple[IPv4Network, ...]:
-        if any(c.prefixlen == 0 for c in cidrs):
+        wide = _too_wide(cidrs)
+        if wide is not None:
             raise config_error(
-                "0.0.0.0/0 admits every network to the Kubernetes API",
-                allowed="the runner's, VPN's or bastion's CIDR (e.g. 10.0.0.0/16 for runners inside the VPC)",
+                f"{wide} admits {'every network' if wide.prefixlen == 0 else 'networks of the internet'} to the "
+                "Kubernetes API",
+                allowed=f"the runner's, VPN's or bastion's CIDR, /{WIDEST_ALLOWLIST_PREFIX} or longer "
+                "(e.g. 10.0.0.0/16 for runners inside the VPC)",
                 fix="list only the networks that run `pulumi up` or kubectl",
             )
         return cidrs
@@ -527,8 +555,22 @@ class RouteSpec(Spec):
     large_if_prompt_tokens: int | None = Field(default=2000, ge=1)
     large_if_turns: int | None = Field(default=None, ge=1)
     large_if_keywords: tuple[str, ...] = ()
+    """Words or phrases that send a prompt to ``large`` (case-insensitive substring match)."""
     residency: Literal["any", "local"] = "any"
     """``local``: requests for this alias never leave the tier (never the hub), even at saturation."""
+
+    @field_validator("large_if_keywords")
+    @classmethod
+    def _no_blank_keyword(cls, keywords: tuple[str, ...]) -> tuple[str, ...]:
+        # An empty keyword is a substring of every prompt: every request would go to ``large``.
+        blank = next((i for i, k in enumerate(keywords) if not k.strip()), None)
+        if blank is not None:
+            raise config_error(
+                f"item {blank} is blank: it matches every prompt",
+                allowed="words or phrases with at least one non-space character",
+                fix="remove the blank keyword",
+            )
+        return keywords
 
 
 class GatewaySpec(Spec):

@@ -348,6 +348,7 @@ def common_checks(env: Environment) -> list[ConfigIssue]:
     hub_spec: HubSpec | None = getattr(env, "hub", None)
     hub = hub_spec is not None
     issues += hub_checks(env, hub_spec)
+    aliases = [r.alias for r in env.gateway.routes]
     for i, route in enumerate(env.gateway.routes):
         for key in ("small", "large"):
             target = getattr(route, key)
@@ -371,6 +372,16 @@ def common_checks(env: Environment) -> list[ConfigIssue]:
                         "name a served model" + did_you_mean(target, models),
                     )
                 )
+        if aliases.index(route.alias) < i:
+            # The rendered config is keyed by alias: the later route would silently replace the earlier one.
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.gateway.routes[{i}].alias",
+                    f"{route.alias!r}, also routes[{aliases.index(route.alias)}].alias",
+                    "an alias unique among gateway.routes",
+                    "rename one route, or merge the two",
+                )
+            )
         if route.alias in models:
             issues.append(
                 ConfigIssue(
@@ -380,6 +391,7 @@ def common_checks(env: Environment) -> list[ConfigIssue]:
                     "rename the alias",
                 )
             )
+    issues += gateway_key_checks(env)
     if env.gateway.enabled and env.models and not issues:
         issues += gateway_checks(env)
     if env.gateway.enabled and not env.gateway.api_keys:
@@ -389,6 +401,49 @@ def common_checks(env: Environment) -> list[ConfigIssue]:
                 "no keys",
                 "at least one {tenant, keySha256}",
                 'add a key: printf %s "$KEY" | sha256sum, or set gateway.enabled: false',
+            )
+        )
+    return issues
+
+
+def gateway_key_checks(env: Environment) -> list[ConfigIssue]:
+    """The gateway's own bounds and its keys: each key hash once, and the burst tenant apart from every tenant."""
+    issues: list[ConfigIssue] = []
+    gateway = env.gateway
+    if gateway.replicas > gateway.max_replicas:
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.gateway.replicas",
+                f"{gateway.replicas} (maxReplicas is {gateway.max_replicas})",
+                f"1 ≤ replicas ≤ maxReplicas ({gateway.max_replicas})",
+                "lower replicas or raise maxReplicas",
+            )
+        )
+    hashes = [k.key_sha256 for k in gateway.api_keys]
+    for i, key in enumerate(gateway.api_keys):
+        first = hashes.index(key.key_sha256)
+        if first < i:
+            # The gateway looks a key up by its hash: one key would act as two tenants, with one tenant's limits.
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.gateway.apiKeys[{i}].keySha256",
+                    f"the hash of apiKeys[{first}] (tenant {gateway.api_keys[first].tenant!r}) again, for tenant "
+                    f"{key.tenant!r}",
+                    "one entry per key: each keySha256 once",
+                    'issue this tenant its own key (printf %s "$KEY" | sha256sum), or remove the duplicate entry',
+                )
+            )
+    burst = gateway.burst_tenant
+    hub_side = not isinstance(env, EdgeEnvironment)  # an edge site issues no burst key (stacks.tiers)
+    tenants = [k.tenant for k in gateway.api_keys]
+    if hub_side and gateway.enabled and burst.enabled and burst.tenant in tenants:
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.gateway.burstTenant.tenant",
+                f"{burst.tenant!r}, also the tenant of apiKeys[{tenants.index(burst.tenant)}]",
+                "a tenant no API key uses: burst traffic from other stacks shares nothing (cache, rate limits) "
+                "with a local tenant",
+                "rename burstTenant.tenant (default: burst), or set burstTenant.enabled: false",
             )
         )
     return issues
@@ -507,6 +562,15 @@ def cloud_checks(env: CloudEnvironment) -> list[ConfigIssue]:
                 f"{sys_pool.min_size} (maxSize is {sys_pool.max_size})",
                 f"1 ≤ minSize ≤ maxSize ({sys_pool.max_size})",
                 "lower minSize or raise maxSize",
+            )
+        )
+    if sys_pool.desired_size is not None and not sys_pool.min_size <= sys_pool.desired_size <= sys_pool.max_size:
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.systemPool.desiredSize",
+                str(sys_pool.desired_size),
+                f"between minSize ({sys_pool.min_size}) and maxSize ({sys_pool.max_size})",
+                "set desiredSize inside the bounds, or remove it (defaults to minSize)",
             )
         )
     for zone in zones:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -11,7 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from helpers import ROOT, config_errors
+from helpers import ROOT, config_errors, raw_environment
+from stacks.environment import load_environment
 
 SOURCE = "stacks/Pulumi.prod.yaml"
 
@@ -229,3 +231,66 @@ def test_image_repositories_keep_the_kits_images_once_each(repos: list[str], pro
     (line,) = config_errors(lambda e: e.setdefault("modelStore", {}).update(imageRepositories=repos))
     assert f"modelStore.imageRepositories: got {json.dumps(repos)} ({problem})" in line
     assert "fix: list each repository once and keep gateway and model-loader" in line
+
+
+@pytest.mark.parametrize("key", ["deployerCidrs", "endpointPublicAccessCidrs"])
+def test_the_internet_in_two_halves_is_refused_like_0_0_0_0_slash_0(key: str) -> None:
+    (line,) = config_errors(lambda e: e["cluster"].update({key: ["0.0.0.0/1", "128.0.0.0/1"]}))
+    assert f"cluster.{key}: got " in line and "(0.0.0.0/1 " in line and "the internet" in line
+    assert "/8 or longer" in line and "fix: list only the networks that run `pulumi up` or kubectl" in line
+
+
+def test_a_private_slash_8_deployer_network_is_accepted() -> None:
+    env = copy.deepcopy(raw_environment("prod"))
+    env["cluster"]["deployerCidrs"] = ["10.0.0.0/8"]
+    assert str(load_environment(env, SOURCE).cluster.deployer_cidrs[0]) == "10.0.0.0/8"  # type: ignore[union-attr]
+
+
+def test_a_number_is_not_read_as_a_host_address() -> None:
+    (line,) = config_errors(lambda e: e["cluster"].update(deployerCidrs=[123]))
+    assert "cluster.deployerCidrs[0]: got 123 (not a CIDR string)" in line
+    assert "fix: write the network address with its prefix length" in line
+
+
+def test_system_pool_desired_size_beyond_max() -> None:
+    (line,) = config_errors(lambda e: e["systemPool"].update(desiredSize=50))
+    assert "systemPool.desiredSize: got 50; allowed: between minSize (3) and maxSize (6)" in line
+    assert "fix: set desiredSize inside the bounds" in line
+
+
+def test_gateway_replicas_beyond_max_replicas() -> None:
+    (line,) = config_errors(lambda e: e["gateway"].update(replicas=50))
+    assert "gateway.replicas: got 50 (maxReplicas is " in line and "fix: lower replicas or raise maxReplicas" in line
+
+
+def test_one_key_hash_for_two_tenants_is_refused() -> None:
+    (line,) = config_errors(lambda e: e["gateway"]["apiKeys"].append(dict(e["gateway"]["apiKeys"][0], tenant="other")))
+    assert (
+        "gateway.apiKeys[1].keySha256: got the hash of apiKeys[0] (tenant 'team-a') again, for tenant 'other'" in line
+    )
+    assert "fix: issue this tenant its own key" in line
+
+
+def test_the_burst_tenant_may_not_be_a_local_tenant() -> None:
+    (line,) = config_errors(lambda e: e["gateway"].update(burstTenant={"tenant": "team-a"}))
+    assert "gateway.burstTenant.tenant: got 'team-a', also the tenant of apiKeys[0]" in line
+    assert "fix: rename burstTenant.tenant" in line
+
+
+def test_a_disabled_burst_tenant_may_share_a_name() -> None:
+    env = copy.deepcopy(raw_environment("prod"))
+    env["gateway"]["burstTenant"] = {"tenant": "team-a", "enabled": False}
+    load_environment(env, SOURCE)
+
+
+def test_a_route_alias_used_twice_is_refused() -> None:
+    (line,) = config_errors(lambda e: e["gateway"]["routes"].append(dict(e["gateway"]["routes"][0])))
+    assert "gateway.routes[1].alias: got 'chat', also routes[0].alias" in line
+    assert "fix: rename one route, or merge the two" in line
+
+
+@pytest.mark.parametrize("keyword", ["", "  "])
+def test_a_blank_keyword_would_send_every_prompt_to_large(keyword: str) -> None:
+    (line,) = config_errors(lambda e: e["gateway"]["routes"][0].update(largeIfKeywords=["prove", keyword]))
+    assert "gateway.routes[0].largeIfKeywords: got " in line and "(item 1 is blank: it matches every prompt)" in line
+    assert "fix: remove the blank keyword" in line
