@@ -15,7 +15,17 @@ from collections.abc import Mapping
 from ipaddress import IPv4Network
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
@@ -25,7 +35,84 @@ from components.catalog.instances import INSTANCES
 StrInput = Annotated[Any, "pulumi.Input[str]"]
 """A string or a ``pulumi.Output[str]``: pydantic cannot validate Outputs, so it passes them through."""
 
-DnsLabel = Annotated[str, Field(pattern=r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$")]
+PATTERN_HELP: dict[str, tuple[str, str]] = {}
+"""Each ``described`` pattern → (what it allows, how to fix a value that misses it): a config error says these
+instead of the regex (``stacks.environment``)."""
+
+
+def described(pattern: str, *, allowed: str, fix: str, **field: Any) -> Any:
+    """``Field(pattern=...)`` that also says, in words, what the pattern allows and how to write a matching value.
+
+    Every field (and every type) that uses the pattern gets the words in its config errors."""
+    PATTERN_HELP[pattern] = (allowed, fix)
+    return Field(pattern=pattern, description=allowed, json_schema_extra={"fix": fix}, **field)
+
+
+DnsLabel = Annotated[
+    str,
+    described(
+        r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$",
+        allowed="a DNS label: lowercase letters, digits and '-', starting with a letter, ending with a letter or "
+        "digit, at most 32 characters",
+        fix="e.g. llama-3b",
+    ),
+]
+KubernetesName = Annotated[
+    str,
+    described(
+        r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+        allowed="a Kubernetes object name (DNS subdomain): lowercase letters, digits, '-' and '.', starting and "
+        "ending with a letter or digit, at most 253 characters",
+        fix="e.g. gateway-tls",
+    ),
+]
+"""The name of a Secret or ConfigMap the stack reads (``gateway.tlsSecret``, ``hub.caConfigMap``)."""
+SecretConfigName = Annotated[
+    str,
+    described(
+        r"^[a-zA-Z][a-zA-Z0-9_.-]*$",
+        allowed="a config key name: a letter, then letters, digits, '_', '.' or '-'",
+        fix="e.g. kubeconfig (set it with pulumi config set --secret inferstack:kubeconfig)",
+    ),
+]
+"""The name of a secret Pulumi config value (``inferstack:<name>``)."""
+EndpointUrl = Annotated[
+    str,
+    described(
+        r"^https?://[^\s/]+(:\d+)?/?$",
+        allowed="an http(s) endpoint URL without a path",
+        fix="e.g. https://minio.storage.example:9000",
+    ),
+]
+BucketName = Annotated[
+    str,
+    described(
+        r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
+        allowed="an S3 bucket name: 3 to 63 lowercase letters, digits, '.' and '-', starting and ending with a "
+        "letter or digit",
+        fix="e.g. models",
+    ),
+]
+LABEL_NAME = r"[A-Za-z0-9]([-_.A-Za-z0-9]{0,61}[A-Za-z0-9])?"
+"""A label's name, and a non-empty label value: 1 to 63 characters (Kubernetes "Labels and Selectors")."""
+LabelKey = Annotated[
+    str,
+    described(
+        rf"^([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{LABEL_NAME}$",
+        allowed="a Kubernetes label key: an optional DNS-subdomain prefix and '/', then a name of 1 to 63 letters, "
+        "digits, '-', '_' and '.', starting and ending with a letter or digit",
+        fix="e.g. nvidia.com/gpu.product",
+    ),
+]
+LabelValue = Annotated[
+    str,
+    described(
+        rf"^({LABEL_NAME})?$",
+        allowed="a Kubernetes label value: empty, or 1 to 63 letters, digits, '-', '_' and '.', starting and "
+        "ending with a letter or digit",
+        fix="e.g. NVIDIA-H100-80GB-HBM3",
+    ),
+]
 
 
 def _openai_base_url(value: str) -> str:
@@ -153,17 +240,44 @@ ControlPlaneLog = Literal["api", "audit", "authenticator", "controllerManager", 
 class ClusterSpec(Spec):
     """The EKS control plane."""
 
-    kubernetes_version: str = Field(default="1.33", pattern=r"^1\.\d{2}$")
+    kubernetes_version: str = described(
+        r"^1\.\d{2}$", allowed="a Kubernetes minor version, 1.<minor>", fix="e.g. 1.33", default="1.33"
+    )
     endpoint_public_access_cidrs: tuple[Cidr, ...] = ()
     """Empty: the API endpoint is private only. A public endpoint needs an explicit allowlist."""
-    admin_role_arns: tuple[Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")], ...] = ()
+    admin_role_arns: tuple[
+        Annotated[
+            str,
+            described(
+                r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$",
+                allowed="an IAM role ARN: arn:aws:iam::<12-digit account>:role/<name>",
+                fix="e.g. arn:aws:iam::111122223333:role/platform-admins",
+            ),
+        ],
+        ...,
+    ] = ()
     """IAM roles given cluster-admin through access entries (API authentication mode)."""
     deployer_cidrs: tuple[Cidr, ...] = ()
     """Networks allowed to reach the private API endpoint on 443 (the runner, VPN or bastion that runs
     ``pulumi up``). The cluster security group admits only itself otherwise."""
-    deployer_security_group_ids: tuple[Annotated[str, Field(pattern=r"^sg-[0-9a-f]{8,17}$")], ...] = ()
+    deployer_security_group_ids: tuple[
+        Annotated[
+            str,
+            described(
+                r"^sg-[0-9a-f]{8,17}$",
+                allowed="a security group id: sg- and 8 to 17 lowercase hex digits",
+                fix="e.g. sg-0123456789abcdef0",
+            ),
+        ],
+        ...,
+    ] = ()
     """Security groups (e.g. a CI runner's) allowed to reach the private API endpoint on 443."""
-    ami_release_version: str | None = Field(default=None, pattern=r"^1\.\d{2}\.\d+-\d{8}$")
+    ami_release_version: str | None = described(
+        r"^1\.\d{2}\.\d+-\d{8}$",
+        allowed="an EKS AL2023 AMI release: <Kubernetes patch version>-<build date YYYYMMDD>",
+        fix="e.g. 1.33.5-20251120",
+        default=None,
+    )
     """Required: the EKS AL2023 AMI release every node runs (``1.33.5-20251120``: Kubernetes patch version
     and build date). Pinned so a node roll is a reviewed config change, never a side effect of ``up``."""
     log_types: tuple[ControlPlaneLog, ...] = ("api", "audit", "authenticator", "controllerManager", "scheduler")
@@ -231,7 +345,12 @@ class CapacitySpec(Spec):
 
     type: CapacityType = "on-demand"
     """``odcr``: an On-Demand Capacity Reservation; ``capacity-block``: EC2 Capacity Blocks for ML."""
-    reservation_id: str | None = Field(default=None, pattern=r"^cr-[0-9a-f]{8,17}$")
+    reservation_id: str | None = described(
+        r"^cr-[0-9a-f]{8,17}$",
+        allowed="a capacity reservation id: cr- and 8 to 17 lowercase hex digits",
+        fix="e.g. cr-0123456789abcdef0",
+        default=None,
+    )
     """The ``cr-…`` id; required for ``odcr`` and ``capacity-block``."""
     on_demand_fallback: bool = False
     """Karpenter pools with a reservation: launch on-demand when the reservation is full or not active.
@@ -323,9 +442,9 @@ class S3CompatibleStoreSpec(Spec):
     ``inferstack:modelStoreSecretAccessKey``, written to a Kubernetes Secret the loader reads.
     """
 
-    endpoint: str = Field(pattern=r"^https?://[^\s/]+(:\d+)?/?$")
+    endpoint: EndpointUrl
     """Required: the endpoint URL, e.g. ``https://minio.storage.example:9000``."""
-    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    bucket: BucketName
     """Required: checkpoints live under ``<model id>/hf``, engines under ``<model id>/trtllm/``, GGUF files
     under ``<model id>/gguf/``."""
     region: str = "us-east-1"
@@ -357,7 +476,9 @@ class AutoscalingSpec(Spec):
 class RemoteWriteSpec(Spec):
     """Forward metrics to another Prometheus (kube-prometheus-stack ``prometheus.prometheusSpec.remoteWrite``)."""
 
-    url: str = Field(pattern=r"^https?://[^\s]+$")
+    url: str = described(
+        r"^https?://[^\s]+$", allowed="an http(s) URL", fix="e.g. https://prometheus.dc1.example.com/api/v1/write"
+    )
     """Required: the receiver, e.g. the hub Prometheus's ``/api/v1/write`` (its remote-write receiver enabled)."""
 
 
@@ -387,7 +508,12 @@ class ModelDeploySpec(Spec):
     """Required: it names the Deployment/LeaderWorkerSet, its Service and the gateway's alias."""
     model: str
     """Required: the architecture, a catalog id such as ``meta-llama/Llama-3.1-8B-Instruct``."""
-    source: str | None = Field(default=None, pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")
+    source: str | None = described(
+        r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$",
+        allowed="an S3 URL: s3://<bucket>[/<prefix>]",
+        fix="e.g. s3://models/meta-llama/Llama-3.1-8B-Instruct",
+        default=None,
+    )
     """Where the weights are: ``s3://bucket/prefix``. Defaults to the stack's model store, prefix = ``model``."""
     engine: Literal["vllm", "triton", "llamacpp"]
     """Required: ``vllm`` (OpenAI server), ``triton`` (Triton + TensorRT-LLM) or ``llamacpp`` (llama.cpp's
@@ -397,7 +523,12 @@ class ModelDeploySpec(Spec):
     precision: Literal["fp8", "bf16", "fp16", "int4"] = "fp8"
     """vLLM and Triton: the weights' precision. ``int4`` on vLLM needs an AWQ or GPTQ checkpoint as ``source``.
     Not for ``llamacpp``: a GGUF file's ``quantization`` is its precision."""
-    quantization: str | None = Field(default=None, pattern=r"^[A-Z0-9_]{2,10}$")
+    quantization: str | None = described(
+        r"^[A-Z0-9_]{2,10}$",
+        allowed="a GGUF quantization type: 2 to 10 uppercase letters, digits and '_'",
+        fix="e.g. Q4_K_M",
+        default=None,
+    )
     """``llamacpp`` only: the GGUF quantization type served (llama.cpp's names, e.g. ``Q4_K_M``, ``Q8_0``,
     ``F16``); defaults to ``Q4_K_M`` for chat models and ``Q8_0`` for embedding models."""
     tensor_parallel: int | None = Field(default=None, ge=1, le=8)
@@ -433,9 +564,11 @@ class ModelDeploySpec(Spec):
         snake = {"".join("_" + c.lower() if c.isupper() else c for c in k): v for k, v in value.items()}
         try:
             return SpeculativeConfig.model_validate(snake)
-        except ValueError as err:
+        except ValidationError as err:
+            first = err.errors(include_url=False)[0]
+            key = ".".join(to_camel(str(p)) for p in first["loc"])
             raise config_error(
-                str(err).splitlines()[-1].strip() if "\n" in str(err) else str(err),
+                f"{key} {first['msg'].replace('Input should', 'should')}" if key else first["msg"],
                 allowed="method: eagle3|eagle|ngram|mtp|draft_model, numSpeculativeTokens: 1..16",
                 fix="see vLLM's speculative decoding docs",
             ) from None
@@ -462,7 +595,11 @@ class ApiKeySpec(Spec):
     """One gateway API key, stored only as its SHA-256 (``printf %s "$KEY" | sha256sum``)."""
 
     tenant: DnsLabel
-    key_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    key_sha256: str = described(
+        r"^[0-9a-f]{64}$",
+        allowed="the key's SHA-256: 64 lowercase hex digits",
+        fix='hash the key: printf %s "$KEY" | sha256sum',
+    )
     name: str | None = None
     requests_per_minute: int | None = Field(default=None, ge=1)
     tokens_per_minute: int | None = Field(default=None, ge=1)
@@ -479,10 +616,35 @@ class SpilloverSpec(Spec):
 
     spill_above_inflight: int | None = Field(default=None, ge=1)
     """Requests in flight to the local model (per gateway replica) at which new requests go to the hub."""
-    return_below_inflight: int | None = Field(default=None, ge=0)
+    return_below_inflight: int | None = Field(default=None, ge=1)
+    """At least 1: the gateway serves locally again under this count, and no count is under 0."""
     spill_above_ttft_ms: float | None = Field(default=None, gt=0)
     """Average time to first token of the local model (ms) at which new requests go to the hub."""
     return_below_ttft_ms: float | None = Field(default=None, gt=0)
+
+    @field_validator("return_below_inflight", "return_below_ttft_ms")
+    @classmethod
+    def _under_spill(cls, below: float | None, info: ValidationInfo) -> float | None:
+        """The gateway's own rule (``SpilloverConfig``), said with the stack file's keys: a return threshold at or
+        above its spill threshold makes the tier flap, and one without a spill threshold never applies."""
+        signal = "Inflight" if info.field_name == "return_below_inflight" else "TtftMs"
+        spill_field = "spill_above_inflight" if signal == "Inflight" else "spill_above_ttft_ms"
+        if below is None or spill_field not in info.data:  # a spill threshold that failed is reported on its own
+            return below
+        above = info.data[spill_field]
+        if above is None:
+            raise config_error(
+                f"returnBelow{signal} without spillAbove{signal}",
+                allowed=f"returnBelow{signal} together with spillAbove{signal}",
+                fix=f"set spillAbove{signal} too, or remove returnBelow{signal}",
+            )
+        if below >= above:
+            raise config_error(
+                f"not under spillAbove{signal} ({above}): the tier would flap between local and hub",
+                allowed=f"less than spillAbove{signal} (default: half of it)",
+                fix=f"lower returnBelow{signal}, or remove it",
+            )
+        return below
 
 
 class BurstTenantSpec(Spec):
@@ -502,18 +664,23 @@ class HubSpec(Spec):
     the secret ``burst_api_key``) or ``url`` with ``apiKeySecret`` (the name of a secret config value).
     """
 
-    stack: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+    stack: str | None = described(
+        r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$",
+        allowed="a stack reference: <organization>/<project>/<stack>",
+        fix="e.g. organization/inferstack/prod",
+        default=None,
+    )
     """``<organization>/<project>/<stack>`` of the hub."""
     url: OpenAiBaseUrl | None = None
     """The hub gateway's OpenAI base URL, including ``/v1``."""
-    api_key_secret: str | None = Field(default=None, pattern=r"^[a-zA-Z][a-zA-Z0-9_.-]*$")
+    api_key_secret: SecretConfigName | None = None
     """With ``url``: the secret config value holding the hub's key
     (``pulumi config set --secret inferstack:<name>``)."""
     model: str | None = None
     """The alias requested at the hub; empty: the alias the client asked for."""
     fallback: bool = True
     """Local models fail over to the hub (connect errors, 5xx, timeouts before the first byte)."""
-    ca_config_map: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+    ca_config_map: KubernetesName | None = None
     """A ConfigMap in the gateway's namespace holding the PEM certificate(s) of the private CA the hub's HTTPS
     certificate chains to (a hub serving ``gateway.tlsSecret``'s certificate of the site's own CA): the gateway then
     trusts that CA, and only it, for the hub. Unset: the system's trust store (a publicly trusted certificate, such
@@ -586,17 +753,25 @@ class GatewaySpec(Spec):
     load_balancer_port: int = Field(default=80, ge=1, le=65535)
     """Off AWS, with ``loadBalancer: internal``: the port the private load balancer listens on (plain TCP to the
     gateway). The edge tier's default is 8080 (``EdgeGatewaySpec``); the cloud's NLB serves TLS on 443 only."""
-    tls_certificate_arn: str | None = Field(
-        default=None, pattern=r"^arn:aws[a-z-]*:acm:[a-z]{2}(-[a-z]+)+-\d:\d{12}:certificate/[0-9a-f-]{36}$"
+    tls_certificate_arn: str | None = described(
+        r"^arn:aws[a-z-]*:acm:[a-z]{2}(-[a-z]+)+-\d:\d{12}:certificate/[0-9a-f-]{36}$",
+        allowed="an ACM certificate ARN: arn:aws:acm:<region>:<12-digit account>:certificate/<id>",
+        fix="e.g. arn:aws:acm:us-east-1:111122223333:certificate/00000000-0000-4000-8000-000000000000",
+        default=None,
     )
     """ACM certificate the load balancer terminates TLS with, on port 443. Required with ``loadBalancer``:
     API keys never cross the network in clear text."""
-    tls_secret: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+    tls_secret: KubernetesName | None = None
     """Off AWS: a ``kubernetes.io/tls`` Secret in the gateway's namespace (``tls.crt``, ``tls.key``; made beforehand,
     by cert-manager or ``kubectl create secret tls``). The gateway then serves HTTPS itself on every port (the
     private load balancer forwards TCP): API keys and prompts never cross the network in clear text. The cloud's
     NLB terminates TLS with ``tlsCertificateArn`` instead."""
-    embeddings_url: str | None = None
+    embeddings_url: str | None = described(
+        r"^https?://[^\s/]+(/[^\s]*)?$",
+        allowed="an http(s) URL: the OpenAI-compatible base, /v1 included",
+        fix="e.g. http://embeddings.serving:8000/v1",
+        default=None,
+    )
     """OpenAI-compatible ``/v1`` base URL for embeddings. Without it the semantic cache is off (exact only)."""
     semantic_max_distance: float = Field(default=0.1, ge=0, le=1)
     """Cosine distance for a semantic hit. Strict: 0.2 serves "delete my password" for "reset my password"."""

@@ -95,12 +95,40 @@ def read_stack_config(stack: str, stacks_dir: Path) -> dict[str, Any]:
         problem = getattr(err, "problem", None) or "unparsable"
         issue = ConfigIssue(where, f"invalid YAML ({problem})", "a YAML mapping", "fix the indentation or syntax there")
         raise ConfigError(source, [issue]) from None
-    config = document.get("config") if isinstance(document, dict) else None
-    if not isinstance(config, dict):
+    if not isinstance(document, dict):
         raise ConfigError(
-            source, [ConfigIssue("config", "nothing", "a mapping of config keys", "add a `config:` section")]
+            source,
+            [
+                ConfigIssue(
+                    "(top level)",
+                    f"{_yaml_kind(document)}, not a mapping",
+                    "a mapping with a `config:` section",
+                    "start the file with `config:` and put `inferstack:environment:` under it",
+                )
+            ],
         )
+    config = document.get("config")
+    if not isinstance(config, dict):
+        got, fix = (
+            ("nothing", "add a `config:` section")
+            if config is None
+            else (f"{_yaml_kind(config)}, not a mapping", "write `inferstack:environment:` indented under `config:`")
+        )
+        raise ConfigError(source, [ConfigIssue("config", got, "a mapping of config keys", fix)])
     return config
+
+
+def _yaml_kind(value: Any) -> str:
+    """What a YAML node is, as a config error says it: ``a list``, ``the string 'hello'``, ``the number 5``."""
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return f"the string {value[:40]!r}"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    return f"a {type(value).__name__}"
 
 
 def _config_values(config: dict[str, Any]) -> tuple[dict[str, str], list[str]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
@@ -26,6 +26,7 @@ from components.onprem.specs import (
     OnpremModelStoreSpec,
 )
 from components.specs import (
+    PATTERN_HELP,
     CacheSpec,
     ClusterSpec,
     GatewaySpec,
@@ -38,10 +39,20 @@ from components.specs import (
     S3CompatibleStoreSpec,
     Spec,
     SystemPoolSpec,
+    described,
     did_you_mean,
 )
 
 CONFIG_KEY = "inferstack:environment"
+ImageRegistry = Annotated[
+    str,
+    described(
+        r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)*$",
+        allowed="a registry host[:port][/path] in lowercase",
+        fix="e.g. harbor.dc1.example.com/inferstack",
+    ),
+]
+"""Where the kit's images (``gateway``, ``model-loader``) are pushed."""
 HUB_TARGET = "hub"
 """What a route names as its ``large`` target to send complex prompts to the stack's hub."""
 
@@ -65,7 +76,9 @@ class CloudEnvironment(BaseEnvironment):
     """The cloud tier: everything one AWS stack provisions."""
 
     tier: Literal["cloud"]
-    region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
+    region: str = described(
+        r"^[a-z]{2}(-[a-z]+)+-\d$", allowed="an AWS region: <area>-<direction>-<n>", fix="e.g. us-east-1"
+    )
     """Required on the cloud tier: the AWS region everything lives in."""
     network: NetworkSpec
     cluster: ClusterSpec = ClusterSpec()
@@ -96,7 +109,7 @@ class OnpremEnvironment(BaseEnvironment):
     load_balancer: OnpremLoadBalancerSpec = OnpremLoadBalancerSpec()
     persistent_storage_class: str | None = None
     """StorageClass of Prometheus's and Redis's claims; empty: the cluster's default StorageClass."""
-    image_registry: str = Field(pattern=r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)*$")
+    image_registry: ImageRegistry
     """Required: where the kit's images (``gateway``, ``model-loader``) are pushed, e.g. ``harbor.dc1.example/ai``."""
     hub: HubSpec | None = None
     """The stack that takes this one's overflow (``gateway.burst``) and failover: usually the cloud ``prod``."""
@@ -124,7 +137,7 @@ class EdgeEnvironment(BaseEnvironment):
     """Required: the site's node(s); models name one as their ``pool``. The plan refuses pods that don't fit."""
     model_store: S3CompatibleStoreSpec
     """Required: where the GGUF files come from (the hub's MinIO, a site NAS): ``<model id>/gguf/<file>``."""
-    image_registry: str = Field(pattern=r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)*$")
+    image_registry: ImageRegistry
     """Required: where the kit's images (``gateway``, ``model-loader``) are pushed."""
     hub: HubSpec | None = None
     """The on-prem or cloud stack's gateway: complex prompts go there, and local models fall back to it."""
@@ -796,6 +809,7 @@ def _model_at(loc: tuple[int | str, ...], root: type[BaseModel]) -> type[BaseMod
 
 _TYPE_FIXES = {
     "int": ("a whole number", "write it without quotes or decimals, e.g. 2"),
+    "float": ("a number", "write it without quotes, e.g. 2.5"),
     "bool": ("true or false", "write true or false without quotes"),
     "string": ("a string", "quote the value"),
     "tuple": ("a list", "write a YAML list, e.g. [a, b]"),
@@ -808,9 +822,12 @@ _TYPE_FIXES = {
 
 def _issue_from_pydantic(error: Any, root: type[BaseModel]) -> ConfigIssue:
     loc = tuple(error["loc"])
-    path = _path(loc)
     kind = error["type"]
     received = _show(error.get("input")) if kind != "missing" else "nothing"
+    if loc[-1:] == ("[key]",):
+        # A mapping's key (``nodeSelector: {"a b": x}``): pydantic reports it at <mapping>.<key>.[key].
+        loc, received = loc[:-2], f"the key {received}"
+    path = _path(loc)
     ctx = error.get("ctx") or {}
     if kind == "inferstack":
         return ConfigIssue(path, f"{received} ({error['msg']})", ctx["allowed"], ctx["fix"])
@@ -831,14 +848,20 @@ def _issue_from_pydantic(error: Any, root: type[BaseModel]) -> ConfigIssue:
         expected = ctx.get("expected", "")
         return ConfigIssue(path, received, expected, "use one of the allowed values")
     if kind == "string_pattern_mismatch":
-        return ConfigIssue(
-            path, received, f"a value matching {ctx.get('pattern')}", "see the README's config reference"
-        )
+        allowed, fix = PATTERN_HELP.get(ctx.get("pattern", ""), (f"a value matching {ctx.get('pattern')}", ""))
+        return ConfigIssue(path, received, allowed, fix or "see the README's config reference")
     if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
-        return ConfigIssue(path, received, error["msg"].replace("Input should be ", ""), "change the number")
+        bound = error["msg"].replace("Input should be ", "")
+        return ConfigIssue(path, received, bound, f"use a number {bound}")
     if kind in ("too_short", "too_long"):
+        least = kind == "too_short"
+        count = ctx.get("min_length" if least else "max_length")
+        items = "item" if count == 1 else "items"
         return ConfigIssue(
-            path, received, error["msg"].replace("Input should have", "a list with"), "add or remove items"
+            path,
+            received,
+            f"{'at least' if least else 'at most'} {count} {items}",
+            "add items" if least else "remove items",
         )
     for prefix, (allowed, fix) in _TYPE_FIXES.items():
         if kind.startswith(prefix):

@@ -146,6 +146,11 @@ ONPREM = TierPlugin(
         Unsupported("gpuPools[].rootVolumeGib", "the servers' disks are yours", "remove `rootVolumeGib`"),
         Unsupported("cache.kind", "ElastiCache is AWS-only", "use `kind: in-cluster`", value="elasticache"),
         Unsupported("cache.nodeType", "ElastiCache is AWS-only", "remove it; size with cache.memoryGib"),
+        Unsupported(
+            "cache.replicas",
+            "ElastiCache's node count; the in-cluster Redis runs one replica",
+            "remove it; size with cache.memoryGib",
+        ),
         Unsupported("modelStore.imageRepositories", "ECR is AWS-only", "push images to your own registry"),
         Unsupported("modelStore.forceDestroy", "the kit creates no bucket on-prem", "remove it"),
         Unsupported("modelStore.protect", "the kit creates no bucket on-prem", "remove it"),
@@ -216,6 +221,11 @@ EDGE = TierPlugin(
         ),
         Unsupported("cache.kind", "ElastiCache is AWS-only", "use `kind: in-cluster`", value="elasticache"),
         Unsupported("cache.nodeType", "ElastiCache is AWS-only", "remove it; size with cache.memoryGib"),
+        Unsupported(
+            "cache.replicas",
+            "ElastiCache's node count; the in-cluster Redis runs one replica",
+            "remove it; size with cache.memoryGib",
+        ),
         Unsupported("modelStore.imageRepositories", "ECR is AWS-only", "push images to your own registry"),
         Unsupported("modelStore.forceDestroy", "the kit creates no bucket at the edge", "remove it"),
         Unsupported("modelStore.protect", "the kit creates no bucket at the edge", "remove it"),

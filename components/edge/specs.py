@@ -11,7 +11,17 @@ from dataclasses import dataclass
 from pydantic import Field, field_validator
 
 from components.catalog.instances import EDGE_GPUS, GPUS, GpuSpec
-from components.specs import DnsLabel, GatewaySpec, ObservabilitySpec, Spec, config_error, did_you_mean
+from components.specs import (
+    DnsLabel,
+    GatewaySpec,
+    LabelKey,
+    LabelValue,
+    ObservabilitySpec,
+    SecretConfigName,
+    Spec,
+    config_error,
+    did_you_mean,
+)
 
 K3S_STORAGE_CLASS = "local-path"
 """k3s's packaged local-path provisioner (``rancher.io/local-path``, WaitForFirstConsumer, the default class;
@@ -24,6 +34,10 @@ K3S_TRAEFIK_PORTS = (80, 443)
 LoadBalancer Service that uses ports 80 and 443" and ServiceLB exposes them on every node, "meaning ports 80 and 443
 will not be usable for other HostPort or NodePort pods" (https://docs.k3s.io/networking/networking-services, the
 current k3s docs, which are not versioned)."""
+K3S_NODE_PORTS = {6443: "the k3s API server", 10250: "the kubelet"}
+"""Host ports every k3s server node holds whatever its flags ("Inbound Rules for K3s Nodes",
+https://docs.k3s.io/installation/requirements#networking): unlike Traefik's, no install option frees them, so a
+LoadBalancer port there stays pending for good."""
 EDGE_GATEWAY_PORT = 8080
 """The gateway's site port: one Traefik does not hold (the gateway's own container port as well)."""
 GPU_NODE_LABEL = "nvidia.com/gpu.present"
@@ -47,7 +61,7 @@ class EdgeNodeShape:
 class EdgeClusterSpec(Spec):
     """How the kit reaches the site's k3s. The kubeconfig is a Pulumi secret, never a file path."""
 
-    kubeconfig_secret: str = Field(default="kubeconfig", pattern=r"^[a-zA-Z][a-zA-Z0-9_.-]*$")
+    kubeconfig_secret: SecretConfigName = "kubeconfig"
     """Name of the secret config value holding the kubeconfig (``pulumi config set --secret inferstack:<name>``)."""
     context: str | None = None
     """Context inside that kubeconfig; defaults to its ``current-context``."""
@@ -72,7 +86,7 @@ class EdgeNodeSpec(Spec):
     """Cores k3s itself takes (server, kubelet, containerd, CoreDNS, metrics-server, local-path, servicelb)."""
     reserved_memory_gib: float = Field(default=2.0, ge=0)
     """Memory k3s and the OS take."""
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     """Labels that pick this node when the site has several, e.g. ``kubernetes.io/hostname: edge-1``."""
 
     @field_validator("gpu")
@@ -141,4 +155,16 @@ class EdgeGatewaySpec(GatewaySpec):
     (klipper-lb) serves a LoadBalancer port by binding it as a host port on the nodes, and "If there are no free
     host ports, the service load balancer will stay in pending" (github.com/k3s-io/klipper-lb README, 1b4b8a2): with
     Traefik on (k3s's default, ``K3S_TRAEFIK_PORTS``) a Service on 80 never gets an address and ``pulumi up``
-    waits for it. 80 works on a k3s started with ``--disable=traefik``."""
+    waits for it. 80 works on a k3s started with ``--disable=traefik``; ``K3S_NODE_PORTS`` never do."""
+
+    @field_validator("load_balancer_port")
+    @classmethod
+    def _not_k3s_own(cls, port: int) -> int:
+        if port in K3S_NODE_PORTS:
+            raise config_error(
+                f"a port k3s itself holds ({K3S_NODE_PORTS[port]})",
+                allowed=f"a free host port: not {', '.join(map(str, K3S_NODE_PORTS))}, and not 80 or 443 while "
+                "Traefik runs",
+                fix=f"use {EDGE_GATEWAY_PORT} (the default)",
+            )
+        return port

@@ -6,25 +6,36 @@ the on-prem components read them. Sources for each fact are cited where it is us
 
 from __future__ import annotations
 
-from ipaddress import IPv4Network
+from ipaddress import IPv4Address, IPv4Network
 from typing import Literal
 
 from pydantic import Field, field_validator
 
 from components.catalog.instances import GPUS, GpuSpec, InstanceSpec
-from components.specs import DnsLabel, S3CompatibleStoreSpec, Spec, catalog_member
-
-LabelKey = str
+from components.specs import (
+    BucketName,
+    Cidr,
+    DnsLabel,
+    EndpointUrl,
+    LabelKey,
+    LabelValue,
+    S3CompatibleStoreSpec,
+    SecretConfigName,
+    Spec,
+    catalog_member,
+    config_error,
+    described,
+)
 
 
 class OnpremClusterSpec(Spec):
     """How the kit reaches the existing cluster. The kubeconfig itself is a Pulumi secret, never a file path."""
 
-    kubeconfig_secret: str = Field(default="kubeconfig", pattern=r"^[a-zA-Z][a-zA-Z0-9_.-]*$")
+    kubeconfig_secret: SecretConfigName = "kubeconfig"
     """Name of the secret config value holding the kubeconfig (``pulumi config set --secret inferstack:<name>``)."""
     context: str | None = None
     """Context inside that kubeconfig; defaults to its ``current-context``."""
-    system_node_selector: dict[str, str] = Field(default_factory=dict)
+    system_node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     """Labels of the CPU nodes that run controllers, the gateway, the cache and observability; ``{}``: any
     node without the GPU taint."""
 
@@ -41,7 +52,7 @@ class OnpremGpuPoolSpec(Spec):
     """Required: how many servers the pool has. Fixed: replicas x GPUs per replica never exceed it."""
     host_memory_gib: int = Field(default=2048, ge=16)
     """RAM per server (an HGX H100/H200 server typically has 2 TiB)."""
-    node_selector: dict[LabelKey, str] = Field(min_length=1)
+    node_selector: dict[LabelKey, LabelValue] = Field(min_length=1)
     """Required: labels that pick the pool's servers, e.g. ``nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3``
     (GPU Feature Discovery's product label) or an admin label."""
     local_volumes_per_node: int | None = Field(default=None, ge=1)
@@ -111,7 +122,7 @@ class SecondaryNetworkSpec(Spec):
     kind: Literal["ipoib", "host-device"] = "ipoib"
     master: str | None = None
     """IPoIB parent interface on the hosts (e.g. ``ibs3f1``); required for ``ipoib``."""
-    subnet: str = Field(pattern=r"^\d+\.\d+\.\d+\.\d+/\d+$")
+    subnet: str = described(r"^\d+\.\d+\.\d+\.\d+/\d+$", allowed="an IPv4 CIDR: a.b.c.d/n", fix="e.g. 192.168.100.0/24")
     """Required: the IP pool's subnet (nv-ipam)."""
     gateway: str | None = None
     per_node_block_size: int = Field(default=64, ge=2)
@@ -130,7 +141,12 @@ class FabricSpec(Spec):
     topology_label: LabelKey = "fabric.topograph.run/tier-0"
     """Node label naming the leaf switch (or rail) a server hangs off: a multi-node group stays within one value
     (LeaderWorkerSet exclusive topology). Default: NVIDIA topograph v1's leaf label."""
-    rdma_resource_name: str = Field(default="rdma_shared_device_a", pattern=r"^[a-zA-Z0-9_.-]{1,63}$")
+    rdma_resource_name: str = described(
+        r"^[a-zA-Z0-9_.-]{1,63}$",
+        allowed="1 to 63 letters, digits, '_', '.' and '-'",
+        fix="e.g. rdma_shared_device_a",
+        default="rdma_shared_device_a",
+    )
     """The RDMA shared device plugin's resource (requested as ``rdma/<name>``)."""
     rdma_hca_max: int = Field(default=63, ge=1)
     """Pods that may share one HCA through the shared plugin (it gives no isolation and no bandwidth split)."""
@@ -146,7 +162,7 @@ class FabricSpec(Spec):
 class LocalStorageSpec(Spec):
     """Local NVMe through sig-storage's local static provisioner: one PV per mount under ``hostDir``."""
 
-    host_dir: str = Field(default="/mnt/fast-disks", pattern=r"^/")
+    host_dir: str = described(r"^/", allowed="an absolute path", fix="e.g. /mnt/fast-disks", default="/mnt/fast-disks")
     storage_class: DnsLabel = "local-nvme"
     model_cache_gib: int = Field(default=800, ge=10)
     """The smallest local volume a serving pod accepts for its model cache."""
@@ -157,13 +173,19 @@ class OnpremModelStoreSpec(Spec):
     the model loader reads, or a pre-filled volume (NFS, CephFS) the pods copy checkpoints from."""
 
     kind: Literal["s3", "volume"] = "s3"
-    endpoint: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(:\d+)?/?$")
+    endpoint: EndpointUrl | None = None
     """``s3``: the endpoint URL, e.g. ``https://minio.storage.example:9000``."""
-    bucket: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    bucket: BucketName | None = None
     """``s3``: checkpoints under ``<model id>/hf``, engines under ``<model id>/trtllm/``."""
     region: str = "us-east-1"
     """``s3``: the signing region the endpoint expects (MinIO's default is us-east-1)."""
-    claim_name: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    claim_name: str | None = described(
+        r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+        allowed="a PersistentVolumeClaim name: lowercase letters, digits and '-', starting and ending with a letter "
+        "or digit, at most 63 characters",
+        fix="e.g. model-weights",
+        default=None,
+    )
     """``volume``: a ReadOnlyMany PersistentVolumeClaim in the serving namespace holding ``<model id>/hf/``
     checkpoints (vLLM models only: a Triton engine build uploads its engine to an S3 store)."""
 
@@ -178,6 +200,26 @@ class MetalLbSpec(Spec):
     addresses: tuple[str, ...] = Field(min_length=1)
     """Required: CIDRs or ``a.b.c.d-a.b.c.e`` ranges on the servers' L2 segment."""
 
+    @field_validator("addresses")
+    @classmethod
+    def _cidrs_or_ranges(cls, addresses: tuple[str, ...]) -> tuple[str, ...]:
+        # MetalLB's IPAddressPool takes exactly these two forms; anything else deploys and the pool rejects it.
+        for i, entry in enumerate(addresses):
+            first, dash, last = entry.partition("-")
+            try:
+                if not dash:
+                    IPv4Network(entry, strict=False)
+                elif IPv4Address(first.strip()) > IPv4Address(last.strip()):
+                    raise ValueError
+            except ValueError:
+                raise config_error(
+                    f"item {i}, {entry!r}, is neither a CIDR nor an ascending a-b range",
+                    allowed="IPv4 CIDRs (10.40.8.240/28) or ranges first-last with first <= last "
+                    "(10.40.8.240-10.40.8.250)",
+                    fix="write each entry as a CIDR or an ascending range",
+                ) from None
+        return addresses
+
 
 class OnpremLoadBalancerSpec(Spec):
     """What gives the gateway's ``LoadBalancer`` Service its address."""
@@ -187,7 +229,7 @@ class OnpremLoadBalancerSpec(Spec):
     metallb: MetalLbSpec | None = None
     load_balancer_class: str | None = None
     """``existing``: the ``spec.loadBalancerClass`` your load balancer serves; empty: the cluster default."""
-    source_ranges: tuple[IPv4Network, ...] = (
+    source_ranges: tuple[Cidr, ...] = (
         IPv4Network("10.0.0.0/8"),
         IPv4Network("172.16.0.0/12"),
         IPv4Network("192.168.0.0/16"),

@@ -131,3 +131,19 @@ def test_a_hub_url_without_v1_is_refused_with_the_url_to_write() -> None:
     assert "inferstack:environment.hub.url: got 'https://gateway.dc1.example.com' (not an OpenAI base URL ending in " \
            "/v1)" in line  # fmt: skip
     assert "fix: write 'https://gateway.dc1.example.com/v1'" in line
+
+
+@pytest.mark.parametrize(("port", "holder"), [(6443, "the k3s API server"), (10250, "the kubelet")])
+def test_a_port_k3s_itself_holds_is_refused_for_the_gateway(port: int, holder: str) -> None:
+    # GIVEN a site port no k3s flag frees (unlike Traefik's 80 and 443, which --disable=traefik frees)
+    (line,) = errors(lambda e: e["gateway"].update(loadBalancerPort=port))
+    assert f"gateway.loadBalancerPort: got {port} (a port k3s itself holds ({holder}))" in line
+    assert "fix: use 8080 (the default)" in line
+
+
+def test_cache_replicas_is_refused_at_a_site_like_cache_node_type() -> None:
+    (line,) = errors(lambda e: e["cache"].update(replicas=3))
+    assert (
+        "cache.replicas: got 3 on tier edge (ElastiCache's node count; the in-cluster Redis runs one replica)" in line
+    )
+    assert "fix: remove it; size with cache.memoryGib" in line

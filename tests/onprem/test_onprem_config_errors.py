@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import sys
 from typing import Any
 
-from helpers import ROOT, config_errors
+import pytest
+
+from helpers import ROOT, config_errors, raw_environment
+from stacks.environment import load_environment
 
 SOURCE = "stacks/Pulumi.onprem.yaml"
 
@@ -114,3 +118,62 @@ def test_a_triton_model_on_a_volume_store() -> None:
     lines = errors(lambda e: e.update(modelStore={"kind": "volume", "claimName": "models-nfs"}))
     assert any("models[1].engine: got 'triton' with modelStore.kind 'volume'" in line for line in lines)
     assert all("models[0]" not in line for line in lines)  # the vLLM models are fine there
+
+
+def test_cache_replicas_is_refused_on_prem_like_cache_node_type() -> None:
+    (line,) = errors(lambda e: e["cache"].update(replicas=3))
+    assert "cache.replicas: got 3 on tier onprem" in line and "fix: remove it; size with cache.memoryGib" in line
+
+
+@pytest.mark.parametrize(
+    ("address", "problem"),
+    [("garbage", "item 0, 'garbage', is neither"), ("10.40.8.250-10.40.8.240", "item 0, '10.40.8.250-10.40.8.240'")],
+)
+def test_metallb_addresses_are_cidrs_or_ascending_ranges(address: str, problem: str) -> None:
+    (line,) = errors(lambda e: e["loadBalancer"]["metallb"].update(addresses=[address]))
+    assert "loadBalancer.metallb.addresses: got " in line and problem in line
+    assert "fix: write each entry as a CIDR or an ascending range" in line
+
+
+@pytest.mark.parametrize("selector", [{"": "x"}, {"a b": "x"}, {"example.com/" + "a" * 64: "x"}])
+def test_a_node_selector_key_that_is_no_label_key(selector: dict[str, str]) -> None:
+    (key,) = selector
+    (line,) = errors(lambda e: e["gpuPools"][0].update(nodeSelector=selector))
+    assert f"gpuPools[0].nodeSelector: got the key {key!r}; allowed: a Kubernetes label key" in line
+    assert "fix: e.g. nvidia.com/gpu.product" in line
+
+
+def test_a_node_selector_value_that_is_no_label_value() -> None:
+    (line,) = errors(lambda e: e["gpuPools"][0].update(nodeSelector={"pool": "c d"}))
+    assert "gpuPools[0].nodeSelector.pool: got 'c d'; allowed: a Kubernetes label value" in line
+
+
+def test_label_keys_and_values_kubernetes_accepts_are_accepted() -> None:
+    env = copy.deepcopy(raw_environment("onprem"))
+    env["gpuPools"][0]["nodeSelector"] = {"example.com/a-b_c.D": "A.b-c_9", "plain": ""}
+    load_environment(env, SOURCE)
+
+
+def test_a_topology_label_that_is_no_label_key() -> None:
+    (line,) = errors(lambda e: e["fabric"].update(topologyLabel="not a label!"))
+    assert "fabric.topologyLabel: got 'not a label!'; allowed: a Kubernetes label key" in line
+
+
+@pytest.mark.parametrize(
+    ("burst", "key", "said"),
+    [
+        ({"spillAboveInflight": 4, "returnBelowInflight": 0}, "returnBelowInflight", "got 0; allowed: greater than"),
+        ({"spillAboveInflight": 4, "returnBelowInflight": 4}, "returnBelowInflight", "not under spillAboveInflight"),
+        ({"spillAboveTtftMs": 100, "returnBelowTtftMs": 500}, "returnBelowTtftMs", "not under spillAboveTtftMs"),
+        ({"spillAboveTtftMs": 100, "returnBelowInflight": 2}, "returnBelowInflight", "without spillAboveInflight"),
+    ],
+)
+def test_burst_thresholds_are_checked_under_their_own_keys(burst: dict[str, Any], key: str, said: str) -> None:
+    (line,) = errors(lambda e: e["gateway"].update(burst=burst))
+    assert f"gateway.burst.{key}: " in line and said in line
+    assert "return_below" not in line, "the gateway's snake_case internals stay out of the message"
+
+
+def test_an_embeddings_url_that_is_no_url() -> None:
+    (line,) = errors(lambda e: e["gateway"].update(embeddingsUrl="not a url"))
+    assert "gateway.embeddingsUrl: got 'not a url'; allowed: an http(s) URL" in line

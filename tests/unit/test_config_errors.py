@@ -294,3 +294,73 @@ def test_a_blank_keyword_would_send_every_prompt_to_large(keyword: str) -> None:
     (line,) = config_errors(lambda e: e["gateway"]["routes"][0].update(largeIfKeywords=["prove", keyword]))
     assert "gateway.routes[0].largeIfKeywords: got " in line and "(item 1 is blank: it matches every prompt)" in line
     assert "fix: remove the blank keyword" in line
+
+
+# --- messages: words, not regexes or pydantic's wording -------------------------------------------------------------
+
+
+def test_a_pattern_error_says_what_the_pattern_allows_and_gives_an_example() -> None:
+    (line,) = config_errors(lambda e: e["models"][0].update(name="Llama_3B"))
+    assert line.endswith(
+        "models[0].name: got 'Llama_3B'; allowed: a DNS label: lowercase letters, digits and '-', starting with a "
+        "letter, ending with a letter or digit, at most 32 characters; fix: e.g. llama-3b"
+    )
+
+
+@pytest.mark.parametrize(
+    ("edit", "allowed"),
+    [
+        (lambda e: e.update(region="US"), "an AWS region"),
+        (lambda e: e["cluster"].update(adminRoleArns=["arn:aws:iam::123:role/x"]), "an IAM role ARN"),
+        (lambda e: e["gateway"].update(tlsCertificateArn="not-an-arn"), "an ACM certificate ARN"),
+        (lambda e: e["gateway"]["apiKeys"][0].update(keySha256="abc"), "the key's SHA-256"),
+    ],
+)
+def test_no_pattern_error_prints_a_regex(edit: Any, allowed: str) -> None:
+    (line,) = config_errors(edit)
+    assert f"allowed: {allowed}" in line and "^" not in line and "see the README" not in line
+
+
+def test_every_described_pattern_names_an_example_or_a_command() -> None:
+    from components.specs import PATTERN_HELP
+
+    assert all(allowed and fix for allowed, fix in PATTERN_HELP.values())
+
+
+def test_a_list_too_short_is_said_in_words() -> None:
+    (line,) = config_errors(lambda e: e["gpuPools"].clear())
+    assert line.endswith("gpuPools: got []; allowed: at least 1 item; fix: add items")
+
+
+def test_a_number_that_is_text_names_the_type() -> None:
+    (line,) = config_errors(lambda e: e["models"][0]["slo"].update(ttftP99Ms="fast"))
+    assert "slo.ttftP99Ms: got 'fast'; allowed: a number; fix: write it without quotes" in line
+
+
+def test_a_speculative_config_error_names_the_key_without_pydantics_url() -> None:
+    (line,) = config_errors(
+        lambda e: e["models"][0].update(speculative={"method": "ngram", "numSpeculativeTokens": -3})
+    )
+    assert (
+        "models[0].speculative: got " in line and "(numSpeculativeTokens should be greater than or equal to 1)" in line
+    )
+    assert "errors.pydantic.dev" not in line and "Input should" not in line
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "got"),
+    [
+        ("- a\n- b\n", "(top level)", "got a list, not a mapping"),
+        ("hello\n", "(top level)", "got the string 'hello', not a mapping"),
+        ("config: [1, 2]\n", "config", "got a list, not a mapping"),
+    ],
+)
+def test_a_stack_file_of_the_wrong_shape_says_what_it_got(tmp_path: Path, text: str, path: str, got: str) -> None:
+    (tmp_path / "Pulumi.odd.yaml").write_text(text)
+    result = subprocess.run(
+        [sys.executable, "-m", "inferstack_cli.main", "plan", "--stack", "odd", "--stacks-dir", str(tmp_path)],
+        capture_output=True, text=True, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"{tmp_path}/Pulumi.odd.yaml: {path}: {got}; allowed: a mapping")
