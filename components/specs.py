@@ -63,7 +63,7 @@ KubernetesName = Annotated[
         r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
         allowed="a Kubernetes object name (DNS subdomain): lowercase letters, digits, '-' and '.', starting and "
         "ending with a letter or digit, at most 253 characters",
-        fix="e.g. gateway-tls",
+        fix="e.g. gateway-tls, hub-ca",
     ),
 ]
 """The name of a Secret or ConfigMap the stack reads (``gateway.tlsSecret``, ``hub.caConfigMap``)."""
@@ -82,6 +82,14 @@ EndpointUrl = Annotated[
         r"^https?://[^\s/]+(:\d+)?/?$",
         allowed="an http(s) endpoint URL without a path",
         fix="e.g. https://minio.storage.example:9000",
+    ),
+]
+OtlpEndpoint = Annotated[
+    str,
+    described(
+        r"^(https?://)?[A-Za-z0-9.-]+(:\d+)?/?$",
+        allowed="an OTLP/gRPC endpoint: host:port, optionally after http:// or https://",
+        fix="e.g. tempo-distributor.tracing:4317",
     ),
 ]
 BucketName = Annotated[
@@ -497,8 +505,19 @@ class ObservabilitySpec(Spec):
     scrape_interval_s: int = Field(default=15, ge=1, le=15)
     """At most 15 s, so a latency regression shows within one alert window."""
     storage_gib: int = Field(default=100, ge=10)
-    traces_endpoint: str | None = None
-    """Forward traces to this OTLP endpoint (Tempo, Jaeger, a vendor); spans always become metrics."""
+    traces_endpoint: OtlpEndpoint | None = None
+    """Forward traces to this OTLP/gRPC endpoint (Tempo, Jaeger, a vendor); spans always become metrics."""
+
+    @model_validator(mode="after")
+    def _retention_fits_the_disk(self) -> ObservabilitySpec:
+        if self.retention_size_gib is not None and self.retention_size_gib >= self.storage_gib:
+            raise config_error(
+                f"retentionSize {self.retention_size_gib} GiB on a {self.storage_gib} GiB volume: the disk fills "
+                "before size-based retention deletes anything, and Prometheus stops ingesting",
+                allowed="retentionSizeGib below storageGib (Prometheus's WAL and compaction need the rest)",
+                fix=f"set retentionSizeGib to about {max(1, self.storage_gib * 8 // 10)} or raise storageGib",
+            )
+        return self
 
 
 class ModelDeploySpec(Spec):

@@ -8,10 +8,11 @@ the stack file, the key path, the value received, what is allowed, and the fix.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from components.catalog.instances import INSTANCES
 from components.edge.specs import EdgeClusterSpec, EdgeGatewaySpec, EdgeNodeSpec, EdgeObservabilitySpec
@@ -39,6 +40,7 @@ from components.specs import (
     S3CompatibleStoreSpec,
     Spec,
     SystemPoolSpec,
+    config_error,
     described,
     did_you_mean,
 )
@@ -89,8 +91,31 @@ class CloudEnvironment(BaseEnvironment):
     tags: dict[str, str] = Field(default_factory=dict)
     """Extra tags on every AWS resource that takes tags."""
 
+    @field_validator("tags")
+    @classmethod
+    def _aws_tags(cls, tags: dict[str, str]) -> dict[str, str]:
+        # AWS's tag rules ("Tag naming limits and requirements", Tagging AWS resources): keys 1 to 128 characters,
+        # values up to 256, of letters, digits, spaces and _ . : / = + - @; the aws: prefix is AWS's own.
+        for key, value in tags.items():
+            if key.lower().startswith("aws:") or not _AWS_TAG.fullmatch(key) or len(key) > 128:
+                raise config_error(
+                    f"the tag key {key!r}",
+                    allowed="1 to 128 letters, digits, spaces and _ . : / = + - @, not starting with aws: (AWS's own)",
+                    fix="rename the tag, e.g. team: inference",
+                )
+            if len(value) > 256 or (value and not _AWS_TAG.fullmatch(value)):
+                raise config_error(
+                    f"the value of tag {key!r}",
+                    allowed="up to 256 letters, digits, spaces and _ . : / = + - @",
+                    fix="shorten it or drop the other characters",
+                )
+        return tags
+
     def pool(self, name: str) -> GpuPoolSpec:
         return next(p for p in self.gpu_pools if p.name == name)
+
+
+_AWS_TAG = re.compile(r"[\w .:/=+\-@]+")
 
 
 class OnpremEnvironment(BaseEnvironment):

@@ -364,3 +364,29 @@ def test_a_stack_file_of_the_wrong_shape_says_what_it_got(tmp_path: Path, text: 
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"{tmp_path}/Pulumi.odd.yaml: {path}: {got}; allowed: a mapping")
+
+
+def test_a_traces_endpoint_that_is_not_an_otlp_endpoint_is_refused() -> None:
+    (line,) = config_errors(lambda env: env.setdefault("observability", {}).update(tracesEndpoint="not a url"))
+    assert "observability.tracesEndpoint" in line and "host:port" in line
+
+
+def test_an_otlp_endpoint_with_or_without_a_scheme_is_accepted() -> None:
+    for endpoint in ("tempo-distributor.tracing:4317", "https://otlp.vendor.example:443"):
+        env = copy.deepcopy(raw_environment("prod"))
+        env.setdefault("observability", {})["tracesEndpoint"] = endpoint
+        assert load_environment(env, "stacks/Pulumi.prod.yaml").observability.traces_endpoint == endpoint
+
+
+def test_a_retention_size_that_the_volume_cannot_hold_is_refused() -> None:
+    # Prometheus deletes by size only past retentionSize: at or above the volume it fills the disk first
+    (line,) = config_errors(
+        lambda env: env.setdefault("observability", {}).update(retentionSizeGib=100, storageGib=100)
+    )
+    assert "inferstack:environment.observability" in line and "retentionSizeGib" in line and "about 80" in line
+
+
+@pytest.mark.parametrize(("tags", "what"), [({"aws:team": "a"}, "tag key 'aws:team'"), ({"team": "a\tb"}, "value")])
+def test_tags_aws_would_refuse_are_refused(tags: dict[str, str], what: str) -> None:
+    (line,) = config_errors(lambda env: env.update(tags=tags))
+    assert "inferstack:environment.tags" in line and what in line
