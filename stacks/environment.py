@@ -444,6 +444,30 @@ def common_checks(env: Environment) -> list[ConfigIssue]:
     return issues
 
 
+def _size_bounds(at: str, min_size: int, max_size: int, desired: int | None, *, floor: int) -> list[ConfigIssue]:
+    """A node group's sizes (``at`` is its key path): minSize ≤ maxSize, and desiredSize between them."""
+    issues = []
+    if min_size > max_size:
+        issues.append(
+            ConfigIssue(
+                f"{at}.minSize",
+                f"{min_size} (maxSize is {max_size})",
+                f"{floor} ≤ minSize ≤ maxSize ({max_size})",
+                "lower minSize or raise maxSize",
+            )
+        )
+    if desired is not None and not min_size <= desired <= max_size:
+        issues.append(
+            ConfigIssue(
+                f"{at}.desiredSize",
+                str(desired),
+                f"between minSize ({min_size}) and maxSize ({max_size})",
+                "set desiredSize inside the bounds, or remove it (defaults to minSize)",
+            )
+        )
+    return issues
+
+
 def gateway_key_checks(env: Environment) -> list[ConfigIssue]:
     """The gateway's own bounds and its keys: each key hash once, and the burst tenant apart from every tenant."""
     issues: list[ConfigIssue] = []
@@ -516,24 +540,7 @@ def cloud_checks(env: CloudEnvironment) -> list[ConfigIssue]:
                     "set the zone to one of the network's zones" + did_you_mean(pool.zone, list(zones)),
                 )
             )
-        if pool.min_size > pool.max_size:
-            issues.append(
-                ConfigIssue(
-                    f"{at}.minSize",
-                    f"{pool.min_size} (maxSize is {pool.max_size})",
-                    f"0 ≤ minSize ≤ maxSize ({pool.max_size})",
-                    "lower minSize or raise maxSize",
-                )
-            )
-        if pool.desired_size is not None and not pool.min_size <= pool.desired_size <= pool.max_size:
-            issues.append(
-                ConfigIssue(
-                    f"{at}.desiredSize",
-                    str(pool.desired_size),
-                    f"between minSize ({pool.min_size}) and maxSize ({pool.max_size})",
-                    "set desiredSize inside the bounds, or remove it (defaults to minSize)",
-                )
-            )
+        issues += _size_bounds(at, pool.min_size, pool.max_size, pool.desired_size, floor=0)
         if pool.capacity.reserved and not pool.capacity.reservation_id:
             issues.append(
                 ConfigIssue(
@@ -593,24 +600,9 @@ def cloud_checks(env: CloudEnvironment) -> list[ConfigIssue]:
             )
     issues += cluster_checks(env)
     sys_pool = env.system_pool
-    if sys_pool.min_size > sys_pool.max_size:
-        issues.append(
-            ConfigIssue(
-                f"{CONFIG_KEY}.systemPool.minSize",
-                f"{sys_pool.min_size} (maxSize is {sys_pool.max_size})",
-                f"1 ≤ minSize ≤ maxSize ({sys_pool.max_size})",
-                "lower minSize or raise maxSize",
-            )
-        )
-    if sys_pool.desired_size is not None and not sys_pool.min_size <= sys_pool.desired_size <= sys_pool.max_size:
-        issues.append(
-            ConfigIssue(
-                f"{CONFIG_KEY}.systemPool.desiredSize",
-                str(sys_pool.desired_size),
-                f"between minSize ({sys_pool.min_size}) and maxSize ({sys_pool.max_size})",
-                "set desiredSize inside the bounds, or remove it (defaults to minSize)",
-            )
-        )
+    issues += _size_bounds(
+        f"{CONFIG_KEY}.systemPool", sys_pool.min_size, sys_pool.max_size, sys_pool.desired_size, floor=1
+    )
     for zone in zones:
         if not zone.startswith(env.region):
             issues.append(

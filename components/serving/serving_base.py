@@ -63,27 +63,26 @@ class ServingBase(pulumi.ComponentResource):
                 },
                 opts=k8s_opts,
             )
-        k8s.scheduling.v1.PriorityClass(
-            PRIORITY_CLASS,
-            metadata={"name": PRIORITY_CLASS},
+        for priority_class, value, description in (
             # Above default workloads: a serving replica preempts batch work, never the reverse.
-            value=1_000_000,
-            global_default=False,
-            preemption_policy="PreemptLowerPriority",
-            description="LLM inference servers: latency-critical",
-            opts=k8s_opts,
-        )
-        k8s.scheduling.v1.PriorityClass(
-            GROUP_PRIORITY_CLASS,
-            metadata={"name": GROUP_PRIORITY_CLASS},
+            (PRIORITY_CLASS, 1_000_000, "LLM inference servers: latency-critical"),
             # Above the single-node replicas: a group's pod preempts the fewest of them on one node, and they come
             # back on the free GPUs elsewhere (the plan checks that the pool holds every replica).
-            value=1_000_100,
-            global_default=False,
-            preemption_policy="PreemptLowerPriority",
-            description="LLM inference groups spanning nodes: take whole nodes from single-node replicas",
-            opts=k8s_opts,
-        )
+            (
+                GROUP_PRIORITY_CLASS,
+                1_000_100,
+                "LLM inference groups spanning nodes: take whole nodes from single-node replicas",
+            ),
+        ):
+            k8s.scheduling.v1.PriorityClass(
+                priority_class,
+                metadata={"name": priority_class},
+                value=value,
+                global_default=False,
+                preemption_policy="PreemptLowerPriority",
+                description=description,
+                opts=k8s_opts,
+            )
         annotations = {"eks.amazonaws.com/role-arn": args.loader_role_arn} if args.loader_role_arn else {}
         for account in (MODEL_LOADER_SERVICE_ACCOUNT, ENGINE_BUILDER_SERVICE_ACCOUNT):
             k8s.core.v1.ServiceAccount(

@@ -3,6 +3,7 @@ bootstrap interface is one the pods have, and the DCGM exporter runs under the n
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import subprocess
@@ -13,9 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
-from helpers import config_errors
+from helpers import config_errors, plan_with, raw_environment
 from inferstack_cli import render
 from inferstack_cli.plan import Plan
+from stacks.environment import load_environment
 
 PlanOf = Callable[[str], Plan]
 
@@ -140,11 +142,6 @@ def test_nccls_bootstrap_interface_must_be_one_the_pods_have(interface: str, sec
             env["fabric"]["secondaryNetwork"] = {"kind": "ipoib", "master": "ibs3f1", "subnet": "192.168.100.0/22"}
 
     if not refused:
-        import copy
-
-        from helpers import raw_environment
-        from stacks.environment import load_environment
-
         env = copy.deepcopy(raw_environment("onprem"))
         edit(env)
         assert load_environment(env, "stacks/Pulumi.onprem.yaml").fabric.socket_interface == interface
@@ -159,8 +156,6 @@ def test_the_dcgm_exporter_runs_under_the_operators_nvidia_runtime(plan_of: Plan
     release = next(r for r in plan_of("onprem").of_type("kubernetes:helm.sh/v3:Release") if r.name == "dcgm-exporter")
     assert release.inputs["values"]["runtimeClassName"] == "nvidia"
     # AND with the host's own toolkit, the runtime set-up is the host's: no RuntimeClass is assumed
-    from helpers import plan_with
-
     plan = plan_with(tmp_path, "onprem", lambda env: env.setdefault("gpuOperator", {}).update(toolkit="host"))
     release = next(r for r in plan.of_type("kubernetes:helm.sh/v3:Release") if r.name == "dcgm-exporter")
     assert "runtimeClassName" not in release.inputs["values"]

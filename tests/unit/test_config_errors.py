@@ -18,6 +18,12 @@ from stacks.environment import load_environment
 SOURCE = "stacks/Pulumi.prod.yaml"
 
 
+def _plan(stacks_dir: Path, stack: str) -> subprocess.CompletedProcess[str]:
+    """`inferstack plan --stack <stack>` on a stack file in `stacks_dir`, as a user runs it."""
+    command = [sys.executable, "-m", "inferstack_cli.main", "plan", "--stack", stack, "--stacks-dir", str(stacks_dir)]
+    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
+
+
 def test_unknown_key_is_reported_with_a_did_you_mean() -> None:
     lines = config_errors(lambda e: e["network"].update(natGateway="single"))
     assert lines == [
@@ -103,13 +109,7 @@ def test_plan_exits_2_with_one_line_per_problem_and_no_traceback(tmp_path: Path)
     env["network"]["cidrr"] = "10.0.0.0/16"
     (tmp_path / "Pulumi.broken.yaml").write_text(yaml.safe_dump(document))
     # WHEN inferstack plan runs on it
-    result = subprocess.run(
-        [sys.executable, "-m", "inferstack_cli.main", "plan", "--stack", "broken", "--stacks-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
+    result = _plan(tmp_path, "broken")
     # THEN it exits 2, prints exactly one line per problem, and no traceback
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
@@ -120,10 +120,7 @@ def test_plan_exits_2_with_one_line_per_problem_and_no_traceback(tmp_path: Path)
 
 def test_invalid_yaml_is_one_line_naming_the_position(tmp_path: Path) -> None:
     (tmp_path / "Pulumi.bad.yaml").write_text("config:\n  inferstack:environment:\n    tier: cloud\n   region: x\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "inferstack_cli.main", "plan", "--stack", "bad", "--stacks-dir", str(tmp_path)],
-        capture_output=True, text=True, cwd=ROOT, check=False,
-    )  # fmt: skip
+    result = _plan(tmp_path, "bad")
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"{tmp_path}/Pulumi.bad.yaml: line 4, column 4: got invalid YAML")
@@ -357,10 +354,7 @@ def test_a_speculative_config_error_names_the_key_without_pydantics_url() -> Non
 )
 def test_a_stack_file_of_the_wrong_shape_says_what_it_got(tmp_path: Path, text: str, path: str, got: str) -> None:
     (tmp_path / "Pulumi.odd.yaml").write_text(text)
-    result = subprocess.run(
-        [sys.executable, "-m", "inferstack_cli.main", "plan", "--stack", "odd", "--stacks-dir", str(tmp_path)],
-        capture_output=True, text=True, cwd=ROOT, check=False,
-    )  # fmt: skip
+    result = _plan(tmp_path, "odd")
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"{tmp_path}/Pulumi.odd.yaml: {path}: {got}; allowed: a mapping")
