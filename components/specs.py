@@ -179,6 +179,11 @@ def config_error(message: str, *, allowed: str, fix: str) -> PydanticCustomError
     return PydanticCustomError("inferstack", message, {"allowed": allowed, "fix": fix})
 
 
+def _repeated(items: tuple[str, ...]) -> list[str]:
+    """The values ``items`` lists more than once, sorted."""
+    return sorted({item for item in items if items.count(item) > 1})
+
+
 def did_you_mean(value: str, choices: list[str]) -> str:
     close = difflib.get_close_matches(value, choices, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -232,7 +237,7 @@ class NetworkSpec(Spec):
     @field_validator("availability_zones")
     @classmethod
     def _two_or_three_zones(cls, zones: tuple[str, ...]) -> tuple[str, ...]:
-        repeated = sorted({z for z in zones if zones.count(z) > 1})
+        repeated = _repeated(zones)
         if repeated or not 2 <= len(zones) <= 3:
             raise config_error(
                 f"{repeated[0]!r} listed twice" if repeated else f"{len(zones)} zones",
@@ -433,7 +438,7 @@ class ModelStoreSpec(Spec):
     @classmethod
     def _kit_images_once(cls, repos: tuple[str, ...]) -> tuple[str, ...]:
         missing = [r for r in KIT_IMAGES if r not in repos]
-        repeated = sorted({r for r in repos if repos.count(r) > 1})
+        repeated = _repeated(repos)
         if missing or repeated:
             raise config_error(
                 f"{missing[0]!r} missing" if missing else f"{repeated[0]!r} listed twice",
