@@ -136,6 +136,29 @@ def test_above_the_threshold_the_overflow_grows_with_load_and_returns_after(
     assert changes < remote / 2, (changes, remote)
 
 
+def test_a_slow_first_token_behind_an_early_role_event_spills_on_ttft(
+    gateway: Any, upstreams: Any, tmp_path: Path
+) -> None:
+    # GIVEN a local server that opens each stream with a role-only event at once and sends its first token 300 ms
+    # later (as Triton's OpenAI frontend does), in a tier that spills above a 150 ms TTFT average
+    local, hub = upstreams("local", ttft_s=0.3, role_first=True), upstreams("hub")
+    gw = gateway(None, **hybrid(local, hub.base, tmp_path / "hub-key", spill_above_ttft_ms=150))
+    client = gw.client()
+
+    def stream() -> str:
+        chunks = client.chat.completions.create(
+            model="plain", messages=[{"role": "user", "content": "hi"}], temperature=1, stream=True
+        )
+        return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+    # WHEN streams are sent one after another
+    served = [stream().split("#")[0] for _ in range(8)]
+    # THEN the average follows the first token, not the role event: after a few local answers the tier spills
+    assert served[:2] == ["local", "local"] and "hub" in served, served
+    assert gw.app.upstreams["local"].ttft_ewma_s >= 0.15
+    assert gw.metric("inferstack_gateway_spilling", tier="small") == 1
+
+
 @pytest.mark.parametrize("marked", ["key", "model"])
 def test_a_residency_local_request_never_reaches_the_remote_even_at_saturation(
     gateway: Any, upstreams: Any, tmp_path: Path, marked: str

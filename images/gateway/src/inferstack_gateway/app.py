@@ -760,10 +760,11 @@ class Gateway:
             opened.upstream.error("broken_stream")
         finally:
             response.close()
+            ended = time.perf_counter()
             metrics = self._model_metrics[request.model, exchange.upstream_kind]
             upstream_ttft = self.metrics.upstream_ttft
             self._defer(lambda: _observe_stream(*metrics, exchange.started, arrivals))
-            self._defer(lambda: _observe_first_output(upstream_ttft, opened.upstream.name, sent, chunks, arrivals))
+            self._defer(lambda: _observe_first_output(upstream_ttft, opened, sent, chunks, arrivals, ended))
         if error is None and not _ends_with_done(chunks):
             error = "The upstream ended the stream without [DONE]."
             opened.upstream.error("truncated_stream")
@@ -882,11 +883,16 @@ def _observe_stream(ttft: Any, itl: Any, started: float, arrivals: list[float]) 
 
 
 def _observe_first_output(
-    histogram: Any, upstream: str, sent: float, chunks: list[bytes], arrivals: list[float]
+    histogram: Any, opened: Opened, sent: float, chunks: list[bytes], arrivals: list[float], ended: float
 ) -> None:
+    """The upstream's TTFT: into its histogram (from `sent`, failover included) and into its own moving average, the
+    spillover's signal (from the request to this upstream). A stream that ended with no output at all counts, in the
+    average, as having taken until its end: a server that opens streams and then stalls is slow, not fast."""
     index = sse.first_output(chunks)
     if index is not None:
-        histogram.labels(upstream).observe(arrivals[index] - sent)
+        histogram.labels(opened.upstream.name).observe(arrivals[index] - sent)
+    first = ended if index is None else arrivals[index]
+    opened.upstream.observe_ttft(opened.first_s + first - arrivals[0])
 
 
 def _consume_exception(task: asyncio.Task[Any]) -> None:

@@ -250,8 +250,9 @@ class SpilloverConfig(_Frozen):
     return_below_inflight: int | None = Field(default=None, ge=1)
     """In-flight count under which the tier serves locally again. Default: half of spill_above_inflight (at least 1)."""
     spill_above_ttft_ms: PositiveMs | None = None
-    """Moving average (EWMA, weight 0.2) of the local upstreams' time to the first streamed event at which the tier
-    starts to spill. While spilling, an idle local upstream still gets a request, so the average keeps moving."""
+    """Moving average (EWMA, weight 0.2) of the local upstreams' time to the first streamed event with output (text,
+    a tool call; not a role-only opening event), observed as each stream ends, at which the tier starts to spill.
+    While spilling, an idle local upstream still gets a request, so the average keeps moving."""
     return_below_ttft_ms: PositiveMs | None = None
     """TTFT average under which the tier serves locally again. Default: half of spill_above_ttft_ms."""
 

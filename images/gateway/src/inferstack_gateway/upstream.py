@@ -82,7 +82,8 @@ class Upstream:
         self.inflight = 0
         """Requests this replica has sent and not finished (streams until their end): the spillover signal."""
         self.ttft_ewma_s = 0.0
-        """Moving average of the time to the first streamed event (weight TTFT_EWMA_WEIGHT)."""
+        """Moving average of streams' time to their first event with output (weight TTFT_EWMA_WEIGHT), observed when
+        each stream ends."""
         self.headers = {"content-type": "application/json"}
         token = _api_key(name, config)
         if token:
@@ -161,6 +162,8 @@ class Opened:
     """Streams: the first chunk. Otherwise: the whole body."""
     latency_s: float
     """Time to the response's headers. The caller puts it in `upstream.latency` once the answer is on its way."""
+    first_s: float
+    """Time from the request to this upstream to `first` in hand."""
 
 
 async def open_upstream(
@@ -259,9 +262,9 @@ async def open_upstream(
                 upstream.breaker.abandon()
             raise
         upstream.breaker.success()
-        if stream:
-            upstream.observe_ttft(loop.time() - started)
-        return Opened(upstream, response, response.status, first, latency)
+        # A stream's TTFT (the spillover's average) is its first event with output, which the caller observes once
+        # the stream has ended: the first event may carry only the role (Triton's OpenAI frontend sends it at once).
+        return Opened(upstream, response, response.status, first, latency, loop.time() - started)
     detail = "; ".join(failures) or "no upstream attempted"
     if timed_out and loop.time() >= deadline:
         raise GatewayError(
