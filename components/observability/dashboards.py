@@ -52,7 +52,8 @@ class GatewayMetrics:
     not cacheable (multi-turn, streaming opt-out), went upstream without a lookup."""
     MODEL_LABEL: Final = "model"
     TTFT_SECONDS: Final = "inferstack_gateway_ttft_seconds"
-    """Histogram, labels ``model`` and ``upstream_kind``: time to first byte of the answer as the client sees it."""
+    """Histogram, labels ``model`` and ``upstream_kind``: time to the answer's first token as the client sees it
+    (streams: the first event with output, not a role-only opening event)."""
     UPSTREAM_TTFT_SECONDS: Final = "inferstack_gateway_upstream_ttft_seconds"
     """Histogram, label ``upstream`` (the kit names each model's upstream after the model): streams only, from the
     request to the upstream to its first event that carries output. The TTFT of engines that export none."""

@@ -763,8 +763,10 @@ class Gateway:
             ended = time.perf_counter()
             metrics = self._model_metrics[request.model, exchange.upstream_kind]
             upstream_ttft = self.metrics.upstream_ttft
-            self._defer(lambda: _observe_stream(*metrics, exchange.started, arrivals))
-            self._defer(lambda: _observe_first_output(upstream_ttft, opened, sent, chunks, arrivals, ended))
+            started = exchange.started
+            self._defer(
+                lambda: _observe_stream(*metrics, upstream_ttft, opened, started, sent, chunks, arrivals, ended)
+            )
         if error is None and not _ends_with_done(chunks):
             error = "The upstream ended the stream without [DONE]."
             opened.upstream.error("truncated_stream")
@@ -876,23 +878,32 @@ async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any], excha
     return True
 
 
-def _observe_stream(ttft: Any, itl: Any, started: float, arrivals: list[float]) -> None:
-    ttft.observe(arrivals[0] - started)
-    for previous, now in itertools.pairwise(arrivals):
-        itl.observe(now - previous)
-
-
-def _observe_first_output(
-    histogram: Any, opened: Opened, sent: float, chunks: list[bytes], arrivals: list[float], ended: float
+def _observe_stream(
+    ttft: Any,
+    itl: Any,
+    upstream_ttft: Any,
+    opened: Opened,
+    started: float,
+    sent: float,
+    chunks: list[bytes],
+    arrivals: list[float],
+    ended: float,
 ) -> None:
-    """The upstream's TTFT: into its histogram (from `sent`, failover included) and into its own moving average, the
-    spillover's signal (from the request to this upstream). A stream that ended with no output at all counts, in the
-    average, as having taken until its end: a server that opens streams and then stalls is slow, not fast."""
+    """A relayed stream's histograms and its upstream's TTFT average, after the response.
+
+    TTFT is to the first event with output, not the first byte: Triton's OpenAI frontend opens every stream with a
+    role-only event before the model has run. `ttft` is from the request's arrival (the client's view), `upstream_ttft`
+    from `sent` (the request to the tier's upstreams, failover included), and the average (the spillover's signal)
+    from the request to this upstream. A stream that ended with no output counts, in the average, as having taken
+    until its end: a server that opens streams and then stalls is slow, not fast."""
     index = sse.first_output(chunks)
     if index is not None:
-        histogram.labels(opened.upstream.name).observe(arrivals[index] - sent)
+        ttft.observe(arrivals[index] - started)
+        upstream_ttft.labels(opened.upstream.name).observe(arrivals[index] - sent)
     first = ended if index is None else arrivals[index]
     opened.upstream.observe_ttft(opened.first_s + first - arrivals[0])
+    for previous, now in itertools.pairwise(arrivals):
+        itl.observe(now - previous)
 
 
 def _consume_exception(task: asyncio.Task[Any]) -> None:

@@ -67,7 +67,8 @@ class Metrics:
         )
         self.ttft = Histogram(
             "inferstack_gateway_ttft_seconds",
-            "Time to first byte of the answer, per model and upstream kind (local, remote, none)",
+            "Time to the answer's first token (streams: the first event with output), per model and upstream kind "
+            "(local, remote, none)",
             ["model", "upstream_kind"],
             buckets=_TTFT,
             registry=r,
