@@ -118,6 +118,7 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
                 cluster_name=cluster.cluster_name,
                 cluster_endpoint=cluster.cluster_endpoint,
                 cluster_security_group_id=cluster.cluster_security_group_id,
+                vpc_id=network.vpc_id,
                 region=env.region,
                 provider=provider,
                 pools=karpenter_pools,

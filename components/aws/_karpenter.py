@@ -50,6 +50,10 @@ class KarpenterGpuPool:
     Karpenter itself recommends against ``@latest`` in production (karpenter.sh docs, "Managing AMIs")."""
     efa: bool | None = None
     """Whether nodes carry EFA interfaces; defaults to the catalog (``spec.efa``)."""
+    efa_security_group_id: str | None = None
+    """The EFA pool's self-referencing security group (``components.aws.efa``), selected beside the cluster's
+    discovered groups. Without it EFA nodes carry only the EKS cluster security group, whose egress rule to
+    ``0.0.0.0/0`` does not cover EFA traffic."""
     capacity_label: str | None = None
     """Value of the ``inferstack.io/capacity`` node label; defaults to ``capacity_type``."""
     placement_group_name: str | None = None
@@ -65,6 +69,10 @@ class KarpenterGpuPool:
     """Nodes are replaced after 30 days (AMI and kernel updates), within the disruption budget."""
     disruption_budget_nodes: str = "1"
     """At most this many of the pool's nodes disrupted at once (a count or a percentage)."""
+
+    @property
+    def efa_enabled(self) -> bool:
+        return self.spec.efa if self.efa is None else self.efa
 
     def __post_init__(self) -> None:
         check_name("KarpenterGpuPool.name", self.name)
@@ -85,6 +93,8 @@ class KarpenterGpuPool:
 def karpenter_node_class(pool: KarpenterGpuPool) -> dict[str, Any]:
     """The EC2NodeClass: AMI, IAM role, network interfaces, placement, local NVMe and reservation."""
     discovery = [{"tags": {DISCOVERY_TAG: pool.cluster_name}}]
+    # Selector terms are ORed (EC2NodeClass securityGroupSelectorTerms): the cluster's groups plus the EFA group.
+    efa_group = [{"id": pool.efa_security_group_id}] if pool.efa_security_group_id is not None else []
     spec: dict[str, Any] = {
         # The al2023 alias resolves to the NVIDIA variant of the EKS AL2023 AMI for GPU instance types
         # (karpenter.sh docs, EC2NodeClass "amiSelectorTerms"). The stacks pin the version from
@@ -92,7 +102,7 @@ def karpenter_node_class(pool: KarpenterGpuPool) -> dict[str, Any]:
         "amiSelectorTerms": [{"alias": pool.ami_alias}],
         "role": pool.node_role_name,
         "subnetSelectorTerms": discovery,
-        "securityGroupSelectorTerms": discovery,
+        "securityGroupSelectorTerms": discovery + efa_group,
         # IMDSv2 only; hop limit 1 so pods never reach the node's credentials (they use Pod Identity).
         "metadataOptions": {
             "httpEndpoint": "enabled",
@@ -118,7 +128,7 @@ def karpenter_node_class(pool: KarpenterGpuPool) -> dict[str, Any]:
         # Karpenter stripes every instance-store disk into one RAID0 array for containerd and the kubelet,
         # the same layout nodeadm's localStorage RAID0 gives managed pools (EC2NodeClass instanceStorePolicy).
         spec["instanceStorePolicy"] = "RAID0"
-    layout = efa_interface_layout(pool.spec)
+    layout = efa_interface_layout(pool.spec) if pool.efa_enabled else []
     if layout:
         # The same rule as the managed launch template (components.aws.efa): card 0 / device 0 ENA, then one
         # efa-only interface per EFA card. networkInterfaces needs Karpenter >= 1.11.
@@ -196,5 +206,6 @@ def capacity_types(pool: KarpenterGpuPool) -> list[str]:
 
 def node_labels(pool: KarpenterGpuPool) -> dict[str, str]:
     """The GPU node labels of ``components.kube.labels``, the same a managed node group sets."""
-    efa = pool.spec.efa if pool.efa is None else pool.efa
-    return gpu_node_labels(pool.name, pool.spec, efa=efa, capacity=pool.capacity_label or pool.capacity_type)
+    return gpu_node_labels(
+        pool.name, pool.spec, efa=pool.efa_enabled, capacity=pool.capacity_label or pool.capacity_type
+    )

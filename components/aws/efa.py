@@ -10,7 +10,7 @@ device 1 carries an ``efa-only`` interface, and every other EFA-capable card get
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from components.catalog.instances import InstanceSpec
 
@@ -34,3 +34,18 @@ def efa_interface_layout(spec: InstanceSpec) -> list[Interface]:
     layout = [Interface(0, 0, "interface"), Interface(0, 1, "efa-only")]
     layout += [Interface(card, 0, "efa-only") for card in range(1, spec.efa_interfaces)]
     return layout
+
+
+def efa_security_group_rules() -> dict[str, list[dict[str, Any]]]:
+    """Inline rules of the security group every EFA node carries: all traffic from and to itself.
+
+    EC2 user guide, "Prepare an EFA-enabled security group": both directions must name the group itself.
+    EFA's SRD traffic carries no IP address, so an egress rule to ``0.0.0.0/0`` does not cover it (the EKS
+    cluster security group has only that): NCCL then fails with "Unresponsive receiver" (awslabs/
+    awsome-distributed-ai #546). The ``0.0.0.0/0`` egress keeps the node's ordinary outbound traffic.
+    """
+    every = {"protocol": "-1", "from_port": 0, "to_port": 0}
+    return {
+        "ingress": [{**every, "self": True}],
+        "egress": [{**every, "self": True}, {**every, "cidr_blocks": ["0.0.0.0/0"]}],
+    }

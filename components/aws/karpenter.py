@@ -17,6 +17,7 @@ import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from components.aws._karpenter import KarpenterGpuPool, karpenter_node_class, karpenter_node_pool
+from components.aws.efa import efa_security_group_rules
 from components.aws.iam import NODE_POLICIES, PodIdentityRole, PodIdentityRoleArgs, assume_role_policy
 from components.catalog.charts import CHARTS
 from components.kube.helm import release
@@ -225,6 +226,8 @@ class KarpenterArgs(Args):
     cluster_endpoint: StrInput
     cluster_security_group_id: StrInput
     """Tagged for discovery: Karpenter's EC2NodeClass selects node security groups by tag."""
+    vpc_id: StrInput
+    """Required: each EFA pool gets its own self-referencing security group in the cluster's VPC."""
     region: str
     provider: k8s.Provider
     pools: list[GpuPoolSpec]
@@ -336,6 +339,17 @@ class Karpenter(pulumi.ComponentResource):
             if pool.placement_group_enabled:
                 group = aws.ec2.PlacementGroup(f"{name}-{pool.name}", strategy="cluster", tags=args.tags, opts=child)
                 group_name = group.name
+            efa_group_id = None
+            if pool.efa_enabled:
+                # The same group a managed EFA pool gets (components.aws.efa): EFA drops traffic without it.
+                efa_group_id = aws.ec2.SecurityGroup(
+                    f"{name}-{pool.name}-efa",
+                    vpc_id=args.vpc_id,
+                    description=f"EFA traffic between {pool.name} nodes",
+                    **efa_security_group_rules(),
+                    tags={**args.tags, "Name": f"{name}-{pool.name}-efa"},
+                    opts=child,
+                ).id
             spec = KarpenterGpuPool(
                 name=pool.name,
                 spec=pool.spec,
@@ -348,6 +362,7 @@ class Karpenter(pulumi.ComponentResource):
                 capacity_block=pool.capacity.type == "capacity-block",
                 ami_alias=args.ami_alias,
                 efa=pool.efa_enabled,
+                efa_security_group_id="EFA_SECURITY_GROUP" if efa_group_id is not None else None,
                 capacity_label=pool.capacity.type,
                 placement_group_name="PLACEMENT_GROUP" if group_name is not None else None,
                 zone=pool.zone or args.default_zone,
@@ -356,8 +371,10 @@ class Karpenter(pulumi.ComponentResource):
             node_class = karpenter_node_class(spec)
             node_pool = karpenter_node_pool(spec)
             # The builders take plain strings; the real names are known only at deploy time.
-            resolved = pulumi.Output.all(node_role.name, args.cluster_name, group_name or "").apply(
-                lambda a, nc=node_class: _substitute(nc, {"NODE_ROLE": a[0], "CLUSTER": a[1], "PLACEMENT_GROUP": a[2]})
+            resolved = pulumi.Output.all(node_role.name, args.cluster_name, group_name or "", efa_group_id or "").apply(
+                lambda a, nc=node_class: _substitute(
+                    nc, {"NODE_ROLE": a[0], "CLUSTER": a[1], "PLACEMENT_GROUP": a[2], "EFA_SECURITY_GROUP": a[3]}
+                )
             )
             node_class_cr = custom_resource(
                 f"{name}-{pool.name}-nodeclass",

@@ -88,6 +88,24 @@ def test_subnets_and_security_groups_by_discovery_tag() -> None:
     assert spec["securityGroupSelectorTerms"] == expected
 
 
+def test_efa_security_group_selected_beside_the_discovery_tag() -> None:
+    # GIVEN an EFA pool with its self-referencing security group
+    spec = karpenter_node_class(_pool(efa_security_group_id="sg-0efa"))["spec"]
+    # WHEN / THEN its nodes carry that group as well as the cluster's (selector terms are ORed)
+    assert spec["securityGroupSelectorTerms"] == [
+        {"tags": {"karpenter.sh/discovery": "inferstack-dev"}},
+        {"id": "sg-0efa"},
+    ]
+
+
+def test_efa_turned_off_gives_no_efa_interfaces() -> None:
+    # GIVEN an EFA-capable type with EFA turned off (gpuPools[].efa: false)
+    pool = _pool(efa=False)
+    # WHEN / THEN the node class keeps EC2's single ENA and the nodes are not labelled for the EFA plugin
+    assert "networkInterfaces" not in karpenter_node_class(pool)["spec"]
+    assert karpenter_node_pool(pool)["spec"]["template"]["metadata"]["labels"]["inferstack.io/efa"] == "false"
+
+
 def test_imdsv2_required() -> None:
     # GIVEN a pool
     # WHEN its EC2NodeClass is rendered

@@ -16,9 +16,11 @@ from crdcheck import validate as validate_cr
 from helpers import bundled_stacks, plan_with
 from inferstack_cli import render
 from inferstack_cli.main import main
+from inferstack_cli.mocks import _digest
 from inferstack_cli.plan import Plan
 
 PlanOf = Callable[[str], Plan]
+SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
 QUEUE_METRIC = {"vllm": "vllm:num_requests_waiting", "triton": 'nv_trt_llm_request_metrics{request_type="waiting"'}
 
 
@@ -123,6 +125,24 @@ def test_karpenter_controller_has_interruption_queue_rules_and_pod_identity(plan
     assert entry.inputs["type"] == "EC2_LINUX"
     helm = next(r for r in plan.of_type("kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "karpenter")
     assert helm.inputs["values"]["settings"]["featureGates"]["reservedCapacity"] is True
+
+
+def test_karpenter_efa_nodes_carry_a_self_referencing_security_group(plan_of: PlanOf) -> None:
+    # GIVEN the prod stack, whose EFA pools are Karpenter pools
+    plan = plan_of("prod")
+    groups = {g.name: g.inputs for g in plan.of_type(SECURITY_GROUP)}
+    node_classes = {m["metadata"]["name"]: m for m in manifests(plan) if m["kind"] == "EC2NodeClass"}
+    efa_pools = [p.name for p in plan.environment.gpu_pools if p.efa_enabled]
+    assert efa_pools
+    for pool in efa_pools:
+        # WHEN its EC2NodeClass is planned
+        terms = node_classes[pool]["spec"]["securityGroupSelectorTerms"]
+        # THEN it selects the pool's EFA group, which admits all traffic from and to itself: the EKS cluster group's
+        # egress to 0.0.0.0/0 does not cover EFA traffic (EC2 user guide, "Prepare an EFA-enabled security group")
+        name = f"karpenter-{pool}-efa"
+        assert {"id": f"sg-{_digest(f'{SECURITY_GROUP}::{name}')}"} in terms
+        every = {"protocol": "-1", "fromPort": 0, "toPort": 0, "self": True}
+        assert every in groups[name]["ingress"] and every in groups[name]["egress"]
 
 
 def test_prod_gpu_pools_have_a_node_autoscaler_and_system_nodes_stay_managed(plan_of: PlanOf) -> None:
