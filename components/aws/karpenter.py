@@ -26,12 +26,18 @@ from components.kube.objects import custom_resource
 from components.specs import Args, GpuPoolSpec, StrInput
 
 SERVICE_ACCOUNT = "karpenter"
-# Karpenter's interruption handling listens to these EventBridge events (karpenter.sh docs, "Interruption").
+# Karpenter's interruption handling listens to these EventBridge events (karpenter.sh docs, "Interruption"; the
+# rules of upstream's v1.14.1 getting-started CloudFormation). The capacity-reservation warning (Karpenter >= 1.10)
+# is how Karpenter learns that the owner of an interruptible ODCR reclaims it, and drains those nodes in time.
 INTERRUPTION_EVENTS = {
     "spot-interruption": {"source": ["aws.ec2"], "detail-type": ["EC2 Spot Instance Interruption Warning"]},
     "rebalance": {"source": ["aws.ec2"], "detail-type": ["EC2 Instance Rebalance Recommendation"]},
     "instance-state": {"source": ["aws.ec2"], "detail-type": ["EC2 Instance State-change Notification"]},
     "scheduled-change": {"source": ["aws.health"], "detail-type": ["AWS Health Event"]},
+    "capacity-reservation-interruption": {
+        "source": ["aws.ec2"],
+        "detail-type": ["EC2 Capacity Reservation Instance Interruption Warning"],
+    },
 }
 
 

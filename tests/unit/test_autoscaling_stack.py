@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -115,8 +116,8 @@ def test_dev_gpu_pool_is_karpenter_with_the_managed_pool_guarantees(plan_of: Pla
 def test_karpenter_controller_has_interruption_queue_rules_and_pod_identity(plan_of: PlanOf) -> None:
     plan = plan_of("dev")
     rules = [r.inputs["eventPattern"] for r in plan.of_type("aws:cloudwatch/eventRule:EventRule")]
-    assert any("Spot Instance Interruption" in rule for rule in rules) and len(rules) == 4
-    assert len(plan.of_type("aws:cloudwatch/eventTarget:EventTarget")) == 4
+    assert any("Spot Instance Interruption" in rule for rule in rules) and len(rules) == 5
+    assert len(plan.of_type("aws:cloudwatch/eventTarget:EventTarget")) == 5
     assert any(
         r.inputs["serviceAccount"] == "karpenter"
         for r in plan.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
@@ -125,6 +126,22 @@ def test_karpenter_controller_has_interruption_queue_rules_and_pod_identity(plan
     assert entry.inputs["type"] == "EC2_LINUX"
     helm = next(r for r in plan.of_type("kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "karpenter")
     assert helm.inputs["values"]["settings"]["featureGates"]["reservedCapacity"] is True
+
+
+def test_karpenter_hears_every_interruption_upstream_routes_to_its_queue(plan_of: PlanOf) -> None:
+    # GIVEN the prod stack (Karpenter 1.14.1, pools on reservations) WHEN it is planned
+    plan = plan_of("prod")
+    patterns = [json.loads(r.inputs["eventPattern"]) for r in plan.of_type("aws:cloudwatch/eventRule:EventRule")]
+    heard = {(p["source"][0], t) for p in patterns for t in p["detail-type"]}
+    # THEN every rule of upstream's v1.14.1 CloudFormation feeds the queue, the capacity-reservation warning (an
+    # interruptible ODCR reclaimed by its owner) included
+    assert heard == {
+        ("aws.health", "AWS Health Event"),
+        ("aws.ec2", "EC2 Spot Instance Interruption Warning"),
+        ("aws.ec2", "EC2 Instance Rebalance Recommendation"),
+        ("aws.ec2", "EC2 Instance State-change Notification"),
+        ("aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning"),
+    }
 
 
 def test_karpenter_efa_nodes_carry_a_self_referencing_security_group(plan_of: PlanOf) -> None:
