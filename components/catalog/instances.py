@@ -61,6 +61,9 @@ class InstanceSpec:
     network_cards: int
     nvme_disks: int
     nvme_disk_gb: int
+    vcpus: int | None = None
+    """``VCpuInfo.DefaultVCpus``: bounds what pods on one node may request. ``None`` where the kit does not know
+    it (an on-prem server described by its GPUs)."""
 
     @property
     def family(self) -> str:
@@ -114,22 +117,73 @@ def _row(
     network_cards: int,
     nvme_disks: int,
     nvme_disk_gb: int,
+    vcpus: int,
 ) -> tuple[str, InstanceSpec]:
     return instance_type, InstanceSpec(
-        instance_type, gpu, gpu_count, host_memory_gib, efa_interfaces, network_cards, nvme_disks, nvme_disk_gb
+        instance_type, gpu, gpu_count, host_memory_gib, efa_interfaces, network_cards, nvme_disks, nvme_disk_gb, vcpus
     )
 
 
 INSTANCES: Mapping[str, InstanceSpec] = MappingProxyType(
     dict(
         (
-            _row("p5.48xlarge", H100, 8, 2048, efa_interfaces=32, network_cards=32, nvme_disks=8, nvme_disk_gb=3800),
-            _row("p5e.48xlarge", H200, 8, 2048, efa_interfaces=32, network_cards=32, nvme_disks=8, nvme_disk_gb=3800),
-            _row("p5en.48xlarge", H200, 8, 2048, efa_interfaces=16, network_cards=16, nvme_disks=8, nvme_disk_gb=3800),
-            _row("p4d.24xlarge", A100_40, 8, 1152, efa_interfaces=4, network_cards=4, nvme_disks=8, nvme_disk_gb=1000),
-            _row("p6-b200.48xlarge", B200, 8, 2048, efa_interfaces=8, network_cards=8, nvme_disks=8, nvme_disk_gb=3800),
-            _row("g6e.xlarge", L40S, 1, 32, efa_interfaces=0, network_cards=1, nvme_disks=1, nvme_disk_gb=250),
-            _row("g5.xlarge", A10G, 1, 16, efa_interfaces=0, network_cards=1, nvme_disks=1, nvme_disk_gb=250),
+            _row(
+                "p5.48xlarge",
+                H100,
+                8,
+                2048,
+                efa_interfaces=32,
+                network_cards=32,
+                nvme_disks=8,
+                nvme_disk_gb=3800,
+                vcpus=192,
+            ),
+            _row(
+                "p5e.48xlarge",
+                H200,
+                8,
+                2048,
+                efa_interfaces=32,
+                network_cards=32,
+                nvme_disks=8,
+                nvme_disk_gb=3800,
+                vcpus=192,
+            ),
+            _row(
+                "p5en.48xlarge",
+                H200,
+                8,
+                2048,
+                efa_interfaces=16,
+                network_cards=16,
+                nvme_disks=8,
+                nvme_disk_gb=3800,
+                vcpus=192,
+            ),
+            _row(
+                "p4d.24xlarge",
+                A100_40,
+                8,
+                1152,
+                efa_interfaces=4,
+                network_cards=4,
+                nvme_disks=8,
+                nvme_disk_gb=1000,
+                vcpus=96,
+            ),
+            _row(
+                "p6-b200.48xlarge",
+                B200,
+                8,
+                2048,
+                efa_interfaces=8,
+                network_cards=8,
+                nvme_disks=8,
+                nvme_disk_gb=3800,
+                vcpus=192,
+            ),
+            _row("g6e.xlarge", L40S, 1, 32, efa_interfaces=0, network_cards=1, nvme_disks=1, nvme_disk_gb=250, vcpus=4),
+            _row("g5.xlarge", A10G, 1, 16, efa_interfaces=0, network_cards=1, nvme_disks=1, nvme_disk_gb=250, vcpus=4),
         )
     )
 )

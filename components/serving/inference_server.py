@@ -278,8 +278,18 @@ def _resources(
         limits[EFA_RESOURCE] = efa_interfaces_per_pod(pool, gpus)
     if multi_node and fabric == "rdma":
         limits[rdma.resource if rdma else RDMA_RESOURCE] = 1
-    requests = {**limits, "cpu": str(8 * gpus)}
+    requests = {**limits, "cpu": str(server_cpus(spec, gpus))}
     return {"requests": requests, "limits": limits}
+
+
+def server_cpus(spec: InstanceSpec, gpus: int) -> int:
+    """CPUs a pod with ``gpus`` GPUs requests: 8 per GPU (tokenizer, scheduler, HTTP server), but at most three
+    quarters of its GPUs' share of the node's vCPUs, which leaves the rest to the kubelet's reserve and the node's
+    daemons. A request above what the instance has never schedules: a g6e.xlarge has 4 vCPUs for its one GPU."""
+    vcpus = getattr(spec, "vcpus", None)
+    if vcpus is None:
+        return 8 * gpus
+    return max(1, min(8 * gpus, vcpus * gpus * 3 // (4 * spec.gpu_count)))
 
 
 def llamacpp_threads(placement: Placement, pool: ServingPool) -> int:
@@ -638,7 +648,7 @@ def build_job_pod(args: InferenceServerArgs, placement: Placement) -> dict[str, 
             "limits": {"nvidia.com/gpu": placement.world_size, "memory": f"{memory_gib}Gi"},
             "requests": {
                 "nvidia.com/gpu": placement.world_size,
-                "cpu": str(8 * placement.world_size),
+                "cpu": str(server_cpus(args.pool.spec, placement.world_size)),
                 "memory": f"{memory_gib}Gi",
             },
         },

@@ -33,6 +33,7 @@ def test_catalog_row_matches_ec2(described: dict, instance_type: str) -> None:  
     (disk,) = ec2["InstanceStorageInfo"]["Disks"]
     assert (spec.nvme_disks, spec.nvme_disk_gb) == (disk["Count"], disk["SizeInGB"])
     assert spec.host_memory_gib == ec2["MemoryInfo"]["SizeInMiB"] // 1024
+    assert spec.vcpus == ec2["VCpuInfo"]["DefaultVCpus"]
 
 
 def test_efa_layout_counts() -> None:

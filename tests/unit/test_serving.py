@@ -7,14 +7,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import boto3
 import kubernetes_validate
 import pytest
 import yaml
 from google.protobuf import text_format
+from moto import mock_aws
 from tritonclient.grpc import model_config_pb2
 
+from components.catalog.instances import INSTANCES
+from components.kube.labels import POOL_LABEL
+from components.kube.requests import pod_requests
 from crdcheck import validate as validate_cr
-from helpers import bundled_stacks, config_errors, only, plan_with
+from helpers import bundled_stacks, cloud_stacks, config_errors, only, plan_with
 from inferstack_cli import render
 from inferstack_cli.plan import Plan
 
@@ -122,6 +127,37 @@ def test_serving_pod_tolerates_the_gpu_taint_and_has_shm_probes_and_a_loader(pla
     loader = next(c for c in pod["initContainers"] if c["name"] == "fetch-model")
     assert loader["args"][:2] == ["--source", "s3://models-9b0f540/meta-llama/Llama-3.1-8B-Instruct/hf"]
     assert pod["priorityClassName"] == "inferstack-serving"
+
+
+@pytest.fixture(scope="module")
+def ec2_vcpus() -> dict[str, int]:
+    """vCPUs per catalog instance type, from EC2's DescribeInstanceTypes data (as moto carries it)."""
+    with mock_aws():
+        described = boto3.client("ec2", region_name="us-east-1").describe_instance_types(InstanceTypes=list(INSTANCES))
+    return {t["InstanceType"]: t["VCpuInfo"]["DefaultVCpus"] for t in described["InstanceTypes"]}
+
+
+@pytest.mark.parametrize("stack", cloud_stacks())
+def test_every_gpu_pod_fits_the_vcpus_of_its_pools_instance(
+    plan_of: PlanOf, ec2_vcpus: dict[str, int], stack: str
+) -> None:
+    # GIVEN a bundled cloud stack (dev serves from a g6e.xlarge: 4 vCPUs for its one GPU)
+    plan = plan_of(stack)
+    pools = {p.name: p.spec for p in plan.environment.gpu_pools}
+    pods = [
+        (m["metadata"]["name"], m["spec"]["template"]["spec"])
+        for m in manifests(plan)
+        if m["kind"] in ("Deployment", "Job")
+        and m["spec"]["template"]["spec"].get("nodeSelector", {}).get(POOL_LABEL) in pools
+    ]
+    assert pods
+    for name, pod in pods:
+        # WHEN its effective request is read as the scheduler reads it
+        spec = pools[pod["nodeSelector"][POOL_LABEL]]
+        asked = pod_requests(pod)
+        # THEN it asks for fewer CPUs than its GPUs' share of the instance, or no node Karpenter launches takes it
+        share_m = ec2_vcpus[spec.instance_type] * 1000 * asked.gpus // spec.gpu_count
+        assert asked.cpu_m < share_m, (name, spec.instance_type, asked.show())
 
 
 def test_triton_model_gets_rendered_configs_an_engine_job_and_triton_health_probes(plan_of: PlanOf) -> None:
