@@ -132,7 +132,7 @@ class ElastiCacheValkey(pulumi.ComponentResource):
             transit_encryption_enabled=True,
             transit_encryption_mode="required",
             user_group_ids=[user_group.user_group_id],
-            at_rest_encryption_enabled="true",
+            at_rest_encryption_enabled=True,
             kms_key_id=key.arn,
             subnet_group_name=subnets.name,
             security_group_ids=[group.id],

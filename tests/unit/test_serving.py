@@ -206,7 +206,7 @@ def test_elasticache_is_tls_auth_encrypted_multi_az_lru_and_cluster_only(plan_of
     assert group["engine"] == "valkey" and group["engineVersion"] == "8.2"
     assert group["transitEncryptionEnabled"] is True and group["transitEncryptionMode"] == "required"
     assert "authToken" not in group and len(group["userGroupIds"]) == 1
-    assert group["atRestEncryptionEnabled"] == "true" and group["kmsKeyId"].startswith("arn:aws:kms:")
+    assert group["atRestEncryptionEnabled"] is True and group["kmsKeyId"].startswith("arn:aws:kms:")
     assert group["multiAzEnabled"] is True and group["automaticFailoverEnabled"] is True
     assert group["numCacheClusters"] == 2
     params = only(plan.resources, "aws:elasticache/parameterGroup:ParameterGroup").inputs
