@@ -83,9 +83,9 @@ def _budget(env: EdgeEnvironment) -> list[ConfigIssue]:
             issues.append(
                 ConfigIssue(
                     f"{CONFIG_KEY}.nodes[{i}]",
-                    f"models pinned to {node.instance_type} request more than it offers ({', '.join(short)} short); "
+                    f"pods pinned to {node.instance_type} request more than it offers ({', '.join(short)} short); "
                     f"biggest: {biggest(on_node)}",
-                    f"at most {node_capacity(node).show()} of model pods on this node",
+                    f"at most {node_capacity(node).show()} of pods pinned to this node",
                     "move a model to another node (models[].pool), lower its replicas, or use a smaller model",
                 )
             )

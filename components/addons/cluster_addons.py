@@ -20,6 +20,13 @@ from components.kube.labels import GPU_NODE_SELECTOR_KEY, SYSTEM_NODES, efa_node
 from components.specs import Args
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+DCGM_EXPORTER_RESOURCES: dict[str, Any] = {
+    "requests": {"cpu": "100m", "memory": "128Mi"},
+    "limits": {"cpu": "200m", "memory": "512Mi"},
+}
+"""The DCGM exporter's container on every GPU node: the chart's own defaults (dcgm-exporter ``deployment/values.yaml``
+``resources``), written out so the render says what the DaemonSet's pods request. Unlike the device plugin's, its
+chart requests CPU and memory, at ``system-node-critical`` priority: the edge node budget counts it per GPU node."""
 
 
 class ClusterAddonsArgs(Args):
@@ -86,6 +93,7 @@ class ClusterAddons(pulumi.ComponentResource):
             {
                 **on_gpus,
                 **runtime,
+                "resources": DCGM_EXPORTER_RESOURCES,
                 "serviceMonitor": {
                     "enabled": True,
                     "interval": "15s",

@@ -1,10 +1,12 @@
 """The site's node budget: every pod the edge stack renders, with the requests it renders, against the nodes.
 
 One source of truth: each number is read from the same render the component applies (``server_pod``,
-``redis_resources``, ``GATEWAY_RESOURCES``, ``prometheus_values``, ``collector_values``), and a pod's effective
-request follows Kubernetes' rule (``components.kube.requests``). Chart pods whose values the kit leaves without
-requests (node exporter, kube-state-metrics, the operator, exporters, the device plugin) request nothing, and
-the scheduler counts them the same way; k3s's own pods are in each node's ``reserved*`` share.
+``redis_resources``, ``GATEWAY_RESOURCES``, ``prometheus_values``, ``collector_values``,
+``DCGM_EXPORTER_RESOURCES``), and a pod's effective request follows Kubernetes' rule (``components.kube.requests``).
+Chart pods whose values leave them without requests (node exporter, kube-state-metrics, the operator, the Redis
+exporter, the device plugin) request nothing, and the scheduler counts them the same way; a chart or operator default
+that does request something (the DCGM exporter's, the config-reloader sidecars') is written out in the values and
+counted here. k3s's own pods are in each node's ``reserved*`` share.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from components.addons.cluster_addons import DCGM_EXPORTER_RESOURCES
 from components.cache.redis_cache import redis_resources
 from components.catalog.models import MODELS
 from components.edge.specs import K3S_NVIDIA_RUNTIME_CLASS, K3S_STORAGE_CLASS, EdgeNodeSpec
@@ -104,12 +107,18 @@ def site_demand(
         demand.append(Demand("gateway", container_requests({"resources": GATEWAY_RESOURCES}), pods))
     demand.append(Demand("redis", container_requests({"resources": redis_resources(cache.memory_gib)}), 1))
     values = prometheus_values(observability, resources=SMALL_SITE_PROMETHEUS_RESOURCES)
-    demand.append(
-        Demand("prometheus", container_requests({"resources": values["prometheus"]["prometheusSpec"]["resources"]}), 1)
-    )
+    # The operator adds a config-reloader sidecar to the Prometheus and Alertmanager pods, with the resources the
+    # values pass it.
+    reloader = container_requests({"resources": values["prometheusOperator"]["prometheusConfigReloader"]["resources"]})
+    prometheus = container_requests({"resources": values["prometheus"]["prometheusSpec"]["resources"]})
+    demand.append(Demand("prometheus", prometheus + reloader, 1))
+    demand.append(Demand("alertmanager", reloader, 1))
     demand.append(Demand("grafana", container_requests({"resources": values["grafana"]["resources"]}), 1))
     collector = collector_values(observability)
     demand.append(Demand("opentelemetry-collector", container_requests({"resources": collector["resources"]}), 1))
+    # A DaemonSet: one DCGM exporter pod on each GPU node (ClusterAddons installs none on a CPU-only site).
+    exporter = container_requests({"resources": DCGM_EXPORTER_RESOURCES})
+    demand += [Demand("dcgm-exporter", exporter, 1, node.name) for node in nodes if node.gpu]
     return [d for d in demand if d.total != Requests()]
 
 

@@ -40,6 +40,14 @@ SMALL_SITE_PROMETHEUS_RESOURCES: dict[str, Any] = {
     "limits": {"memory": "1536Mi"},
 }
 """A site's Prometheus: one or two nodes, two days, everything forwarded to the hub."""
+CONFIG_RELOADER_RESOURCES: dict[str, Any] = {
+    "requests": {"cpu": "10m", "memory": "50Mi"},
+    "limits": {"cpu": "10m", "memory": "50Mi"},
+}
+"""The config-reloader sidecar the operator adds to the Prometheus and Alertmanager pods (chart value
+``prometheusOperator.prometheusConfigReloader.resources``, passed on as the operator's ``--config-reloader-*`` flags).
+These are the operator's own defaults, written out so the render says what those pods request: the edge node budget
+counts them."""
 
 
 def prometheus_values(
@@ -105,7 +113,10 @@ def prometheus_values(
             },
         },
         "alertmanager": {"alertmanagerSpec": {"nodeSelector": node_selector}},
-        "prometheusOperator": {"nodeSelector": node_selector},
+        "prometheusOperator": {
+            "nodeSelector": node_selector,
+            "prometheusConfigReloader": {"resources": CONFIG_RELOADER_RESOURCES},
+        },
         "kube-state-metrics": {"nodeSelector": node_selector},
     }
     if not control_plane_targets:

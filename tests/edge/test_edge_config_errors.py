@@ -60,9 +60,19 @@ def test_a_model_that_does_not_fit_a_cpu_boxs_memory() -> None:
 def test_pods_that_do_not_fit_the_node_budget_name_the_biggest_consumers() -> None:
     (line,) = errors(lambda e: e["nodes"][0].update(cpu=6, memoryGib=16))
     assert line.startswith(f"{SOURCE}: inferstack:environment.nodes: got pods requesting ")
-    assert "(3.55 CPU short)" in line
+    assert "(3.67 CPU short)" in line
     # The gateway counts at maxReplicas (2) plus its rollout's surge pod
     assert "biggest: llama-3b (2 CPU, 4.0 GiB, 1 GPU), minilm (2 CPU, 2.0 GiB), gateway 3x (1 CPU, 0.2 GiB)" in line
+
+
+def test_a_site_without_room_for_the_gpu_nodes_dcgm_exporter_and_config_reloaders_is_refused() -> None:
+    # GIVEN a node whose share for pods (10 CPU - 1.4 reserved) holds the models, gateway, Redis, Prometheus, Grafana
+    # and collector (8.55 CPU), but not also the DCGM exporter its GPU gets (100m) and the config-reloader sidecars
+    # of Prometheus and Alertmanager (10m each), which the scheduler counts as well
+    (line,) = errors(lambda e: e["nodes"][0].update(cpu=10, reservedCpu=1.4))
+    # THEN the plan refuses it by the node budget
+    assert line.startswith(f"{SOURCE}: inferstack:environment.nodes: got pods requesting 8.67 CPU")
+    assert "(0.07 CPU short)" in line
 
 
 def test_a_hub_by_url_without_a_key() -> None:

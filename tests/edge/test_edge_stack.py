@@ -12,6 +12,7 @@ import yaml
 
 from components.edge.budget import site_demand
 from components.edge.specs import K3S_TRAEFIK_PORTS
+from components.kube.requests import Requests, container_requests
 from helpers import ROOT, plan_with, raw_environment
 from inferstack_cli import render
 from inferstack_cli.mocks import PLACEHOLDER_HOST
@@ -245,6 +246,35 @@ def test_the_node_budget_holds_the_gateways_rollout_pod_at_its_most_replicas(pla
                                              rollout_surge=EDGE.grows_nodes)}  # fmt: skip
     strategy = named(plan_of("edge"), "Deployment", "gateway")["spec"]["strategy"]
     assert demand["gateway"].pods == env.gateway.max_replicas + strategy["rollingUpdate"]["maxSurge"]
+
+
+def test_the_node_budget_counts_each_gpu_nodes_dcgm_exporter_and_the_config_reloaders(plan_of: PlanOf) -> None:
+    # GIVEN the bundled site: one node with an L4, so one DCGM exporter pod (a DaemonSet) runs there
+    plan = plan_of("edge")
+    installed = releases(plan)
+    exporter = installed["dcgm-exporter"]["resources"]
+    reloader = installed["kube-prometheus-stack"]["prometheusOperator"]["prometheusConfigReloader"]["resources"]
+    # THEN what the charts render is their own default, written out (the chart requests CPU and memory for it)
+    chart = yaml.safe_load((ROOT / "tests/charts/dcgm-exporter-4.8.2.values.yaml").read_text())
+    assert exporter == chart["resources"]
+    # AND the budget counts the exporter on that node and the reloader in the Prometheus and Alertmanager pods
+    env = load_environment(raw_environment("edge"), "stacks/Pulumi.edge.yaml")
+    assert isinstance(env, EdgeEnvironment)
+    demand = site_demand(env.nodes, env.models, env.cache, env.gateway, env.observability, rollout_surge=False)
+    (dcgm,) = [d for d in demand if d.name == "dcgm-exporter"]
+    assert (dcgm.node, dcgm.pods, dcgm.per_pod) == ("store-0042", 1, container_requests({"resources": exporter}))
+    by_name = {d.name: d.per_pod for d in demand}
+    assert by_name["alertmanager"] == container_requests({"resources": reloader}) == Requests(10, 50 * 2**20)
+    prometheus = releases(plan)["kube-prometheus-stack"]["prometheus"]["prometheusSpec"]["resources"]
+    assert by_name["prometheus"] == container_requests({"resources": prometheus}) + by_name["alertmanager"]
+
+
+def test_a_cpu_only_site_counts_no_dcgm_exporter() -> None:
+    env = load_environment(raw_environment("edge"), "stacks/Pulumi.edge.yaml")
+    assert isinstance(env, EdgeEnvironment)
+    cpu_only = tuple(n.model_copy(update={"gpu": None}) for n in env.nodes)
+    demand = site_demand(cpu_only, (), env.cache, env.gateway, env.observability, rollout_surge=False)
+    assert "dcgm-exporter" not in {d.name for d in demand}
 
 
 def test_a_one_replica_model_lets_a_drain_evict_it(plan_of: PlanOf) -> None:
