@@ -17,7 +17,7 @@ from components.catalog import images as _images
 from components.catalog.models import MODELS
 from components.edge.budget import MODEL_CACHE_GIB
 from components.edge.specs import GPU_NODE_LABEL, K3S_NVIDIA_RUNTIME_CLASS, K3S_STORAGE_CLASS
-from components.gateway.gateway import Embedder, Gateway, GatewayArgs, HubUpstream
+from components.gateway.gateway import Gateway, GatewayArgs, HubUpstream, embedder_for
 from components.kube.existing_cluster import ExistingCluster, ExistingClusterArgs
 from components.observability.alerts import model_slos
 from components.observability.observability import (
@@ -148,11 +148,7 @@ def compose(env: EdgeEnvironment, stack: str) -> dict[str, Any]:
 
     embedder = None
     for model in env.models:
-        dims = MODELS[model.model].embedding_dimensions
-        if dims:
-            embedder = Embedder(
-                url=pulumi.Output.concat(models[model.name].endpoint, "/v1"), model=model.model, dimensions=dims
-            )
+        embedder = embedder_for(model.model, pulumi.Output.concat(models[model.name].endpoint, "/v1")) or embedder
     hub = hub_upstream(env)
     spec_of = {m.name: m.model for m in env.models}
     chat = {name: server for name, server in models.items() if not MODELS[spec_of[name]].is_embedding}

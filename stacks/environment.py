@@ -751,19 +751,11 @@ def gateway_checks(env: Environment) -> list[ConfigIssue]:
             )
         ]
 
-    from components.catalog.models import MODELS
-    from components.gateway.gateway import HUB, Embedder, HubUpstream
+    from components.gateway.gateway import HUB, HubUpstream, embedder_for
 
     urls = {m.name: f"http://{m.name}.validation:8000/v1" for m in env.models}
-    embedder = next(
-        (
-            Embedder(url="http://embeddings.validation:8080/v1", model=m.model, dimensions=dims)
-            for m in env.models
-            if (dims := MODELS[m.model].embedding_dimensions)
-        ),
-        None,
-    )
     urls["$embeddings"] = "http://embeddings.validation:8080/v1"
+    embedder = next((e for m in env.models if (e := embedder_for(m.model, urls["$embeddings"]))), None)
     hub_spec = getattr(env, "hub", None)
     hub = None
     if hub_spec is not None:

@@ -47,6 +47,9 @@ class ModelSpec:
     """Qwen2 carries biases on the q/k/v projections; Llama does not."""
     embedding_dimensions: int | None = None
     """Set for an embedding model (served on ``/v1/embeddings``, never for chat): the vector size."""
+    embedding_max_input_tokens: int | None = None
+    """Set for an embedding model: the longest input it embeds as its reference implementation does (the gateway's
+    ``embeddings.max_input_tokens``: a longer prompt skips the semantic cache)."""
 
     @property
     def is_embedding(self) -> bool:
@@ -184,6 +187,11 @@ MODELS: Mapping[str, ModelSpec] = MappingProxyType(
                 max_context_tokens=512,
                 tied_embeddings=True,
                 embedding_dimensions=384,
+                # Model card: "By default, input text longer than 256 word pieces is truncated" (sentence-transformers'
+                # max_seq_length), so the gateway's threshold was measured on at most 256; llama.cpp refuses what
+                # does not fit its 512-token batch outright. 256 also leaves the gateway's 4-characters-per-token
+                # estimate room to run short.
+                embedding_max_input_tokens=256,
             ),
         )
     }

@@ -53,6 +53,24 @@ class Embedder(Args):
     model: str
     """The name it serves the model under."""
     dimensions: int
+    max_input_tokens: int | None = None
+    """The longest prompt it embeds (the catalog's ``embedding_max_input_tokens``); longer ones skip the semantic
+    cache rather than reach a server that refuses them."""
+
+
+def embedder_for(model_id: str, url: StrInput) -> Embedder | None:
+    """The semantic cache's embedder for a catalog model served at ``url`` (``/v1``); ``None`` for a chat model."""
+    from components.catalog.models import MODELS
+
+    spec = MODELS[model_id]
+    if spec.embedding_dimensions is None:
+        return None
+    return Embedder(
+        url=url,
+        model=model_id,
+        dimensions=spec.embedding_dimensions,
+        max_input_tokens=spec.embedding_max_input_tokens,
+    )
 
 
 class HubUpstream(Args):
@@ -94,6 +112,8 @@ def gateway_config(
         embeddings = {"url": spec.embeddings_url}
     elif embedder is not None:
         embeddings = {"url": upstream_urls["$embeddings"], "model": embedder.model, "dimensions": embedder.dimensions}
+        if embedder.max_input_tokens is not None:
+            embeddings["max_input_tokens"] = embedder.max_input_tokens
     semantic = embeddings is not None
     fallback = [HUB] if hub is not None and hub.fallback else []
     server: dict[str, Any] = {"port": PORT}

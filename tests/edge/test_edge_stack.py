@@ -116,9 +116,23 @@ def test_the_embedder_runs_on_cpu_and_feeds_the_semantic_cache(plan_of: PlanOf) 
         "url": "http://minilm.inferstack-serving.svc:8080/v1",
         "model": "sentence-transformers/all-MiniLM-L6-v2",
         "dimensions": 384,
+        "max_input_tokens": 256,
     }
     assert config["models"]["chat"]["cache"]["semantic"]["enabled"] is True
     assert "minilm" not in config["upstreams"]
+
+
+def test_prompts_longer_than_the_embedders_window_skip_the_semantic_cache(plan_of: PlanOf) -> None:
+    # GIVEN the bundled embedder: all-MiniLM-L6-v2 on llama.cpp, whose batch (and the model's positions) hold 512
+    # tokens; llama.cpp answers a longer input with an error, and the gateway then skips every semantic lookup for 1 s
+    plan = plan_of("edge")
+    (server,) = named(plan, "Deployment", "minilm")["spec"]["template"]["spec"]["containers"]
+    per_slot = int(server["args"][server["args"].index("--ctx-size") + 1]) // int(
+        server["args"][server["args"].index("--parallel") + 1]
+    )
+    # THEN the gateway is told the model's window (256 word pieces, as its model card truncates), within the server's
+    window = gateway_config(plan)["embeddings"]["max_input_tokens"]
+    assert window == 256 and window < per_slot == 512
 
 
 def test_k3s_builtins_are_used_not_duplicated(plan_of: PlanOf) -> None:

@@ -350,6 +350,31 @@ def test_embeddings_down_or_slow_skips_the_semantic_cache(
         assert wait_for(lambda: gw.metric("inferstack_gateway_cache_writes_total", kind="semantic", outcome="stored"))
 
 
+def test_a_prompt_longer_than_the_embedding_window_skips_the_semantic_cache_without_taking_it_down(
+    gateway: Any, upstreams: Any, embeddings_server: Any
+) -> None:
+    # GIVEN an embedding model that reads at most 16 tokens (llama.cpp refuses longer input with a 500, which would
+    # take the endpoint out for every request for a second)
+    gw = gateway(upstreams("up"), embeddings={"timeout_ms": 5000, "max_input_tokens": 16})
+
+    def ask(content: str) -> str:
+        raw = gw.client().chat.completions.with_raw_response.create(
+            model="local", messages=[{"role": "user", "content": content}], temperature=0
+        )
+        assert raw.http_response.status_code == 200
+        return str(raw.headers["x-inferstack-cache"])
+
+    # WHEN a single-turn prompt of about 40 tokens arrives
+    assert ask("Summarize the following store inventory report for the weekly meeting, please: " * 2) == "miss"
+    # THEN it is answered without an embeddings call, and counted as skipped for its length
+    assert embeddings_server.control.calls == 0
+    assert gw.metric("inferstack_gateway_cache_skipped_total", kind="semantic", reason="too_long") == 1
+    # AND the next short prompt still gets a semantic lookup (the endpoint was not marked down)
+    assert ask("What is the capital of France?") == "miss"
+    assert embeddings_server.control.calls >= 1
+    assert gw.metric("inferstack_gateway_cache_skipped_total", kind="semantic", reason="embeddings") == 0
+
+
 def test_a_slow_semantic_lookup_does_not_block_other_requests(
     gateway: Any, upstreams: Any, embeddings_server: Any
 ) -> None:

@@ -416,6 +416,10 @@ class Gateway:
         # An exact stage that overran means the gateway or Redis is saturated: do not add an embedding on top.
         overloaded = exact is not None and not looked_up
         semantic = keys is not None and model.cache.semantic.enabled and request.single_turn_text is not None
+        window = self.config.embeddings.max_input_tokens
+        if semantic and window is not None and request.single_turn_tokens_estimate > window:
+            semantic = False  # longer than the embedding model reads: the endpoint would refuse it
+            self.metrics.cache_skipped.labels("semantic", "too_long").inc()
         if semantic and self.embedder is not None and not self.embedder.available():
             semantic = False  # the embeddings endpoint failed a moment ago: skipping it costs nothing
             self.metrics.cache_skipped.labels("semantic", "embeddings").inc()

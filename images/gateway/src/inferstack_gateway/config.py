@@ -153,6 +153,11 @@ class EmbeddingsConfig(_Frozen):
     reuses the same call, so a slow embedding still lands in the cache."""
     api_key: SecretStr | None = None
     """Bearer token for the embeddings endpoint, if it needs one."""
+    max_input_tokens: int | None = Field(default=None, ge=1)
+    """The longest prompt the model embeds, in tokens (estimated at ~4 characters each, as for routing). A longer
+    single-turn prompt skips the semantic cache, lookup and write-back, without calling the endpoint: a server refuses
+    input past its window (llama.cpp answers HTTP 500 past its 512-token batch), and a refusal would take the endpoint
+    out for every request for 1 s. Unset: every single-turn prompt is embedded."""
 
     @field_validator("url")
     @classmethod

@@ -43,6 +43,9 @@ _INT_RANGES: dict[str, tuple[int | None, int | None]] = {
 }
 MAX_MESSAGES = 2048
 """Most messages in one chat request. A longer list is refused before it is normalized and keyed."""
+CHARS_PER_TOKEN = 4
+"""~4 characters per token for English BPE and WordPiece vocabularies: close enough for routing, admission and the
+embedding window."""
 MAX_DEPTH = 128
 """Deepest JSON nesting accepted. orjson parses 1024 levels but serializes only 254 (the cache key's digest and the
 upstream body re-encode the request), and no OpenAI field needs more than a few dozen (tool schemas)."""
@@ -73,8 +76,12 @@ class ParsedRequest:
 
     @property
     def prompt_tokens_estimate(self) -> int:
-        # ~4 characters per token for English BPE vocabularies; close enough for routing and admission.
-        return max(1, self.prompt_chars // 4)
+        return max(1, self.prompt_chars // CHARS_PER_TOKEN)
+
+    @property
+    def single_turn_tokens_estimate(self) -> int:
+        """The semantic cache's embedding input, in estimated tokens (0 when the request has none)."""
+        return len(self.single_turn_text or "") // CHARS_PER_TOKEN
 
     @property
     def most_tokens(self) -> int | None:
