@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
+from datetime import datetime
 from ipaddress import IPv4Network
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
@@ -30,7 +31,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from components.catalog.images import KIT_IMAGES
-from components.catalog.instances import INSTANCES
+from components.catalog.instances import INSTANCES, SYSTEM_FAMILIES, SYSTEM_INSTANCES, SystemInstanceSpec
 
 StrInput = Annotated[Any, "pulumi.Input[str]"]
 """A string or a ``pulumi.Output[str]``: pydantic cannot validate Outputs, so it passes them through."""
@@ -295,6 +296,24 @@ class ClusterSpec(Spec):
     and build date). Pinned so a node roll is a reviewed config change, never a side effect of ``up``."""
     log_types: tuple[ControlPlaneLog, ...] = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 
+    @field_validator("ami_release_version")
+    @classmethod
+    def _real_build_date(cls, release: str | None) -> str | None:
+        # The date names the AMI (amazon-eks-node-al2023-x86_64-nvidia-<version>-v<date>) and Karpenter's alias
+        # (al2023@v<date>): a date no build has resolves to no image at `pulumi up`.
+        if release is None:
+            return release
+        date = release.rsplit("-", 1)[1]
+        try:
+            datetime.strptime(date, "%Y%m%d")
+        except ValueError:
+            raise config_error(
+                f"{date} is not a date",
+                allowed="an EKS AL2023 AMI release: <Kubernetes patch version>-<build date YYYYMMDD>",
+                fix="copy the release from the AMI's release notes or SSM (e.g. 1.33.5-20251120)",
+            ) from None
+        return release
+
     @field_validator("endpoint_public_access_cidrs")
     @classmethod
     def _no_open_world(cls, cidrs: tuple[IPv4Network, ...]) -> tuple[IPv4Network, ...]:
@@ -345,9 +364,29 @@ class SystemPoolSpec(ScalingSpec):
     """CPU nodes for controllers, the gateway, the cache and observability."""
 
     instance_type: str = "m7i.2xlarge"
+    """One of the system catalog's x86_64 CPU types (``SYSTEM_INSTANCES``): the nodes boot ``AL2023_x86_64_STANDARD``,
+    and the in-cluster cache's memory is checked against the type's."""
     min_size: int = Field(default=2, ge=1)
     max_size: int = Field(default=6, ge=1)
     root_volume_gib: int = Field(default=100, ge=20)
+
+    @field_validator("instance_type")
+    @classmethod
+    def _known_system_type(cls, value: str) -> str:
+        if value in SYSTEM_INSTANCES:
+            return value
+        close = did_you_mean(value, list(SYSTEM_INSTANCES))
+        raise config_error(
+            "a GPU instance type: GPU nodes are gpuPools[]" if value in INSTANCES else "not in the system catalog",
+            allowed=f"an x86_64 CPU type (the nodes boot AL2023_x86_64_STANDARD) of the families "
+            f"{', '.join(SYSTEM_FAMILIES)}, sizes large to 16xlarge",
+            fix=f"use a catalog type{close or ', e.g. m7i.2xlarge'}, or add its family to "
+            "components/catalog/instances.py:SYSTEM_FAMILIES",
+        )
+
+    @property
+    def spec(self) -> SystemInstanceSpec:
+        return SYSTEM_INSTANCES[self.instance_type]
 
 
 CapacityType = Literal["on-demand", "spot", "odcr", "capacity-block"]
@@ -603,12 +642,19 @@ class CacheSpec(Spec):
 
     kind: Literal["elasticache", "in-cluster"] = "in-cluster"
     """``elasticache``: ElastiCache for Valkey (cloud). ``in-cluster``: a Redis 8 StatefulSet with search."""
-    node_type: str = "cache.r7g.large"
-    """ElastiCache node type."""
+    node_type: str = described(
+        r"^cache\.[a-z][0-9]+[a-z]*\.(micro|small|medium|large|([1-9][0-9]?)?xlarge)$",
+        allowed="an ElastiCache node type: cache.<family>.<size>, the size micro, small, medium, large, xlarge or "
+        "<n>xlarge",
+        fix="e.g. cache.r7g.large (inferstack preflight checks that the region sells it)",
+        default="cache.r7g.large",
+    )
+    """ElastiCache node type. Offline only its form is checked: ``inferstack preflight`` asks the region."""
     replicas: int = Field(default=2, ge=1, le=6)
     """ElastiCache: nodes in the replication group (≥ 2 for multi-AZ failover)."""
     memory_gib: int = Field(default=4, ge=1)
-    """In-cluster: the Redis container's memory limit; maxmemory is set below it."""
+    """In-cluster: the Redis container's memory limit; maxmemory is set below it. It must fit the node it runs on
+    (the cloud's system pool, an edge site's node budget)."""
     storage_gib: int = Field(default=20, ge=1)
     """In-cluster: the persistent volume for AOF/RDB."""
     protect: bool = True

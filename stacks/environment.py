@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from ipaddress import IPv4Network
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
 
 from components.catalog.instances import INSTANCES
 from components.edge.specs import EdgeClusterSpec, EdgeGatewaySpec, EdgeNodeSpec, EdgeObservabilitySpec
@@ -512,7 +514,7 @@ def gateway_key_checks(env: Environment) -> list[ConfigIssue]:
 
 
 def cloud_checks(env: CloudEnvironment) -> list[ConfigIssue]:
-    """The cloud tier's pools, zones and network."""
+    """The cloud tier's pools, zones, network and cache."""
     issues: list[ConfigIssue] = []
     zones = env.network.availability_zones
     names = [p.name for p in env.gpu_pools]
@@ -613,13 +615,77 @@ def cloud_checks(env: CloudEnvironment) -> list[ConfigIssue]:
                     "list zones of the stack's region",
                 )
             )
-    if env.network.cidr.prefixlen > 20:
+    issues += _vpc_cidr_checks(env.network.cidr)
+    issues += _cache_checks(env)
+    return issues
+
+
+PRIVATE_NETWORKS = (IPv4Network("10.0.0.0/8"), IPv4Network("172.16.0.0/12"), IPv4Network("192.168.0.0/16"))
+"""RFC 1918's private ranges: a VPC's addresses, which its nodes and pods take, belong inside one of them."""
+
+
+def _vpc_cidr_checks(cidr: IPv4Network) -> list[ConfigIssue]:
+    """The VPC's CIDR: private, no wider than AWS allows, and roomy enough for the pods."""
+    at = f"{CONFIG_KEY}.network.cidr"
+    allowed = "a /16 to /20 inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16 (RFC 1918)"
+    if not any(cidr.subnet_of(private) for private in PRIVATE_NETWORKS):
+        return [
+            ConfigIssue(
+                at,
+                f"{cidr} (not in a private RFC 1918 range: the VPC's local route would shadow the outside networks "
+                "that use these addresses)",
+                allowed,
+                "use a private range no other network you reach uses, e.g. 10.0.0.0/16",
+            )
+        ]
+    if cidr.prefixlen < 16:
+        # "The allowed block size is between a /16 netmask (65,536 IP addresses) and /28" (Amazon VPC, VPC CIDR blocks)
+        return [ConfigIssue(at, f"{cidr} (wider than a VPC may be: AWS refuses it)", allowed, "use a /16")]
+    if cidr.prefixlen > 20:
+        # subnet_cidrs needs /22 at most (a public /28 per zone); /20 keeps each zone's private quarter a /22's
+        # 1,019 addresses, one per pod with the VPC CNI.
+        return [
+            ConfigIssue(at, str(cidr), allowed, "use a larger CIDR: every pod takes a VPC address with the VPC CNI")
+        ]
+    return []
+
+
+_CACHE_KIND_KEYS = {"elasticache": ("node_type", "replicas"), "in-cluster": ("memory_gib", "storage_gib")}
+"""The cache keys only one ``cache.kind`` reads."""
+
+
+def _cache_checks(env: CloudEnvironment) -> list[ConfigIssue]:
+    """Keys the chosen cache kind ignores, and an in-cluster Redis bigger than a system node."""
+    cache = env.cache
+    issues: list[ConfigIssue] = []
+    other = "in-cluster" if cache.kind == "elasticache" else "elasticache"
+    for field in _CACHE_KIND_KEYS[other]:
+        if field in cache.model_fields_set:
+            key = to_camel(field)
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.cache.{key}",
+                    f"{_show(getattr(cache, field))} with kind {cache.kind!r} (only kind: {other} reads it)",
+                    f"{' and '.join(to_camel(f) for f in _CACHE_KIND_KEYS[other])} with kind: {other}",
+                    (
+                        "remove it: the in-cluster Redis runs one replica on a system node; for a replicated, "
+                        "multi-AZ cache set kind: elasticache"
+                        if cache.kind == "in-cluster"
+                        else "remove it, or size ElastiCache with nodeType and replicas"
+                    ),
+                )
+            )
+    node = env.system_pool.spec
+    allocatable_gib = node.allocatable_memory_mib / 1024
+    if cache.kind == "in-cluster" and cache.memory_gib > allocatable_gib:
         issues.append(
             ConfigIssue(
-                f"{CONFIG_KEY}.network.cidr",
-                str(env.network.cidr),
-                "a /16 to /20 network",
-                "use a larger CIDR: every pod takes a VPC address with the VPC CNI",
+                f"{CONFIG_KEY}.cache.memoryGib",
+                f"{cache.memory_gib} (the in-cluster Redis runs on a system node: {node.instance_type} has "
+                f"{node.memory_gib} GiB, {allocatable_gib:.1f} GiB of it for pods)",
+                f"at most {int(allocatable_gib)} GiB on {node.instance_type}",
+                "lower cache.memoryGib, pick a larger systemPool.instanceType (an r family has 8 GiB per vCPU), "
+                "or set kind: elasticache",
             )
         )
     return issues

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import email
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,27 @@ def plan_with(tmp_path: Path, stack: str, edit: Callable[[dict[str, Any]], None]
     edit(document["config"]["inferstack:environment"])
     (tmp_path / f"Pulumi.{stack}x.yaml").write_text(yaml.safe_dump(document))
     return run_plan(f"{stack}x", tmp_path)
+
+
+def plan_cli(stacks_dir: Path, stack: str) -> subprocess.CompletedProcess[str]:
+    """`inferstack plan --stack <stack>` on a stack file in `stacks_dir`, as a user runs it."""
+    command = [sys.executable, "-m", "inferstack_cli.main", "plan", "--stack", stack, "--stacks-dir", str(stacks_dir)]
+    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
+
+
+def refused_by_plan(tmp_path: Path, stack: str, edit: Callable[[dict[str, Any]], Any], name: str = "bad") -> str:
+    """Write a bundled stack with ``edit`` applied as stack ``name`` and run `inferstack plan` on it: it must exit 2
+    with one line for the stack file and no traceback. Returns that line."""
+    document = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())
+    edit(document["config"]["inferstack:environment"])
+    (tmp_path / f"Pulumi.{name}.yaml").write_text(yaml.safe_dump(document))
+    result = plan_cli(tmp_path, name)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"{tmp_path}/Pulumi.{name}.yaml: inferstack:environment.")
+    assert "; allowed: " in line and "; fix: " in line
+    return line
 
 
 def config_errors(edit: Callable[[dict[str, Any]], None], stack: str = "prod") -> list[str]:

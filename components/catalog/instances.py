@@ -9,6 +9,7 @@ Sources:
   ``NetworkInfo.MaximumNetworkCards``, ``InstanceStorageInfo``), the same data moto
   carries; ``tests/test_catalog.py`` cross-checks every row against moto.
 - GPU rows: NVIDIA data sheets (HBM bandwidth, dense BF16/FP8 tensor throughput).
+- System rows (``SYSTEM_INSTANCES``): the same EC2 data, cross-checked the same way.
 """
 
 from __future__ import annotations
@@ -195,3 +196,58 @@ def instance(instance_type: str) -> InstanceSpec:
         return INSTANCES[instance_type]
     except KeyError:
         raise KeyError(f"unknown GPU instance type {instance_type!r}; known: {', '.join(INSTANCES)}") from None
+
+
+@dataclass(frozen=True)
+class SystemInstanceSpec:
+    """One EC2 instance type the system pool may run: x86_64, no GPU (its nodes boot ``AL2023_x86_64_STANDARD``)."""
+
+    instance_type: str
+    vcpus: int
+    memory_gib: int
+    network_interfaces: int
+    ipv4_per_interface: int
+
+    @property
+    def max_pods(self) -> int:
+        """The VPC CNI's pod limit, as the EKS AMI sets ``maxPods``: the first address of each interface is the
+        node's, and two host-network pods (aws-node, kube-proxy) take none (amazon-eks-ami ``eni-max-pods.txt``)."""
+        return self.network_interfaces * (self.ipv4_per_interface - 1) + 2
+
+    @property
+    def allocatable_memory_mib(self) -> int:
+        """Memory pods may request: the instance's, less the AMI's kubelet reserve (``11 MiB x maxPods + 255 MiB``)
+        and its hard-eviction threshold (100 MiB) (amazon-eks-ami ``nodeadm/internal/kubelet/config.go``). The
+        kernel keeps a little more, so a pod sized to the last MiB may still not fit."""
+        return self.memory_gib * 1024 - (11 * self.max_pods + 255) - 100
+
+
+SYSTEM_FAMILIES: Mapping[str, int] = MappingProxyType(
+    {
+        **dict.fromkeys(("m5", "m6i", "m6a", "m7i", "m7i-flex", "m7a"), 4),
+        **dict.fromkeys(("c6i", "c6a", "c7i", "c7a"), 2),
+        **dict.fromkeys(("r5", "r6i", "r6a", "r7i", "r7a"), 8),
+    }
+)
+"""x86_64 general-purpose (m), compute (c) and memory (r) families of the 5th to 7th generation → GiB per vCPU. They
+share one size ladder (``_SYSTEM_SIZES``); the 8th generation (m8i, ...) has more addresses per interface."""
+_SYSTEM_SIZES: Mapping[str, tuple[int, int, int]] = MappingProxyType(
+    {
+        # size: (vCPUs, network interfaces, IPv4 addresses per interface)
+        "large": (2, 3, 10),
+        "xlarge": (4, 4, 15),
+        "2xlarge": (8, 4, 15),
+        "4xlarge": (16, 8, 30),
+        "8xlarge": (32, 8, 30),
+        "12xlarge": (48, 8, 30),
+        "16xlarge": (64, 15, 50),
+    }
+)
+SYSTEM_INSTANCES: Mapping[str, SystemInstanceSpec] = MappingProxyType(
+    {
+        f"{family}.{size}": SystemInstanceSpec(f"{family}.{size}", vcpus, vcpus * gib_per_vcpu, enis, ips)
+        for family, gib_per_vcpu in SYSTEM_FAMILIES.items()
+        for size, (vcpus, enis, ips) in _SYSTEM_SIZES.items()
+    }
+)
+"""The system pool's instance types: every family of ``SYSTEM_FAMILIES`` in every size of ``_SYSTEM_SIZES``."""

@@ -4,24 +4,16 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from helpers import ROOT, config_errors, raw_environment
+from helpers import ROOT, config_errors, plan_cli, raw_environment, refused_by_plan
 from stacks.environment import load_environment
 
 SOURCE = "stacks/Pulumi.prod.yaml"
-
-
-def _plan(stacks_dir: Path, stack: str) -> subprocess.CompletedProcess[str]:
-    """`inferstack plan --stack <stack>` on a stack file in `stacks_dir`, as a user runs it."""
-    command = [sys.executable, "-m", "inferstack_cli.main", "plan", "--stack", stack, "--stacks-dir", str(stacks_dir)]
-    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
 
 
 def test_unknown_key_is_reported_with_a_did_you_mean() -> None:
@@ -109,7 +101,7 @@ def test_plan_exits_2_with_one_line_per_problem_and_no_traceback(tmp_path: Path)
     env["network"]["cidrr"] = "10.0.0.0/16"
     (tmp_path / "Pulumi.broken.yaml").write_text(yaml.safe_dump(document))
     # WHEN inferstack plan runs on it
-    result = _plan(tmp_path, "broken")
+    result = plan_cli(tmp_path, "broken")
     # THEN it exits 2, prints exactly one line per problem, and no traceback
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
@@ -120,7 +112,7 @@ def test_plan_exits_2_with_one_line_per_problem_and_no_traceback(tmp_path: Path)
 
 def test_invalid_yaml_is_one_line_naming_the_position(tmp_path: Path) -> None:
     (tmp_path / "Pulumi.bad.yaml").write_text("config:\n  inferstack:environment:\n    tier: cloud\n   region: x\n")
-    result = _plan(tmp_path, "bad")
+    result = plan_cli(tmp_path, "bad")
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"{tmp_path}/Pulumi.bad.yaml: line 4, column 4: got invalid YAML")
@@ -354,7 +346,7 @@ def test_a_speculative_config_error_names_the_key_without_pydantics_url() -> Non
 )
 def test_a_stack_file_of_the_wrong_shape_says_what_it_got(tmp_path: Path, text: str, path: str, got: str) -> None:
     (tmp_path / "Pulumi.odd.yaml").write_text(text)
-    result = _plan(tmp_path, "odd")
+    result = plan_cli(tmp_path, "odd")
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"{tmp_path}/Pulumi.odd.yaml: {path}: {got}; allowed: a mapping")
@@ -384,3 +376,124 @@ def test_a_retention_size_that_the_volume_cannot_hold_is_refused() -> None:
 def test_tags_aws_would_refuse_are_refused(tags: dict[str, str], what: str) -> None:
     (line,) = config_errors(lambda env: env.update(tags=tags))
     assert "inferstack:environment.tags" in line and what in line
+
+
+# --- fuzz audit 2: values `inferstack plan` accepted and `pulumi up` would not (each through the CLI) ---------------
+
+
+def test_a_system_pool_instance_type_typo_is_refused_with_a_did_you_mean(tmp_path: Path) -> None:
+    line = refused_by_plan(tmp_path, "prod", lambda e: e["systemPool"].update(instanceType="m7i.2xlarg"))
+    assert "systemPool.instanceType: got 'm7i.2xlarg' (not in the system catalog)" in line
+    assert "allowed: an x86_64 CPU type" in line and "fix: use a catalog type (did you mean 'm7i.2xlarge'?)" in line
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "problem"),
+    [
+        ("p5.48xlarge", "(a GPU instance type: GPU nodes are gpuPools[])"),
+        ("m7g.2xlarge", "(not in the system catalog)"),
+    ],
+)
+def test_a_gpu_or_arm64_type_is_no_system_node(tmp_path: Path, instance_type: str, problem: str) -> None:
+    # GIVEN a type the system nodes' AL2023_x86_64_STANDARD AMI cannot boot (Graviton) or should not (a GPU box)
+    line = refused_by_plan(tmp_path, "dev", lambda e: e["systemPool"].update(instanceType=instance_type))
+    assert f"systemPool.instanceType: got {instance_type!r} {problem}" in line
+
+
+def test_the_bundled_and_default_system_types_are_in_the_system_catalog() -> None:
+    from components.catalog.instances import SYSTEM_INSTANCES
+    from components.specs import SystemPoolSpec
+
+    used = {raw_environment(s).get("systemPool", {}).get("instanceType") for s in ("prod", "dev")}
+    assert used | {SystemPoolSpec().instance_type} <= set(SYSTEM_INSTANCES)
+
+
+@pytest.mark.parametrize("node_type", ["cache.r7g.larg", "r7g.large", "cache.r7g", "cache.r7g.Large"])
+def test_an_elasticache_node_type_of_the_wrong_form_is_refused(tmp_path: Path, node_type: str) -> None:
+    line = refused_by_plan(tmp_path, "prod", lambda e: e["cache"].update(nodeType=node_type))
+    assert f"cache.nodeType: got {node_type!r}; allowed: an ElastiCache node type: cache.<family>.<size>" in line
+    assert "fix: e.g. cache.r7g.large" in line
+
+
+@pytest.mark.parametrize(
+    "node_type",
+    [
+        "cache.r7g.large",
+        "cache.t4g.micro",
+        "cache.t3.small",
+        "cache.m7g.xlarge",
+        "cache.r6gd.16xlarge",
+        "cache.c7gn.large",
+    ],
+)
+def test_elasticache_node_types_aws_sells_pass_the_form_check(node_type: str) -> None:
+    env = copy.deepcopy(raw_environment("prod"))
+    env["cache"]["nodeType"] = node_type
+    assert load_environment(env, SOURCE).cache.node_type == node_type
+
+
+@pytest.mark.parametrize(
+    ("cidr", "problem", "fix"),
+    [
+        ("8.8.0.0/16", "(not in a private RFC 1918 range", "use a private range no other network you reach uses"),
+        ("100.64.0.0/16", "(not in a private RFC 1918 range", "use a private range"),
+        ("10.0.0.0/12", "(wider than a VPC may be: AWS refuses it)", "use a /16"),
+        ("10.0.0.0/22", "", "use a larger CIDR"),
+    ],
+)
+def test_a_vpc_cidr_must_be_a_private_slash_16_to_20(tmp_path: Path, cidr: str, problem: str, fix: str) -> None:
+    line = refused_by_plan(tmp_path, "prod", lambda e: e["network"].update(cidr=cidr))
+    assert f"network.cidr: got {cidr} {problem}".rstrip() in line
+    assert "allowed: a /16 to /20 inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16 (RFC 1918)" in line
+    assert f"fix: {fix}" in line
+
+
+@pytest.mark.parametrize("cidr", ["172.16.0.0/16", "192.168.0.0/20", "10.255.0.0/16"])
+def test_private_vpc_cidrs_from_16_to_20_are_accepted(cidr: str) -> None:
+    env = copy.deepcopy(raw_environment("prod"))
+    env["network"]["cidr"] = cidr
+    env["cluster"]["deployerCidrs"] = [cidr]
+    assert str(load_environment(env, SOURCE).network.cidr) == cidr  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("release", ["1.33.5-20251340", "1.33.5-20250230"])
+def test_an_ami_release_whose_build_date_is_no_date(tmp_path: Path, release: str) -> None:
+    line = refused_by_plan(tmp_path, "prod", lambda e: e["cluster"].update(amiReleaseVersion=release))
+    date = release.rsplit("-", 1)[1]
+    assert f"cluster.amiReleaseVersion: got {release!r} ({date} is not a date)" in line
+    assert "fix: copy the release from the AMI's release notes or SSM (e.g. 1.33.5-20251120)" in line
+
+
+def test_an_in_cluster_cache_bigger_than_a_system_node_is_refused_naming_the_node(tmp_path: Path) -> None:
+    # GIVEN dev's in-cluster Redis on m7i.xlarge system nodes (16 GiB, 58 pods: 993 MiB kept by the kubelet)
+    line = refused_by_plan(tmp_path, "dev", lambda e: e["cache"].update(memoryGib=16))
+    assert (
+        "cache.memoryGib: got 16 (the in-cluster Redis runs on a system node: m7i.xlarge has 16 GiB, 15.0 GiB" in line
+    )
+    assert "allowed: at most 15 GiB on m7i.xlarge" in line
+    assert "fix: lower cache.memoryGib, pick a larger systemPool.instanceType" in line
+
+
+def test_an_in_cluster_cache_that_fits_a_system_node_is_accepted() -> None:
+    env = copy.deepcopy(raw_environment("dev"))
+    env["cache"]["memoryGib"] = 15
+    assert load_environment(env, "stacks/Pulumi.dev.yaml").cache.memory_gib == 15
+
+
+@pytest.mark.parametrize(
+    ("stack", "key", "value", "got"),
+    [
+        ("dev", "replicas", 3, "3 with kind 'in-cluster' (only kind: elasticache reads it)"),
+        ("dev", "nodeType", "cache.r7g.xlarge", "'cache.r7g.xlarge' with kind 'in-cluster'"),
+        ("prod", "memoryGib", 16, "16 with kind 'elasticache' (only kind: in-cluster reads it)"),
+    ],
+)
+def test_a_cache_key_the_chosen_kind_ignores_is_refused(
+    tmp_path: Path, stack: str, key: str, value: Any, got: str
+) -> None:
+    # GIVEN a key only the other cache kind reads: it used to plan, and then nothing read it
+    line = refused_by_plan(tmp_path, stack, lambda e: e["cache"].update({key: value}))
+    assert f"cache.{key}: got {got}" in line
+    if key == "replicas":
+        assert "fix: remove it: the in-cluster Redis runs one replica on a system node" in line
+        assert "set kind: elasticache" in line
