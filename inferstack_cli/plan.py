@@ -194,7 +194,7 @@ class MockEngine:
 def run_plan(stack: str, stacks_dir: Path = program.STACKS_DIR) -> Plan:
     """Plan ``stack`` offline. Raises ``ConfigError`` for bad config, before any resource exists."""
     config = read_stack_config(stack, stacks_dir)
-    env = load_environment(config.get(CONFIG_KEY), source_name(stack, stacks_dir))
+    env = load_environment(config.get(CONFIG_KEY), source_name(stack, stacks_dir), f"{PROJECT}/{stack}")
     values, secret_keys = _config_values(config)
     for name in env.secret_keys() if hasattr(env, "secret_keys") else ():
         key = f"{PROJECT}:{name}"

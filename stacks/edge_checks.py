@@ -17,6 +17,16 @@ def edge_checks(env: EdgeEnvironment) -> list[ConfigIssue]:
             issues.append(
                 ConfigIssue(f"{CONFIG_KEY}.nodes[{i}].name", repr(node.name), "a unique node name", "rename one")
             )
+        if node.gpu is None and "gpu_count" in node.model_fields_set:
+            # Without a GPU model the count was dropped: the node was planned as CPU-only.
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.nodes[{i}].gpuCount",
+                    f"{node.gpu_count} without nodes[{i}].gpu",
+                    "gpuCount together with gpu (L4, RTX4000Ada, RTX6000Ada)",
+                    "name the GPU with gpu, or remove gpuCount for a CPU-only node",
+                )
+            )
     if len(env.nodes) > 1 and any(not n.node_selector for n in env.nodes):
         i = next(i for i, n in enumerate(env.nodes) if not n.node_selector)
         issues.append(

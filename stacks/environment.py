@@ -230,8 +230,11 @@ class ConfigError(Exception):
         super().__init__("\n".join(i.render(source) for i in issues))
 
 
-def load_environment(raw: Any, source: str) -> Environment:
-    """Validate the raw ``inferstack:environment`` object; raise ``ConfigError`` on any problem."""
+def load_environment(raw: Any, source: str, stack: str | None = None) -> Environment:
+    """Validate the raw ``inferstack:environment`` object; raise ``ConfigError`` on any problem.
+
+    ``stack``: ``<project>/<stack>`` of the stack being loaded, for the rules that compare the config with it (a hub
+    that is the stack itself)."""
     if raw is None:
         raise ConfigError(
             source, [ConfigIssue(CONFIG_KEY, "nothing", "an object", f"add `{CONFIG_KEY}:` under `config:`")]
@@ -278,7 +281,7 @@ def load_environment(raw: Any, source: str) -> Environment:
             )
         ]
         raise ConfigError(source, [_issue_from_pydantic(e, model) for e in errors]) from None
-    issues = cross_checks(env)
+    issues = cross_checks(env, stack)
     if issues:
         raise ConfigError(source, issues)
     return env
@@ -303,9 +306,9 @@ def unsupported_keys(raw: dict[str, Any]) -> list[ConfigIssue]:
     return issues
 
 
-def cross_checks(env: Environment) -> list[ConfigIssue]:
+def cross_checks(env: Environment, stack: str | None = None) -> list[ConfigIssue]:
     """Rules that span sections or fields; run after the structure is valid."""
-    issues = common_checks(env)
+    issues = common_checks(env, stack)
     if isinstance(env, OnpremEnvironment):
         from stacks.onprem_checks import onprem_checks
 
@@ -317,9 +320,19 @@ def cross_checks(env: Environment) -> list[ConfigIssue]:
     return issues + cloud_checks(env)
 
 
-def hub_checks(env: Environment, hub: HubSpec | None) -> list[ConfigIssue]:
+def hub_checks(env: Environment, hub: HubSpec | None, stack: str | None = None) -> list[ConfigIssue]:
     """Hybrid burst, on every tier that names a hub: the hub's key, spillover, and data residency."""
     issues: list[ConfigIssue] = []
+    if hub is not None and hub.stack is not None and hub.stack.split("/", 1)[1] == stack:
+        # The reference would read this stack's own outputs: the gateway would send its overflow to itself.
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.hub.stack",
+                f"{hub.stack!r}, this stack itself",
+                "another stack of the project, which takes this one's overflow (e.g. the cloud stack prod)",
+                "name the hub's stack, or remove `hub`",
+            )
+        )
     if hub is not None and hub.url is not None and hub.api_key_secret is None:
         issues.append(
             ConfigIssue(
@@ -379,7 +392,7 @@ def hub_checks(env: Environment, hub: HubSpec | None) -> list[ConfigIssue]:
     return issues
 
 
-def common_checks(env: Environment) -> list[ConfigIssue]:
+def common_checks(env: Environment, stack: str | None = None) -> list[ConfigIssue]:
     """Models and gateway: the same rules on every tier."""
     from components.catalog.models import MODELS
 
@@ -387,7 +400,7 @@ def common_checks(env: Environment) -> list[ConfigIssue]:
     models = [m.name for m in env.models if not MODELS[m.model].is_embedding]
     hub_spec: HubSpec | None = getattr(env, "hub", None)
     hub = hub_spec is not None
-    issues += hub_checks(env, hub_spec)
+    issues += hub_checks(env, hub_spec, stack)
     aliases = [r.alias for r in env.gateway.routes]
     for i, route in enumerate(env.gateway.routes):
         for key in ("small", "large"):

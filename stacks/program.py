@@ -43,7 +43,8 @@ def require_secret(name: str, what: str, guide: str) -> pulumi.Output[str]:
 def environment() -> Environment:
     """Read and validate ``inferstack:environment`` from the running stack's config."""
     raw = pulumi.Config("inferstack").get_object(CONFIG_KEY.split(":", 1)[1])
-    return load_environment(raw, stack_file(pulumi.get_stack()))
+    stack = pulumi.get_stack()
+    return load_environment(raw, stack_file(stack), f"{pulumi.get_project()}/{stack}")
 
 
 def run() -> None:

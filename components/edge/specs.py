@@ -79,9 +79,11 @@ class EdgeNodeSpec(Spec):
     gpu: str | None = None
     """One of the edge GPUs (``L4``, ``RTX4000Ada``, ``RTX6000Ada``); empty: a CPU-only node."""
     gpu_count: int = Field(default=1, ge=1, le=4)
-    memory_bandwidth_gb_s: float = Field(default=50, gt=0)
+    """GPUs of ``gpu``'s kind in the node; only with ``gpu`` (a CPU node has none to count)."""
+    memory_bandwidth_gb_s: float = Field(default=50, gt=0, le=2000)
     """CPU memory bandwidth, the decode floor of a CPU-served model. 50 GB/s is a dual-channel DDR5 box under load;
-    measure yours (e.g. ``mbw``) and set it."""
+    measure yours (e.g. ``mbw``) and set it. At most 2,000 GB/s (a two-socket, 24-channel DDR5 server peaks near
+    1,200): a larger number is MB/s, and would pass every CPU model's ITL target."""
     reserved_cpu: float = Field(default=1.0, ge=0)
     """Cores k3s itself takes (server, kubelet, containerd, CoreDNS, metrics-server, local-path, servicelb)."""
     reserved_memory_gib: float = Field(default=2.0, ge=0)

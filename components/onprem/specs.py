@@ -7,7 +7,7 @@ the on-prem components read them. Sources for each fact are cited where it is us
 from __future__ import annotations
 
 from ipaddress import IPv4Address, IPv4Network
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
@@ -22,6 +22,7 @@ from components.specs import (
     S3CompatibleStoreSpec,
     SecretConfigName,
     Spec,
+    _repeated,
     catalog_member,
     config_error,
     described,
@@ -128,12 +129,36 @@ class SecondaryNetworkSpec(Spec):
     per_node_block_size: int = Field(default=64, ge=2)
 
 
+HcaName = Annotated[
+    str,
+    described(
+        r"^[A-Za-z][A-Za-z0-9_.-]*(:[1-9][0-9]*)?$",
+        allowed="an RDMA device name as ibv_devices lists it, optionally :<port>: a letter, then letters, digits, "
+        "'_', '.' and '-' (NCCL_IB_HCA joins the names with ',', so a name holds no ',', '^', '=' or space)",
+        fix="e.g. mlx5_0, or mlx5_0:1 for port 1",
+    ),
+]
+"""One entry of ``NCCL_IB_HCA``'s list (NCCL "Environment Variables")."""
+PciDeviceId = Annotated[
+    str,
+    described(
+        r"^[0-9a-f]{4}$",
+        allowed="a PCI device id: 4 lowercase hex digits, without the vendor (15b3:) or 0x",
+        fix="e.g. 1021 for ConnectX-7 (lspci -nn -d 15b3: prints [15b3:<device id>])",
+    ),
+]
+"""One entry of the RDMA plugin's ``deviceIDs`` selector, which compares the text exactly with the id as the PCI
+library reads it (Mellanox/k8s-rdma-shared-dev-plugin ``pkg/resources/device_selectors.go``): ``101B`` or
+``0x101b`` matches no device, and the plugin advertises none."""
+
+
 class FabricSpec(Spec):
     """The GPU fabric between servers: how NCCL reaches the other nodes of a multi-node group."""
 
     kind: Literal["infiniband", "roce", "none"] = "infiniband"
-    hcas: tuple[str, ...] = ()
-    """HCA names NCCL may use (``NCCL_IB_HCA``, exact match), e.g. ``[mlx5_0, ..., mlx5_7]``; empty: NCCL picks."""
+    hcas: tuple[HcaName, ...] = ()
+    """HCA names NCCL may use (``NCCL_IB_HCA``, exact match), e.g. ``[mlx5_0, ..., mlx5_7]``, each once; empty: NCCL
+    picks."""
     socket_interface: str | None = None
     """NCCL's bootstrap interface (``NCCL_SOCKET_IFNAME``) as the serving pods see it: they are not on the host
     network, so ``eth0`` (the pod network) or, with ``secondaryNetwork``, ``net1`` (Multus's name for it), never a
@@ -150,9 +175,22 @@ class FabricSpec(Spec):
     """The RDMA shared device plugin's resource (requested as ``rdma/<name>``)."""
     rdma_hca_max: int = Field(default=63, ge=1)
     """Pods that may share one HCA through the shared plugin (it gives no isolation and no bandwidth split)."""
-    device_ids: tuple[str, ...] = ()
-    """PCI device ids the plugin's selector matches (e.g. ``101b`` for ConnectX-6); empty: any Mellanox (15b3)."""
+    device_ids: tuple[PciDeviceId, ...] = ()
+    """PCI device ids the plugin's selector matches (e.g. ``101b`` for ConnectX-6), each once; empty: any Mellanox
+    (15b3)."""
     secondary_network: SecondaryNetworkSpec | None = None
+
+    @field_validator("hcas", "device_ids")
+    @classmethod
+    def _each_once(cls, items: tuple[str, ...]) -> tuple[str, ...]:
+        repeated = _repeated(items)
+        if repeated:
+            raise config_error(
+                f"{repeated[0]!r} listed twice",
+                allowed="distinct entries",
+                fix=f"list {repeated[0]} once",
+            )
+        return items
 
     @property
     def rdma(self) -> bool:

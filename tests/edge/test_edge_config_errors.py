@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from helpers import ROOT, config_errors
+from helpers import ROOT, config_errors, refused_by_plan
 
 SOURCE = "stacks/Pulumi.edge.yaml"
 
@@ -157,3 +157,37 @@ def test_cache_replicas_is_refused_at_a_site_like_cache_node_type() -> None:
         "cache.replicas: got 3 on tier edge (ElastiCache's node count; the in-cluster Redis runs one replica)" in line
     )
     assert "fix: remove it; size with cache.memoryGib" in line
+
+
+# --- fuzz audit 2: values `inferstack plan` accepted and `pulumi up` would not (each through the CLI) ---------------
+
+
+def test_a_gpu_count_without_a_gpu_is_refused(tmp_path: Path) -> None:
+    # GIVEN a node with gpuCount but no gpu: it used to plan as a CPU-only node, the count dropped
+    def edit(env: dict[str, Any]) -> None:
+        env["nodes"][0].update(gpu=None, gpuCount=2)
+        env["models"][0]["slo"] = {"itlP99Ms": 500}  # on CPU, the 3B model's decode floor is above 20 ms
+
+    line = refused_by_plan(tmp_path, "edge", edit)
+    assert "nodes[0].gpuCount: got 2 without nodes[0].gpu" in line
+    assert "fix: name the GPU with gpu, or remove gpuCount for a CPU-only node" in line
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "bound"),
+    [
+        ("gpuCount", 0, "greater than or equal to 1"),
+        ("gpuCount", 9, "less than or equal to 4"),
+        ("memoryBandwidthGbS", 0, "greater than 0"),
+        ("memoryBandwidthGbS", 51200, "less than or equal to 2000"),
+    ],
+)
+def test_node_gpu_count_and_memory_bandwidth_bounds(tmp_path: Path, key: str, value: int, bound: str) -> None:
+    # 51200: a DDR5 box's bandwidth written in MB/s, which would pass every CPU model's ITL target
+    line = refused_by_plan(tmp_path, "edge", lambda e: e["nodes"][0].update({key: value}))
+    assert f"nodes[0].{key}: got {value}; allowed: {bound}" in line
+
+
+def test_a_hub_that_is_the_site_itself_is_refused(tmp_path: Path) -> None:
+    line = refused_by_plan(tmp_path, "edge", lambda e: e["hub"].update(stack="organization/inferstack/bad"))
+    assert "hub.stack: got 'organization/inferstack/bad', this stack itself" in line

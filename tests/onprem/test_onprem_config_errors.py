@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from helpers import ROOT, config_errors, raw_environment
+from helpers import ROOT, config_errors, raw_environment, refused_by_plan
 from stacks.environment import load_environment
 
 SOURCE = "stacks/Pulumi.onprem.yaml"
@@ -177,3 +177,44 @@ def test_burst_thresholds_are_checked_under_their_own_keys(burst: dict[str, Any]
 def test_an_embeddings_url_that_is_no_url() -> None:
     (line,) = errors(lambda e: e["gateway"].update(embeddingsUrl="not a url"))
     assert "gateway.embeddingsUrl: got 'not a url'; allowed: an http(s) URL" in line
+
+
+# --- fuzz audit 2: values `inferstack plan` accepted and `pulumi up` would not (each through the CLI) ---------------
+
+
+def test_a_hub_that_is_the_stack_itself_is_refused(tmp_path: Any) -> None:
+    # GIVEN the stack file of stack `bad` whose hub is organization/inferstack/bad: it would burst to itself
+    line = refused_by_plan(tmp_path, "onprem", lambda e: e["hub"].update(stack="organization/inferstack/bad"))
+    assert "hub.stack: got 'organization/inferstack/bad', this stack itself" in line
+    assert "fix: name the hub's stack, or remove `hub`" in line
+
+
+@pytest.mark.parametrize("device_id", ["10210", "101B", "0x1021", "15b3:1021"])
+def test_a_pci_device_id_is_four_lowercase_hex_digits(tmp_path: Any, device_id: str) -> None:
+    # The RDMA plugin compares the text exactly: any other spelling selects no HCA and pods stay Pending
+    line = refused_by_plan(tmp_path, "onprem", lambda e: e["fabric"].update(deviceIds=[device_id]))
+    assert f"fabric.deviceIds[0]: got {device_id!r}; allowed: a PCI device id: 4 lowercase hex digits" in line
+    assert "fix: e.g. 1021 for ConnectX-7" in line
+
+
+@pytest.mark.parametrize(
+    ("key", "items", "twice"),
+    [("deviceIds", ["1021", "101b", "1021"], "1021"), ("hcas", ["mlx5_0", "mlx5_1", "mlx5_0"], "mlx5_0")],
+)
+def test_a_device_id_or_hca_listed_twice_is_refused(tmp_path: Any, key: str, items: list[str], twice: str) -> None:
+    line = refused_by_plan(tmp_path, "onprem", lambda e: e["fabric"].update({key: items}))
+    assert f"fabric.{key}: got " in line and f"({twice!r} listed twice)" in line
+    assert f"fix: list {twice} once" in line
+
+
+@pytest.mark.parametrize("hca", ["mlx5_0,mlx5_1", "=mlx5_0", "mlx5 0"])
+def test_an_hca_name_that_would_break_nccl_ib_hca_is_refused(tmp_path: Any, hca: str) -> None:
+    # NCCL_IB_HCA is "=" + the names joined by ",": a ',', '=', '^' or space inside one name changes the filter
+    line = refused_by_plan(tmp_path, "onprem", lambda e: e["fabric"].update(hcas=[hca]))
+    assert f"fabric.hcas[0]: got {hca!r}; allowed: an RDMA device name" in line
+
+
+def test_hca_names_with_a_port_and_other_drivers_are_accepted() -> None:
+    env = copy.deepcopy(raw_environment("onprem"))
+    env["fabric"].update(hcas=["mlx5_0:1", "mlx5_bond_0", "ibp12s0", "bnxt_re0"], deviceIds=["1021", "101b"])
+    load_environment(env, SOURCE)
