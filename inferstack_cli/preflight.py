@@ -24,7 +24,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
-    from inferstack_cli.plan import PROJECT, read_stack_config, source_name
+    from inferstack_cli.plan import read_stack_config, source_name
     from stacks import program
     from stacks.environment import CONFIG_KEY, load_environment
     from stacks.preflight import NOT_COVERED, TIERS
@@ -32,7 +32,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     stacks_dir = Path(args.stacks_dir) if args.stacks_dir else program.STACKS_DIR
     try:
         config = read_stack_config(args.stack, stacks_dir)
-        env = load_environment(config.get(CONFIG_KEY), source_name(args.stack, stacks_dir), f"{PROJECT}/{args.stack}")
+        env = load_environment(config.get(CONFIG_KEY), source_name(args.stack, stacks_dir))
     except ConfigError as err:
         print(err, file=sys.stderr)
         return EXIT_CONFIG
