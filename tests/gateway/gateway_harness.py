@@ -394,8 +394,10 @@ def run_on_uvloop(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return uvloop.run(main())
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    """Poll for an eventual effect (a background write-back, an upstream noticing a disconnect)."""
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Poll for an eventual effect (a background write-back, an upstream noticing a disconnect). It returns as soon
+    as the effect shows; the timeout is generous because a semantic write-back embeds on CPU, which took over 5 s
+    on a 2-core machine busy with other test runs."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
