@@ -1,4 +1,4 @@
-"""The EFA network-interface layout rule, shared by launch templates and Karpenter.
+"""The EFA network-interface layout rule and the EFA security group, shared by launch templates and Karpenter.
 
 EC2 user guide, "Maximize network bandwidth on accelerated instances" / "EFA for
 accelerated instance types": network card 0, device index 0 must be an ENA
@@ -10,7 +10,10 @@ device 1 carries an ``efa-only`` interface, and every other EFA-capable card get
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
+
+import pulumi
+import pulumi_aws as aws
 
 from components.catalog.instances import InstanceSpec
 
@@ -36,8 +39,10 @@ def efa_interface_layout(spec: InstanceSpec) -> list[Interface]:
     return layout
 
 
-def efa_security_group_rules() -> dict[str, list[dict[str, Any]]]:
-    """Inline rules of the security group every EFA node carries: all traffic from and to itself.
+def efa_security_group(
+    name: str, *, pool: str, vpc_id: pulumi.Input[str], tags: dict[str, str], opts: pulumi.ResourceOptions
+) -> aws.ec2.SecurityGroup:
+    """The security group every EFA node of ``pool`` carries: all traffic from and to itself.
 
     EC2 user guide, "Prepare an EFA-enabled security group": both directions must name the group itself.
     EFA's SRD traffic carries no IP address, so an egress rule to ``0.0.0.0/0`` does not cover it (the EKS
@@ -45,7 +50,12 @@ def efa_security_group_rules() -> dict[str, list[dict[str, Any]]]:
     awsome-distributed-ai #546). The ``0.0.0.0/0`` egress keeps the node's ordinary outbound traffic.
     """
     every = {"protocol": "-1", "from_port": 0, "to_port": 0}
-    return {
-        "ingress": [{**every, "self": True}],
-        "egress": [{**every, "self": True}, {**every, "cidr_blocks": ["0.0.0.0/0"]}],
-    }
+    return aws.ec2.SecurityGroup(
+        name,
+        vpc_id=vpc_id,
+        description=f"EFA traffic between {pool} nodes",
+        ingress=[{**every, "self": True}],
+        egress=[{**every, "self": True}, {**every, "cidr_blocks": ["0.0.0.0/0"]}],
+        tags={**tags, "Name": name},
+        opts=opts,
+    )

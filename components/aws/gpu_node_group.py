@@ -20,7 +20,7 @@ import pulumi_aws as aws
 from pydantic import Field
 
 from components.aws._node import encode_user_data, metadata_options, render_user_data, root_volume
-from components.aws.efa import efa_interface_layout, efa_security_group_rules
+from components.aws.efa import efa_interface_layout, efa_security_group
 from components.catalog.instances import InstanceSpec
 from components.kube.labels import LABEL_PREFIX, gpu_node_labels
 from components.specs import Args, GpuPoolSpec, StrInput
@@ -91,16 +91,9 @@ class GpuNodeGroup(pulumi.ComponentResource):
 
         security_groups: list[StrInput] = [args.cluster_security_group_id]
         if pool.efa_enabled:
-            # EFA requires a group that admits all traffic from itself, in and out (components.aws.efa);
-            # NCCL's RDMA traffic is otherwise dropped.
-            efa_sg = aws.ec2.SecurityGroup(
-                f"{name}-efa",
-                vpc_id=args.vpc_id,
-                description=f"EFA traffic between {pool.name} nodes",
-                **efa_security_group_rules(),
-                tags={**tags, "Name": f"{name}-efa"},
-                opts=child,
-            )
+            # EFA requires a group that admits all traffic from itself, in and out; NCCL's RDMA traffic is
+            # otherwise dropped.
+            efa_sg = efa_security_group(f"{name}-efa", pool=pool.name, vpc_id=args.vpc_id, tags=tags, opts=child)
             security_groups.append(efa_sg.id)
 
         self.placement_group_name = None

@@ -17,7 +17,7 @@ import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from components.aws._karpenter import KarpenterGpuPool, karpenter_node_class, karpenter_node_pool
-from components.aws.efa import efa_security_group_rules
+from components.aws.efa import efa_security_group
 from components.aws.iam import NODE_POLICIES, PodIdentityRole, PodIdentityRoleArgs, assume_role_policy
 from components.catalog.charts import CHARTS
 from components.kube.helm import release
@@ -348,13 +348,8 @@ class Karpenter(pulumi.ComponentResource):
             efa_group_id = None
             if pool.efa_enabled:
                 # The same group a managed EFA pool gets (components.aws.efa): EFA drops traffic without it.
-                efa_group_id = aws.ec2.SecurityGroup(
-                    f"{name}-{pool.name}-efa",
-                    vpc_id=args.vpc_id,
-                    description=f"EFA traffic between {pool.name} nodes",
-                    **efa_security_group_rules(),
-                    tags={**args.tags, "Name": f"{name}-{pool.name}-efa"},
-                    opts=child,
+                efa_group_id = efa_security_group(
+                    f"{name}-{pool.name}-efa", pool=pool.name, vpc_id=args.vpc_id, tags=args.tags, opts=child
                 ).id
             spec = KarpenterGpuPool(
                 name=pool.name,
