@@ -109,84 +109,20 @@ EDGE_GPUS: tuple[str, ...] = (L4.model, RTX4000_ADA.model, RTX6000_ADA.model)
 the cloud and on-prem tiers' (a site with one would be an on-prem stack)."""
 
 
-def _row(
-    instance_type: str,
-    gpu: GpuSpec,
-    gpu_count: int,
-    host_memory_gib: int,
-    efa_interfaces: int,
-    network_cards: int,
-    nvme_disks: int,
-    nvme_disk_gb: int,
-    vcpus: int,
-) -> tuple[str, InstanceSpec]:
-    return instance_type, InstanceSpec(
-        instance_type, gpu, gpu_count, host_memory_gib, efa_interfaces, network_cards, nvme_disks, nvme_disk_gb, vcpus
-    )
-
-
 INSTANCES: Mapping[str, InstanceSpec] = MappingProxyType(
-    dict(
-        (
-            _row(
-                "p5.48xlarge",
-                H100,
-                8,
-                2048,
-                efa_interfaces=32,
-                network_cards=32,
-                nvme_disks=8,
-                nvme_disk_gb=3800,
-                vcpus=192,
-            ),
-            _row(
-                "p5e.48xlarge",
-                H200,
-                8,
-                2048,
-                efa_interfaces=32,
-                network_cards=32,
-                nvme_disks=8,
-                nvme_disk_gb=3800,
-                vcpus=192,
-            ),
-            _row(
-                "p5en.48xlarge",
-                H200,
-                8,
-                2048,
-                efa_interfaces=16,
-                network_cards=16,
-                nvme_disks=8,
-                nvme_disk_gb=3800,
-                vcpus=192,
-            ),
-            _row(
-                "p4d.24xlarge",
-                A100_40,
-                8,
-                1152,
-                efa_interfaces=4,
-                network_cards=4,
-                nvme_disks=8,
-                nvme_disk_gb=1000,
-                vcpus=96,
-            ),
-            _row(
-                "p6-b200.48xlarge",
-                B200,
-                8,
-                2048,
-                efa_interfaces=8,
-                network_cards=8,
-                nvme_disks=8,
-                nvme_disk_gb=3800,
-                vcpus=192,
-            ),
-            _row("g6e.xlarge", L40S, 1, 32, efa_interfaces=0, network_cards=1, nvme_disks=1, nvme_disk_gb=250, vcpus=4),
-            _row("g5.xlarge", A10G, 1, 16, efa_interfaces=0, network_cards=1, nvme_disks=1, nvme_disk_gb=250, vcpus=4),
+    {
+        i.instance_type: i
+        for i in (
+            # instance type, GPU, GPUs, host memory GiB, EFA interfaces, network cards, NVMe disks, GB each, vCPUs
+            InstanceSpec("p5.48xlarge", H100, 8, 2048, 32, 32, 8, 3800, 192),
+            InstanceSpec("p5e.48xlarge", H200, 8, 2048, 32, 32, 8, 3800, 192),
+            InstanceSpec("p5en.48xlarge", H200, 8, 2048, 16, 16, 8, 3800, 192),
+            InstanceSpec("p4d.24xlarge", A100_40, 8, 1152, 4, 4, 8, 1000, 96),
+            InstanceSpec("p6-b200.48xlarge", B200, 8, 2048, 8, 8, 8, 3800, 192),
+            InstanceSpec("g6e.xlarge", L40S, 1, 32, 0, 1, 1, 250, 4),
+            InstanceSpec("g5.xlarge", A10G, 1, 16, 0, 1, 1, 250, 4),
         )
-    )
+    }
 )
 
 
