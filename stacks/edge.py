@@ -146,9 +146,11 @@ def compose(env: EdgeEnvironment, stack: str) -> dict[str, Any]:
             opts=pulumi.ResourceOptions(depends_on=[base, addons, credentials]),
         )
 
-    embedder = None
-    for model in env.models:
-        embedder = embedder_for(model.model, pulumi.Output.concat(models[model.name].endpoint, "/v1")) or embedder
+    # The site's one embedding model (edge_checks refuses a second), as gateway_checks validated it.
+    embedder = next(
+        (e for m in env.models if (e := embedder_for(m.model, pulumi.Output.concat(models[m.name].endpoint, "/v1")))),
+        None,
+    )
     hub = hub_upstream(env)
     spec_of = {m.name: m.model for m in env.models}
     chat = {name: server for name, server in models.items() if not MODELS[spec_of[name]].is_embedding}
