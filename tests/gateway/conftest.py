@@ -115,6 +115,11 @@ def embeddings_server(loop_thread: LoopThread, embedding_model: Any) -> Iterator
         if control.fail:
             return web.json_response({"error": {"message": "model crashed", "type": "server_error"}}, status=500)
         texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        if control.max_tokens is not None:
+            longest = max(len(embedding_model.tokenizer(text)["input_ids"]) for text in texts)
+            if longest > control.max_tokens:
+                message = "input is too large to process. increase the physical batch size"
+                return web.json_response({"error": {"message": message, "type": "server_error"}}, status=500)
         vectors = await asyncio.get_running_loop().run_in_executor(None, embedding_model.encode, texts)
         data = [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)]
         return web.json_response({"object": "list", "data": data, "model": body.get("model")})

@@ -160,6 +160,8 @@ class EmbeddingsControl:
     delay_s: float = 0.0
     fail: bool = False
     calls: int = 0
+    max_tokens: int | None = None
+    """Refuse inputs longer than this many of the model's tokens with a 500, as llama.cpp's server does."""
 
 
 @dataclass
@@ -169,6 +171,7 @@ class EmbeddingsServer:
 
     def reset(self) -> None:
         self.control.delay_s, self.control.fail, self.control.calls = 0.0, False, 0
+        self.control.max_tokens = None
 
 
 async def start_app(app: Any) -> tuple[Any, str]:

@@ -375,6 +375,40 @@ def test_a_prompt_longer_than_the_embedding_window_skips_the_semantic_cache_with
     assert gw.metric("inferstack_gateway_cache_skipped_total", kind="semantic", reason="embeddings") == 0
 
 
+def test_an_input_the_estimate_let_through_but_the_model_refuses_does_not_take_the_endpoint_down(
+    gateway: Any, upstreams: Any, embeddings_server: Any, embedding_model: Any
+) -> None:
+    # GIVEN an embedding model that reads at most 64 tokens and refuses longer input with a 500, as llama.cpp does
+    gw = gateway(upstreams("up"), embeddings={"timeout_ms": 5000, "max_input_tokens": 64})
+    embeddings_server.control.max_tokens = 64
+
+    def ask(content: str) -> str:
+        raw = gw.client().chat.completions.with_raw_response.create(
+            model="local", messages=[{"role": "user", "content": content}], temperature=0
+        )
+        assert raw.http_response.status_code == 200
+        return str(raw.headers["x-inferstack-cache"])
+
+    # WHEN a Chinese prompt of 80 characters arrives: ~20 tokens at 4 characters each, so the gateway embeds it,
+    # but MiniLM reads one token per character, past the window
+    chinese = ("请总结以下商店库存报告供每周会议使用北通道缺少面粉和糖" * 3)[:80]
+    assert len(embedding_model.tokenizer(chinese)["input_ids"]) > 64 > len(chinese) // 4
+    assert ask(chinese) == "miss"
+    assert embeddings_server.control.calls == 1
+    # THEN the refusal is counted as the input's length, not as an outage
+    assert gw.metric("inferstack_gateway_cache_skipped_total", kind="semantic", reason="too_long") == 1
+    # AND the next short prompt still gets its semantic lookup
+    assert ask("What is the capital of Italy?") == "miss"
+    assert embeddings_server.control.calls == 2
+    assert gw.metric("inferstack_gateway_cache_skipped_total", kind="semantic", reason="embeddings") == 0
+    # BUT a short input the endpoint fails is an outage: the endpoint is skipped for the next request
+    embeddings_server.control.fail = True
+    assert ask("What is the capital of Spain?") == "miss"
+    assert ask("What is the capital of Greece?") == "miss"
+    assert embeddings_server.control.calls == 3
+    assert gw.metric("inferstack_gateway_cache_skipped_total", kind="semantic", reason="embeddings") == 2
+
+
 def test_a_slow_semantic_lookup_does_not_block_other_requests(
     gateway: Any, upstreams: Any, embeddings_server: Any
 ) -> None:

@@ -23,7 +23,7 @@ from redis.exceptions import RedisError
 from inferstack_gateway import sse
 from inferstack_gateway.auth import KeyTable, Principal
 from inferstack_gateway.config import GatewayConfig, ModelConfig
-from inferstack_gateway.embeddings import Embedder, EmbeddingError
+from inferstack_gateway.embeddings import Embedder, EmbeddingError, InputTooLong
 from inferstack_gateway.errors import GatewayError, error_body
 from inferstack_gateway.exchange import Exchange
 from inferstack_gateway.http_client import HttpClient
@@ -586,7 +586,8 @@ class Gateway:
             self.metrics.cache_skipped.labels("semantic", "budget").inc()
             return None, embedding
         except EmbeddingError as exc:
-            self.metrics.cache_skipped.labels("semantic", "embeddings").inc()
+            reason = "too_long" if isinstance(exc, InputTooLong) else "embeddings"
+            self.metrics.cache_skipped.labels("semantic", reason).inc()
             exchange.detail["semantic_skipped"] = str(exc)
             return None, None
         except (RedisError, OSError) as exc:

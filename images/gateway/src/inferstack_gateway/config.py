@@ -157,7 +157,9 @@ class EmbeddingsConfig(_Frozen):
     """The longest prompt the model embeds, in tokens (estimated at ~4 characters each, as for routing). A longer
     single-turn prompt skips the semantic cache, lookup and write-back, without calling the endpoint: a server refuses
     input past its window (llama.cpp answers HTTP 500 past its 512-token batch), and a refusal would take the endpoint
-    out for every request for 1 s. Unset: every single-turn prompt is embedded."""
+    out for every request for 1 s. The estimate undercounts CJK text, digits and code: a refusal of an input that may
+    be past the window (more UTF-8 bytes than it) is counted as too long as well, and leaves the endpoint up. Unset:
+    every single-turn prompt is embedded."""
 
     @field_validator("url")
     @classmethod
