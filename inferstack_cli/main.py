@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import warnings
@@ -200,6 +201,10 @@ def summary(plan: Plan, seconds: float) -> str:
 def cmd_plan(args: argparse.Namespace) -> int:
     from policies.rules import check_plan
 
+    problem = _output_problem(args)
+    if problem:
+        print(problem, file=sys.stderr)
+        return EXIT_CONFIG
     started = time.perf_counter()
     try:
         plan = run_plan(args.stack, Path(args.stacks_dir) if args.stacks_dir else program.STACKS_DIR)
@@ -209,13 +214,39 @@ def cmd_plan(args: argparse.Namespace) -> int:
     plan.violations += check_plan(plan.resources, plan.tier, plan.environment)
     seconds = time.perf_counter() - started
     print(summary(plan, seconds))
-    if args.json:
-        Path(args.json).write_text(json.dumps(plan.to_json(), indent=2, sort_keys=False) + "\n")
-        print(f"\nPlan JSON: {args.json}")
-    if args.render:
-        written = render.write(render.renders(plan.resources), Path(args.render))
-        print(f"Rendered {len(written)} files under {args.render}")
+    try:
+        if args.json:
+            Path(args.json).write_text(json.dumps(plan.to_json(), indent=2, sort_keys=False) + "\n")
+            print(f"\nPlan JSON: {args.json}")
+        if args.render:
+            written = render.write(render.renders(plan.resources), Path(args.render))
+            print(f"Rendered {len(written)} files under {args.render}")
+    except OSError as err:  # the checks above passed, then the disk filled or a path changed under us
+        fix = "pick a path in a directory you can write"
+        print(f"inferstack plan: cannot write {err.filename} ({err.strerror}); fix: {fix}", file=sys.stderr)
+        return EXIT_CONFIG
     return EXIT_VIOLATION if any(v["enforcement"] == "mandatory" for v in plan.violations) else 0
+
+
+def _output_problem(args: argparse.Namespace) -> str | None:
+    """Why ``--json`` or ``--render`` could not be written, found before the plan runs rather than after it."""
+    if args.json:
+        target = Path(args.json)
+        if target.is_dir():
+            return f"--json: got {args.json!r}, a directory; fix: name a file, e.g. {target / 'plan.json'}"
+        parent = target.parent
+        if not parent.is_dir():
+            return f"--json: got {args.json!r}, but {parent} is not a directory; fix: create it or pick another path"
+        if not os.access(parent, os.W_OK):
+            return f"--json: got {args.json!r}, but {parent} is not writable; fix: pick a directory you can write"
+    if args.render:
+        target = Path(args.render)
+        existing = next((p for p in (target, *target.parents) if p.exists()), None)
+        if existing is not None and not existing.is_dir():
+            return f"--render: got {args.render!r}, but {existing} is a file; fix: name a directory"
+        if existing is not None and not os.access(existing, os.W_OK):
+            return f"--render: got {args.render!r}, but {existing} is not writable; fix: pick a directory you can write"
+    return None
 
 
 def parser() -> argparse.ArgumentParser:

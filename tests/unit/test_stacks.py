@@ -114,3 +114,21 @@ def test_plan_fails_with_exit_3_on_a_mandatory_violation(tmp_path: Path) -> None
     template = only([r for r in plan.resources if r.name == "gpu-h100"], "aws:ec2/launchTemplate:LaunchTemplate")
     bad = {**template.inputs, "metadataOptions": {"httpTokens": "optional"}}
     assert [v["policy"] for v in check(template.type, bad, template.urn)] == ["imdsv2-required"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "target", "said"),
+    [
+        ("--json", "missing/plan.json", "missing is not a directory"),
+        ("--json", ".", "a directory; fix: name a file"),
+        ("--render", "a-file/out", "a-file is a file; fix: name a directory"),
+    ],
+)
+def test_an_output_path_that_cannot_be_written_is_refused_before_the_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, target: str, said: str
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    assert main(["plan", "--stack", "edge", flag, str(tmp_path / target)]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""  # refused before the plan ran, in one line
+    assert out.err.count("\n") == 1 and out.err.startswith(f"{flag}: got ") and said in out.err
