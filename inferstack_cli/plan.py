@@ -75,7 +75,7 @@ def read_stack_config(stack: str, stacks_dir: Path) -> dict[str, Any]:
     path = stack_config_path(stack, stacks_dir)
     source = source_name(stack, stacks_dir)
     if not path.is_file():
-        known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in stacks_dir.glob("Pulumi.*.yaml"))
+        known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in stacks_dir.glob("Pulumi.*.yaml") if p.is_file())
         raise ConfigError(
             source,
             [
@@ -88,7 +88,14 @@ def read_stack_config(stack: str, stacks_dir: Path) -> dict[str, Any]:
             ],
         )
     try:
-        document = yaml.safe_load(path.read_text()) or {}
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as err:
+        line = err.object[: err.start].count(b"\n") + 1
+        issue = ConfigIssue(f"line {line}", "text that is not UTF-8", "a UTF-8 YAML file", "save it as UTF-8")
+        raise ConfigError(source, [issue]) from None
+    except OSError as err:
+        issue = ConfigIssue("(the file)", f"unreadable ({err.strerror})", "a readable file", "check its permissions")
+        raise ConfigError(source, [issue]) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "the file"

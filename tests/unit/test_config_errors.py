@@ -118,6 +118,26 @@ def test_invalid_yaml_is_one_line_naming_the_position(tmp_path: Path) -> None:
     assert line.startswith(f"{tmp_path}/Pulumi.bad.yaml: line 4, column 4: got invalid YAML")
 
 
+def test_a_stack_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "Pulumi.latin.yaml").write_bytes(
+        "config:\n  inferstack:environment:\n    tier: caf\xe9\n".encode("latin-1")
+    )
+    result = plan_cli(tmp_path, "latin")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"{tmp_path}/Pulumi.latin.yaml: line 3: got text that is not UTF-8;")
+    assert line.endswith("allowed: a UTF-8 YAML file; fix: save it as UTF-8")
+
+
+def test_a_directory_named_like_a_stack_file_is_not_offered_as_a_stack(tmp_path: Path) -> None:
+    (tmp_path / "Pulumi.ghost.yaml").mkdir()
+    (tmp_path / "Pulumi.real.yaml").write_text("config: {}\n")
+    result = plan_cli(tmp_path, "ghost")
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "--stack: got 'ghost'; allowed: real;" in line
+
+
 # --- issue 12: new keys ------------------------------------------------------------------------------------------
 
 
