@@ -140,7 +140,17 @@ def test_cli_check_validates_and_reports_errors_without_a_traceback(
     err = capsys.readouterr().err
     assert "server.port: Input should be a valid integer" in err and "Traceback" not in err
     assert main(["--config", str(tmp_path / "missing.yaml"), "--check"]) == 2
-    assert "cannot read the gateway config" in capsys.readouterr().err
+    assert "the gateway config: cannot read" in capsys.readouterr().err
+    # a file that is not UTF-8, and one that is not YAML: one line each, naming the line
+    broken.write_bytes(b"server:\n  host: caf\xe9\n")
+    assert main(["--config", str(broken), "--check"]) == 2
+    expected = f"the gateway config: {broken} is not UTF-8 text (line 2). Fix: save it as UTF-8\n"
+    assert capsys.readouterr().err == expected
+    broken.write_text("server: [\n")
+    assert main(["--config", str(broken), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"the gateway config: {broken} is not valid YAML at line 2, column 1: ")
+    assert err.count("\n") == 1
 
 
 def test_the_console_script_module_runs() -> None:

@@ -672,19 +672,32 @@ def parse_config(data: Any, *, env: Mapping[str, str] | None = None, source: str
         raise _format_validation_error(exc, source) from None
 
 
+def read_utf8(path: str | Path, what: str, fix: str) -> str:
+    """A file's text, or a ConfigError in one line: unreadable (`fix` says what to do) or not UTF-8 (where)."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot read {path}: {exc.strerror}. Fix: {fix}") from None
+    except UnicodeDecodeError as exc:
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{what}: {path} is not UTF-8 text (line {line}). Fix: save it as UTF-8") from None
+
+
+def _yaml(text: str, what: str, path: str | Path) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "unparsable"
+        raise ConfigError(f"{what}: {path} is not valid YAML{where}: {problem}. Fix: correct it there") from None
+
+
 def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> GatewayConfig:
     """Read, interpolate and validate a config file. Raises ConfigError with a user-facing message."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot read the gateway config {path}: {exc.strerror}. Fix: pass an existing file"
-        ) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    text = read_utf8(path, "the gateway config", "pass an existing file")
+    data = _yaml(text, "the gateway config", path)
     config = parse_config(data, env=env, source=str(path))
     if config.auth.keys_file is not None and not Path(config.auth.keys_file).is_absolute():
         resolved = (path.parent / config.auth.keys_file).as_posix()
@@ -705,14 +718,7 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Ga
 
 def load_keys_file(path: str) -> list[ApiKeyConfig]:
     """Read auth.keys_file: a YAML list of ApiKeyConfig mappings (hashed keys)."""
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(
-            f"auth.keys_file: cannot read {path}: {exc.strerror}. Fix: mount the keys Secret there"
-        ) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"auth.keys_file: {path} is not valid YAML: {exc}") from None
+    data = _yaml(read_utf8(path, "auth.keys_file", "mount the keys Secret there"), "auth.keys_file", path)
     if not isinstance(data, list):
         raise ConfigError(f"auth.keys_file: {path} must hold a YAML list of keys, got {type(data).__name__}")
     keys = []

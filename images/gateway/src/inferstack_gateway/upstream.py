@@ -8,9 +8,8 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-from inferstack_gateway.config import BudgetsConfig, ConfigError, UpstreamConfig
+from inferstack_gateway.config import BudgetsConfig, ConfigError, UpstreamConfig, read_utf8
 from inferstack_gateway.errors import GatewayError
 from inferstack_gateway.http_client import HttpClient, HttpClientError, Response, StreamBroken, Target
 from inferstack_gateway.logs import logger
@@ -129,13 +128,8 @@ def _not_an_answer(response: Response, stream: bool) -> str | None:
 def _api_key(name: str, config: UpstreamConfig) -> str | None:
     if config.api_key_file is None:
         return None if config.api_key is None else config.api_key.get_secret_value()
-    try:
-        return Path(config.api_key_file).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ConfigError(
-            f"upstreams.{name}.api_key_file: cannot read {config.api_key_file}: {exc.strerror}. "
-            "Fix: mount the Secret holding the key there"
-        ) from None
+    what = f"upstreams.{name}.api_key_file"
+    return read_utf8(config.api_key_file, what, "mount the Secret holding the key there").strip()
 
 
 def _trust(name: str, config: UpstreamConfig) -> ssl.SSLContext | None:
