@@ -139,6 +139,45 @@ def _gpu_taint(props: dict[str, Any], report: ReportViolation) -> None:
         )
 
 
+def _true(value: Any) -> bool:
+    return str(value).lower() == "true"
+
+
+def _cache_encrypted(props: dict[str, Any], report: ReportViolation) -> None:
+    if not _true(props.get("atRestEncryptionEnabled")):
+        report("the cache must be encrypted at rest (atRestEncryptionEnabled: true)", None)
+    if not _true(props.get("transitEncryptionEnabled")):
+        report("the cache must require TLS (transitEncryptionEnabled: true)", None)
+    elif props.get("transitEncryptionMode", "required") != "required":
+        # `preferred` accepts plaintext clients too: it is ElastiCache's migration mode
+        # (https://docs.aws.amazon.com/AmazonElastiCache/latest/dg/in-transit-encryption-enable.html).
+        report(
+            f"the cache must refuse plaintext clients (transitEncryptionMode: required), got "
+            f"{props.get('transitEncryptionMode')!r}",
+            None,
+        )
+    if not props.get("authToken") and not props.get("authTokenWo") and not props.get("userGroupIds"):
+        report("the cache must authenticate clients: an AUTH token (authToken) or RBAC users (userGroupIds)", None)
+
+
+def _standalone_cache(props: dict[str, Any], report: ReportViolation) -> None:
+    # A cluster outside a replication group has no at-rest encryption, AUTH token or user group
+    # (aws_elasticache_cluster's arguments): only a replication group can meet the baseline.
+    if not props.get("replicationGroupId"):
+        report(
+            "a standalone cache cluster cannot be encrypted at rest or require AUTH: create a ReplicationGroup", None
+        )
+
+
+def _cache_user_password(props: dict[str, Any], report: ReportViolation) -> None:
+    mode = (props.get("authenticationMode") or {}).get("type")
+    enabled = str(props.get("accessString", "")).split(" ", 1)[0] == "on"
+    if enabled and (_true(props.get("noPasswordRequired")) or mode == "no-password-required"):
+        report(
+            f"cache user {props.get('userName')!r} is enabled without a password: give it one (or switch it off)", None
+        )
+
+
 # ---------------------------------------------------------------------------------------------
 # The registry: every rule once, with its id, kind, declared enforcement and what it checks.
 
@@ -172,6 +211,16 @@ def _aws(
         check(dict(res.inputs), collect)
         for message in found:
             yield message, None
+
+    return run
+
+
+def _any(*checks: Callable[[Res], Iterable[Finding]]) -> Callable[[Res], Iterable[Finding]]:
+    """One rule over several resource types (each check returns nothing for the others)."""
+
+    def run(res: Res) -> Iterator[Finding]:
+        for check in checks:
+            yield from check(res)
 
     return run
 
@@ -236,6 +285,15 @@ RULES: tuple[Rule, ...] = (
     ),
     _resource(
         "gpu-node-taint", "GPU node groups carry the GPU taint.", _aws("aws:eks/nodeGroup:NodeGroup", _gpu_taint)
+    ),
+    _resource(
+        "elasticache-encrypted-authenticated",
+        "The cache is encrypted at rest and in transit and authenticates every client.",
+        _any(
+            _aws("aws:elasticache/replicationGroup:ReplicationGroup", _cache_encrypted),
+            _aws("aws:elasticache/cluster:Cluster", _standalone_cache),
+            _aws("aws:elasticache/user:User", _cache_user_password),
+        ),
     ),
     # Kubernetes objects, one at a time.
     _resource("pss-run-as-non-root", "Pod Security restricted: containers run as non-root.", k8s.pss_non_root),

@@ -169,6 +169,22 @@ CASES: dict[str, tuple[Plan, Plan, str | None]] = {
         ),
         None,
     ),
+    "elasticache-encrypted-authenticated": (
+        one(
+            "aws:elasticache/replicationGroup:ReplicationGroup",
+            atRestEncryptionEnabled=False,
+            transitEncryptionEnabled=True,
+            userGroupIds=["cache"],
+        ),
+        one(
+            "aws:elasticache/replicationGroup:ReplicationGroup",
+            atRestEncryptionEnabled=True,
+            transitEncryptionEnabled=True,
+            transitEncryptionMode="required",
+            userGroupIds=["cache"],
+        ),
+        None,
+    ),
     # Kubernetes objects
     "pss-run-as-non-root": (
         with_container(securityContext=sc(runAsNonRoot=False, runAsUser=0)),
