@@ -30,7 +30,7 @@ from pulumi_policy import (
 from policies import kube_rules as k8s
 from policies import stack_rules as sr
 from policies.exceptions import excepted
-from policies.model import Res, from_plan, from_policy, plain
+from policies.model import Res, as_int, from_plan, from_policy, plain
 from policies.tiers import TierGuarantees, declared_by_config, tier_of
 
 MANDATORY = EnforcementLevel.MANDATORY
@@ -39,16 +39,54 @@ Finding = tuple[str, Res | None]
 
 
 def _imdsv2(props: dict[str, Any], report: ReportViolation) -> None:
-    tokens = (props.get("metadataOptions") or {}).get("httpTokens")
+    options = props.get("metadataOptions") or {}
+    tokens = options.get("httpTokens")
     if tokens != "required":
         report(f"launch template must require IMDSv2 (metadataOptions.httpTokens: required), got {tokens!r}", None)
+    hops = options.get("httpPutResponseHopLimit")
+    if as_int(hops, 0) != 1:
+        # Left unset, an AMI registered for IMDSv2 (AL2023's) gives hop limit 2 (EC2 API, Image.ImdsSupport),
+        # which lets pods reach the node role's credentials past Pod Identity.
+        report(
+            f"launch template must keep IMDS to the node (metadataOptions.httpPutResponseHopLimit: 1), got {hops!r}",
+            None,
+        )
+
+
+def _node_group_template(props: dict[str, Any], report: ReportViolation) -> None:
+    if not props.get("launchTemplate"):
+        report(
+            "node group has no launch template: its instance metadata options and root volume are then EKS's and "
+            "the AMI's defaults, which no input holds to IMDSv2 with hop limit 1: give it the kit's launch template",
+            None,
+        )
+
+
+def _node_class_imdsv2(props: dict[str, Any], report: ReportViolation) -> None:
+    # Karpenter's defaults, when metadataOptions or a field is left out, are httpTokens required and hop limit 1
+    # (EC2NodeClass CRD schema, spec.metadataOptions): only an explicit value can weaken them.
+    options = (props.get("spec") or {}).get("metadataOptions") or {}
+    tokens = options.get("httpTokens", "required")
+    if tokens != "required":
+        report(f"EC2NodeClass must require IMDSv2 (spec.metadataOptions.httpTokens: required), got {tokens!r}", None)
+    hops = options.get("httpPutResponseHopLimit", 1)
+    if as_int(hops, 0) != 1:
+        report(f"EC2NodeClass must keep IMDS to the node (httpPutResponseHopLimit: 1), got {hops!r}", None)
 
 
 def _ebs_encrypted(props: dict[str, Any], report: ReportViolation) -> None:
     for mapping in props.get("blockDeviceMappings") or []:
+        if "ebs" not in mapping and (mapping.get("virtualName") or mapping.get("noDevice")):
+            continue  # an instance-store volume or a suppressed device: not EBS
         ebs = mapping.get("ebs") or {}
         if str(ebs.get("encrypted")).lower() != "true":
             report(f"EBS volume {mapping.get('deviceName')} must be encrypted (ebs.encrypted: true)", None)
+
+
+def _node_class_ebs_encrypted(props: dict[str, Any], report: ReportViolation) -> None:
+    # `encrypted` has no default in the EC2NodeClass schema: unset, the account's EBS default decides. Without
+    # blockDeviceMappings Karpenter uses the AMI family's defaults, which are encrypted.
+    _ebs_encrypted(props.get("spec") or {}, report)
 
 
 def _no_public_ip_template(props: dict[str, Any], report: ReportViolation) -> None:
@@ -238,11 +276,24 @@ def _stack(
 
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
+NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
 
 RULES: tuple[Rule, ...] = (
     # AWS resources: the security baseline.
-    _resource("imdsv2-required", "Launch templates require IMDSv2.", _aws(LT, _imdsv2)),
-    _resource("ebs-encrypted", "Node volumes are encrypted at rest.", _aws(LT, _ebs_encrypted)),
+    _resource(
+        "imdsv2-required",
+        "Nodes require IMDSv2 with hop limit 1 (launch templates, node groups, EC2NodeClasses).",
+        _any(
+            _aws(LT, _imdsv2),
+            _aws("aws:eks/nodeGroup:NodeGroup", _node_group_template),
+            _aws(NODE_CLASS, _node_class_imdsv2),
+        ),
+    ),
+    _resource(
+        "ebs-encrypted",
+        "Node volumes are encrypted at rest.",
+        _any(_aws(LT, _ebs_encrypted), _aws(NODE_CLASS, _node_class_ebs_encrypted)),
+    ),
     _resource("no-public-node-ip", "Node interfaces get no public IPs.", _aws(LT, _no_public_ip_template)),
     _resource(
         "no-public-subnet-ip",

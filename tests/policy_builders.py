@@ -185,7 +185,12 @@ def system_node_group() -> dict[str, Any]:
     return res(
         "aws:eks/nodeGroup:NodeGroup",
         "system",
-        {"instanceTypes": ["m7i.xlarge"], "labels": {"inferstack.io/pool": "system"}, "scalingConfig": {"maxSize": 3}},
+        {
+            "instanceTypes": ["m7i.xlarge"],
+            "labels": {"inferstack.io/pool": "system"},
+            "scalingConfig": {"maxSize": 3},
+            "launchTemplate": {"id": "lt-0123456789abcdef0", "version": "1"},
+        },
     )
 
 

@@ -64,3 +64,54 @@ def test_an_enabled_cache_user_without_a_password_is_caught(auth: dict[str, Any]
 def test_a_switched_off_user_needs_no_password() -> None:
     user = {"userName": "default", "accessString": "off ~* -@all", "noPasswordRequired": True}
     assert violations([res("aws:elasticache/user:User", "d", user)], "elasticache-encrypted-authenticated") == []
+
+
+NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
+LT = "aws:ec2/launchTemplate:LaunchTemplate"
+
+
+def node_class(**spec: Any) -> list[dict[str, Any]]:
+    return [res(NODE_CLASS, "gpu-nodeclass", {"kind": "EC2NodeClass", "metadata": {"name": "gpu"}, "spec": spec})]
+
+
+@pytest.mark.parametrize(
+    "options", [{"httpTokens": "optional"}, {"httpTokens": "required", "httpPutResponseHopLimit": 2}]
+)
+def test_a_karpenter_node_class_cannot_reopen_imds(options: dict[str, Any]) -> None:
+    # GIVEN Karpenter nodes, which never see a launch template of the stack's
+    # WHEN their EC2NodeClass weakens the metadata options THEN imdsv2-required says so
+    assert violations(node_class(metadataOptions=options), "imdsv2-required")
+
+
+def test_karpenters_own_metadata_defaults_pass() -> None:
+    # Karpenter defaults an omitted metadataOptions to httpTokens required, hop limit 1 (its CRD schema).
+    assert violations(node_class(), "imdsv2-required") == []
+
+
+def test_a_launch_template_without_hop_limit_1_is_caught() -> None:
+    # GIVEN IMDSv2 required but the hop limit left to the AMI (2 on AL2023), or raised
+    for options in ({"httpTokens": "required"}, {"httpTokens": "required", "httpPutResponseHopLimit": 2}):
+        (found,) = violations([res(LT, "lt", {"metadataOptions": options})], "imdsv2-required")
+        assert "httpPutResponseHopLimit: 1" in found["message"]
+
+
+def test_a_node_group_without_a_launch_template_is_caught() -> None:
+    group = {"amiType": "AL2023_x86_64_STANDARD", "instanceTypes": ["m7i.xlarge"]}
+    (found,) = violations([res("aws:eks/nodeGroup:NodeGroup", "system", group)], "imdsv2-required")
+    assert "no launch template" in found["message"]
+
+
+def test_an_unencrypted_volume_in_a_node_class_is_caught() -> None:
+    volumes = [{"deviceName": "/dev/xvda", "rootVolume": True, "ebs": {"volumeSize": "200Gi", "volumeType": "gp3"}}]
+    (found,) = violations(node_class(blockDeviceMappings=volumes), "ebs-encrypted")
+    assert "/dev/xvda" in found["message"]
+    volumes[0]["ebs"]["encrypted"] = True  # type: ignore[index]
+    assert violations(node_class(blockDeviceMappings=volumes), "ebs-encrypted") == []
+
+
+def test_an_instance_store_mapping_is_not_an_ebs_volume() -> None:
+    mappings = [
+        {"deviceName": "/dev/xvda", "ebs": {"encrypted": "true"}},
+        {"deviceName": "/dev/sdb", "virtualName": "ephemeral0"},
+    ]
+    assert violations([res(LT, "lt", {"blockDeviceMappings": mappings})], "ebs-encrypted") == []

@@ -40,7 +40,7 @@ Plan = list[dict[str, Any]]
 
 def lt(**inputs: Any) -> Plan:
     good = {
-        "metadataOptions": {"httpTokens": "required"},
+        "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1},
         "blockDeviceMappings": [{"deviceName": "/dev/xvda", "ebs": {"encrypted": "true"}}],
         "networkInterfaces": [{"associatePublicIpAddress": "false"}],
     }

@@ -112,7 +112,7 @@ def test_render_writes_the_user_data_of_every_launch_template(tmp_path: Path) ->
 def test_plan_fails_with_exit_3_on_a_mandatory_violation(tmp_path: Path) -> None:
     plan = plan_with(tmp_path, "prod", _managed_h100)
     template = only([r for r in plan.resources if r.name == "gpu-h100"], "aws:ec2/launchTemplate:LaunchTemplate")
-    bad = {**template.inputs, "metadataOptions": {"httpTokens": "optional"}}
+    bad = {**template.inputs, "metadataOptions": {**template.inputs["metadataOptions"], "httpTokens": "optional"}}
     assert [v["policy"] for v in check(template.type, bad, template.urn)] == ["imdsv2-required"]
 
 
