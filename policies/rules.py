@@ -431,6 +431,11 @@ RULES: tuple[Rule, ...] = (
     _stack(
         "stack-network-policy-enforced", "NetworkPolicies only where the CNI enforces them.", sr.network_policy_enforced
     ),
+    _stack(
+        "stack-network-policy-guards-cache-and-servers",
+        "The cache and the model servers admit only named peers (NetworkPolicy).",
+        sr.network_policy_guards,
+    ),
     _stack("stack-gpu-capacity-fits-pool", "Replicas x GPUs per replica fit the pool's maximum.", sr.gpu_capacity_fits),
     _stack(
         "stack-parallelism-matches-gpus",

@@ -629,6 +629,102 @@ def network_policy_enforced(stack: Stack) -> Iterator[Finding]:
         )
 
 
+MODEL_LABEL = "inferstack.io/model"
+"""The label every model server's pods carry (components/serving); a NetworkPolicy selects them by it."""
+CACHE_IMAGES = ("redis", "valkey", "redis-stack-server")
+"""Image names (the last path segment of the repository) of the cache servers."""
+_ALL_TRAFFIC = ("0.0.0.0/0", "::/0")
+
+
+def _guarded(stack: Stack, pod: Pod) -> str | None:
+    """What the baseline restricts about this pod: ``model server``, ``cache``, or ``None``."""
+    from components.catalog import engine_support
+
+    if pod.owner.kind in ("Job", "CronJob"):
+        return None
+    engines = {_repository(i) for i in engine_support.ENGINE_IMAGES}
+    images = [str(c.get("image")) for c in pod.containers(init=False)]
+    if MODEL_LABEL in (pod.labels or {}) or any(_repository(i) in engines for i in images):
+        return "model server"
+    if any(_repository(i).rsplit("/", 1)[-1] in CACHE_IMAGES for i in images):
+        return "cache"
+    return None
+
+
+def _selects(policy: Res, labels: Mapping[str, Any]) -> bool:
+    """Whether a NetworkPolicy's podSelector matches pods with these labels (its own namespace only)."""
+    selector = (policy.inputs.get("spec") or {}).get("podSelector") or {}
+    if any(str(labels.get(k)) != str(v) for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = str(e.get("key")), e.get("operator"), [str(v) for v in e.get("values") or []]
+        present = key in labels
+        if (
+            (op == "In" and (not present or str(labels[key]) not in values))
+            or (op == "NotIn" and present and str(labels[key]) in values)
+            or (op == "Exists" and not present)
+            or (op == "DoesNotExist" and present)
+        ):
+            return False
+    return True
+
+
+def _open_ingress(policy: Res) -> str | None:
+    """How a policy admits every source, or ``None`` if each of its ingress rules names its peers.
+
+    An ingress rule without ``from`` admits all sources; so does an ipBlock of every address, and a
+    peer with an empty namespaceSelector and no podSelector admits every pod of every namespace
+    (https://kubernetes.io/docs/concepts/services-networking/network-policies/).
+    """
+    spec = policy.inputs.get("spec") or {}
+    # policyTypes left out means Ingress (plus Egress when egress rules are present): the same docs page.
+    if "Ingress" not in (spec.get("policyTypes") or ["Ingress"]):
+        return None
+    for rule in spec.get("ingress") or []:
+        peers = rule.get("from") or []
+        if not peers:
+            return "an ingress rule without from (every source)"
+        for peer in peers:
+            cidr = (peer.get("ipBlock") or {}).get("cidr")
+            if cidr in _ALL_TRAFFIC:
+                return f"ipBlock {cidr}"
+            if not peer or (peer.get("namespaceSelector") == {} and "podSelector" not in peer):
+                return "a peer that matches every pod in every namespace"
+    return None
+
+
+def network_policy_guards(stack: Stack) -> Iterator[Finding]:
+    """The cache's and the model servers' pods are each selected by an ingress NetworkPolicy, and none lets
+    everyone in (NetworkPolicies add up: one open policy opens the pod)."""
+    for pod in stack.pods:
+        what = _guarded(stack, pod)
+        if what is None:
+            continue
+        ingress = [
+            np
+            for np in stack.by_kind["NetworkPolicy"]
+            if np.namespace == pod.owner.namespace
+            and "Ingress" in ((np.inputs.get("spec") or {}).get("policyTypes") or ["Ingress"])
+            and _selects(np, pod.labels or {})
+        ]
+        if not ingress:
+            yield (
+                f"{pod.label} is a {what} that no NetworkPolicy selects for ingress: every pod in the cluster can "
+                f"reach it. Fix: add a NetworkPolicy in {pod.owner.namespace} selecting its labels that admits only "
+                "the gateway (and monitoring)",
+                pod.owner,
+            )
+            continue
+        for np in ingress:
+            why = _open_ingress(np)
+            if why is not None:
+                yield (
+                    f"{np.label} selects the {what} {pod.label} and admits everyone through {why}: name the peers "
+                    "(the gateway's pods, monitoring)",
+                    np,
+                )
+
+
 # ---------------------------------------------------------------------------------------------
 # GPU capacity, parallelism and fabric
 

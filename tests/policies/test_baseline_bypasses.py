@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from policy_builders import res, violations
+from policy_builders import DIGEST, container, fixed_cloud_plan, k8s, pod_spec, res, violations, without
 
 CACHE = "aws:elasticache/replicationGroup:ReplicationGroup"
 SECURE_CACHE: dict[str, Any] = {
@@ -115,3 +115,60 @@ def test_an_instance_store_mapping_is_not_an_ebs_volume() -> None:
         {"deviceName": "/dev/sdb", "virtualName": "ephemeral0"},
     ]
     assert violations([res(LT, "lt", {"blockDeviceMappings": mappings})], "ebs-encrypted") == []
+
+
+GUARD = "stack-network-policy-guards-cache-and-servers"
+GATEWAY_PEER = {
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "inferstack-gateway"}},
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "inferstack-gateway"}},
+}
+
+
+def policy(name: str, selector: dict[str, Any], ingress: list[dict[str, Any]], ns: str = "serving") -> dict[str, Any]:
+    spec = {"podSelector": selector, "policyTypes": ["Ingress"], "ingress": ingress}
+    return k8s("networking.k8s.io/v1", "NetworkPolicy", name, spec, ns=ns)
+
+
+def cache_statefulset() -> dict[str, Any]:
+    spec = pod_spec(container("redis", "redis:8.2.2" + DIGEST), nodeSelector={"inferstack.io/pool": "system"})
+    template = {"metadata": {"labels": {"app.kubernetes.io/name": "cache"}}, "spec": spec}
+    return k8s("apps/v1", "StatefulSet", "valkey", {"replicas": 1, "template": template}, ns="cache")
+
+
+def test_a_model_server_no_policy_selects_is_caught() -> None:
+    # GIVEN the fixed stack without the model server's NetworkPolicy
+    plan = without(fixed_cloud_plan(), "llama", "NetworkPolicy")
+    # THEN the server is named as reachable by every pod
+    (found,) = violations(plan, GUARD)
+    assert "Deployment serving/llama" in found["message"] and "model server" in found["message"]
+
+
+@pytest.mark.parametrize(
+    "ingress",
+    [
+        [{"ports": [{"port": 8000}]}],
+        [{"from": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}],
+        [{"from": [{"namespaceSelector": {}}]}],
+    ],
+)
+def test_a_second_policy_that_lets_everyone_in_is_caught(ingress: list[dict[str, Any]]) -> None:
+    # GIVEN a restrictive policy on the server, and another one, added beside it, that admits every source
+    opened = policy("llama-open", {"matchExpressions": [{"key": "inferstack.io/model", "operator": "Exists"}]}, ingress)
+    (found,) = violations([*fixed_cloud_plan(), opened], GUARD)
+    assert "NetworkPolicy serving/llama-open" in found["message"]
+
+
+def test_an_in_cluster_cache_is_guarded_whatever_its_labels() -> None:
+    # GIVEN a Redis-image StatefulSet without the kit's labels and no policy
+    plan = [*fixed_cloud_plan(), cache_statefulset()]
+    (found,) = violations(plan, GUARD)
+    assert "cache" in found["message"] and "StatefulSet cache/valkey" in found["message"]
+    # WHEN a policy admits only the gateway THEN it is guarded
+    guard = policy("valkey", {"matchLabels": {"app.kubernetes.io/name": "cache"}}, [{"from": [GATEWAY_PEER]}], "cache")
+    assert violations([*plan, guard], GUARD) == []
+
+
+def test_a_policy_in_another_namespace_guards_nothing() -> None:
+    plan = without(fixed_cloud_plan(), "llama", "NetworkPolicy")
+    elsewhere = policy("llama", {"matchLabels": {"inferstack.io/model": "llama"}}, [{"from": [GATEWAY_PEER]}], "apps")
+    assert violations([*plan, elsewhere], GUARD)

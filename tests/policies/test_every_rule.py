@@ -314,6 +314,11 @@ CASES: dict[str, tuple[Plan, Plan, str | None]] = {
         fixed_cloud_plan(),
         None,
     ),
+    "stack-network-policy-guards-cache-and-servers": (
+        plan_edit(lambda p: without(p, "llama", "NetworkPolicy")),
+        fixed_cloud_plan(),
+        None,
+    ),
     "stack-gpu-capacity-fits-pool": (
         plan_edit(lambda p: _set(p, "llama", "Deployment", ["spec", "replicas"], 17)),
         fixed_cloud_plan(),
