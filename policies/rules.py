@@ -127,11 +127,30 @@ def _bucket_public_access(props: dict[str, Any], report: ReportViolation) -> Non
         report(f"S3 public access must be fully blocked; not set: {', '.join(missing)}", None)
 
 
+KMS_ALGORITHMS = ("aws:kms", "aws:kms:dsse")
+"""SSE-KMS and dual-layer SSE-KMS (the S3 API's ServerSideEncryption values)."""
+
+
 def _bucket_kms(props: dict[str, Any], report: ReportViolation) -> None:
-    for rule in props.get("rules") or []:
+    rules = props.get("rules") or []
+    if not rules:
+        report(
+            "S3 encryption configuration has no rule: set applyServerSideEncryptionByDefault.sseAlgorithm: aws:kms",
+            None,
+        )
+    for rule in rules:
         default = rule.get("applyServerSideEncryptionByDefault") or {}
-        if default.get("sseAlgorithm") != "aws:kms":
+        if default.get("sseAlgorithm") not in KMS_ALGORITHMS:
             report(f"S3 encryption must use SSE-KMS (sseAlgorithm: aws:kms), got {default.get('sseAlgorithm')!r}", None)
+
+
+def _inline_bucket_kms(props: dict[str, Any], report: ReportViolation) -> None:
+    # The deprecated inline blocks: Bucket's serverSideEncryptionConfiguration.rule, BucketV2's list of them.
+    single = props.get("serverSideEncryptionConfiguration")
+    blocks = [single] if isinstance(single, dict) else props.get("serverSideEncryptionConfigurations") or []
+    for block in blocks:
+        rules = block.get("rules") or ([block["rule"]] if block.get("rule") else [])
+        _bucket_kms({"rules": rules}, report)
 
 
 def _ecr(props: dict[str, Any], report: ReportViolation) -> None:
@@ -314,7 +333,10 @@ RULES: tuple[Rule, ...] = (
     _resource(
         "s3-sse-kms",
         "Buckets encrypt with SSE-KMS.",
-        _aws("aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration", _bucket_kms),
+        _any(
+            *(_aws(t, _bucket_kms) for t in sr.BUCKET_ENCRYPTION_TYPES),
+            *(_aws(t, _inline_bucket_kms) for t in sr.BUCKET_TYPES),
+        ),
     ),
     _resource(
         "ecr-immutable-scanned", "ECR tags are immutable and scanned.", _aws("aws:ecr/repository:Repository", _ecr)
@@ -427,6 +449,11 @@ RULES: tuple[Rule, ...] = (
         "stack-service-account-exists",
         "Every pod's service account is created by the stack.",
         sr.service_accounts_exist,
+    ),
+    _stack(
+        "stack-s3-bucket-protected",
+        "Every bucket has an SSE-KMS configuration and a public access block.",
+        sr.buckets_protected,
     ),
     _stack(
         "stack-network-policy-enforced", "NetworkPolicies only where the CNI enforces them.", sr.network_policy_enforced

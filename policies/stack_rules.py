@@ -596,6 +596,43 @@ def service_accounts_exist(stack: Stack) -> Iterator[Finding]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Buckets: each one encrypted and private, whichever resource carries the setting
+
+
+BUCKET_TYPES = ("aws:s3/bucket:Bucket", "aws:s3/bucketV2:BucketV2")
+BUCKET_ENCRYPTION_TYPES = (
+    "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
+    # The same resource under its pulumi-aws v6 name, still accepted as an alias in v7.
+    "aws:s3/bucketServerSideEncryptionConfigurationV2:BucketServerSideEncryptionConfigurationV2",
+)
+
+
+def buckets_protected(stack: Stack) -> Iterator[Finding]:
+    """The per-resource S3 rules judge a setting where it is written; this one asks that it is written at all.
+
+    Left out, S3 encrypts with SSE-S3, not KMS (https://docs.aws.amazon.com/AmazonS3/latest/userguide/default-encryption-faq.html),
+    and a bucket's public access follows the account's settings.
+    """
+    configs = [r for t in BUCKET_ENCRYPTION_TYPES for r in stack.by_type[t]]
+    blocks = stack.by_type["aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"]
+    for bucket in (r for t in BUCKET_TYPES for r in stack.by_type[t]):
+        inline = bucket.inputs.get("serverSideEncryptionConfiguration") or bucket.inputs.get(
+            "serverSideEncryptionConfigurations"
+        )
+        if not inline and not any(resolve(c, "bucket", [bucket]) for c in configs):
+            yield (
+                f"{bucket.label} has no server-side encryption configuration, so S3 uses SSE-S3: add a "
+                "BucketServerSideEncryptionConfiguration with sseAlgorithm aws:kms and a KMS key",
+                bucket,
+            )
+        if not any(resolve(b, "bucket", [bucket]) for b in blocks):
+            yield (
+                f"{bucket.label} has no BucketPublicAccessBlock: add one with all four flags true",
+                bucket,
+            )
+
+
+# ---------------------------------------------------------------------------------------------
 # NetworkPolicy enforcement
 
 POLICY_CNI_CHARTS = ("tigera-operator", "calico", "cilium", "antrea", "kube-router")

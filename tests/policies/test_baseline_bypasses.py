@@ -172,3 +172,64 @@ def test_a_policy_in_another_namespace_guards_nothing() -> None:
     plan = without(fixed_cloud_plan(), "llama", "NetworkPolicy")
     elsewhere = policy("llama", {"matchLabels": {"inferstack.io/model": "llama"}}, [{"from": [GATEWAY_PEER]}], "apps")
     assert violations([*plan, elsewhere], GUARD)
+
+
+SSE = "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+KMS_RULE = {"applyServerSideEncryptionByDefault": {"sseAlgorithm": "aws:kms", "kmsMasterKeyId": "arn:aws:kms:k"}}
+PAB = {"blockPublicAcls": True, "blockPublicPolicy": True, "ignorePublicAcls": True, "restrictPublicBuckets": True}
+
+
+def bucket_plan(*, sse: bool = True, pab: bool = True) -> list[dict[str, Any]]:
+    plan = [res("aws:s3/bucket:Bucket", "models", {"forceDestroy": False})]
+    if sse:
+        plan.append(res(SSE, "models", {"bucket": "models-9b0f540", "rules": [KMS_RULE]}))
+    if pab:
+        plan.append(
+            res("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", "models", {"bucket": "models-9b0f540", **PAB})
+        )
+    return plan
+
+
+def test_a_bucket_with_no_encryption_or_public_access_block_is_caught() -> None:
+    # GIVEN the model bucket, once without its encryption configuration and once without its access block
+    (no_sse,) = violations(bucket_plan(sse=False), "stack-s3-bucket-protected")
+    (no_pab,) = violations(bucket_plan(pab=False), "stack-s3-bucket-protected")
+    # THEN each names the bucket and what it lacks; the full set passes
+    assert "Bucket models" in no_sse["message"] and "SSE-S3" in no_sse["message"]
+    assert "BucketPublicAccessBlock" in no_pab["message"]
+    assert violations(bucket_plan(), "stack-s3-bucket-protected") == []
+
+
+@pytest.mark.parametrize(
+    "resource",
+    [
+        # the v6 name of the configuration resource, an alias pulumi-aws v7 still accepts
+        res(SSE.replace("Configuration", "ConfigurationV2"), "models", {"bucket": "models-9b0f540", "rules": []}),
+        res(SSE, "models", {"bucket": "models-9b0f540", "rules": []}),
+        res(
+            "aws:s3/bucket:Bucket",
+            "models",
+            {
+                "serverSideEncryptionConfiguration": {
+                    "rule": {"applyServerSideEncryptionByDefault": {"sseAlgorithm": "AES256"}}
+                }
+            },
+        ),
+        res(
+            "aws:s3/bucketV2:BucketV2",
+            "models",
+            {
+                "serverSideEncryptionConfigurations": [
+                    {"rules": [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "AES256"}}]}
+                ]
+            },
+        ),
+    ],
+)
+def test_encryption_without_kms_is_caught_however_it_is_written(resource: dict[str, Any]) -> None:
+    assert violations([resource], "s3-sse-kms")
+
+
+def test_dual_layer_kms_counts_as_kms() -> None:
+    dsse = {"applyServerSideEncryptionByDefault": {"sseAlgorithm": "aws:kms:dsse"}}
+    assert violations([res(SSE, "models", {"bucket": "b", "rules": [dsse]})], "s3-sse-kms") == []

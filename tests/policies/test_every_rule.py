@@ -314,6 +314,22 @@ CASES: dict[str, tuple[Plan, Plan, str | None]] = {
         fixed_cloud_plan(),
         None,
     ),
+    "stack-s3-bucket-protected": (
+        [res("aws:s3/bucket:Bucket", "models", {})],
+        [
+            res("aws:s3/bucket:Bucket", "models", {}),
+            res(
+                "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
+                "models",
+                {
+                    "bucket": "models-9b0f540",
+                    "rules": [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "aws:kms"}}],
+                },
+            ),
+            res("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", "models", {"bucket": "models-9b0f540"}),
+        ],
+        None,
+    ),
     "stack-network-policy-guards-cache-and-servers": (
         plan_edit(lambda p: without(p, "llama", "NetworkPolicy")),
         fixed_cloud_plan(),
