@@ -204,10 +204,11 @@ def automount_token_off(res: Res) -> Iterator[Finding]:
 INTERNET_OPT_IN = "inferstack.io/internet-facing"
 """The annotation a component sets only when the stack's config asks for an internet-facing endpoint."""
 _INTERNAL_MARKERS = {
+    # Only annotations a controller of stack_rules.LB_CONTROLLERS reads: another cloud's marker (GKE's
+    # networking.gke.io/load-balancer-type, Azure's azure-load-balancer-internal) is ignored on EKS and k3s,
+    # whose load balancer then faces the internet.
     "service.beta.kubernetes.io/aws-load-balancer-scheme": ("internal",),
     "service.beta.kubernetes.io/aws-load-balancer-internal": ("true", "0.0.0.0/0"),
-    "networking.gke.io/load-balancer-type": ("Internal",),
-    "service.beta.kubernetes.io/azure-load-balancer-internal": ("true",),
 }
 
 
@@ -238,6 +239,13 @@ def no_internet_facing(res: Res) -> Iterator[Finding]:
             )
     if res.kind == "Ingress" and annotations.get("alb.ingress.kubernetes.io/scheme") == "internet-facing":
         yield (f"{res.label} asks for an internet-facing ALB without the config opt-in ({INTERNET_OPT_IN})", None)
+    if res.kind == "IngressClassParams" and (res.inputs.get("spec") or {}).get("scheme") == "internet-facing":
+        # The AWS Load Balancer Controller gives every Ingress of the class this scheme, whatever its own
+        # annotations say (https://kubernetes-sigs.github.io/aws-load-balancer-controller/latest/guide/ingress/ingress_class/).
+        yield (
+            f"{res.label} makes every ALB of its class internet-facing without the config opt-in ({INTERNET_OPT_IN})",
+            None,
+        )
 
 
 SECRET_NAME = re.compile(r"(?i)(passw(or)?d|secret|token|api[-_]?key|private[-_]?key|credential|auth[-_]?key)")

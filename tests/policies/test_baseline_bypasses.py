@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from policy_builders import DIGEST, container, fixed_cloud_plan, k8s, pod_spec, res, violations, without
+from policy_builders import DIGEST, container, fixed_cloud_plan, k8s, pod_spec, res, service, violations, without
 
 CACHE = "aws:elasticache/replicationGroup:ReplicationGroup"
 SECURE_CACHE: dict[str, Any] = {
@@ -233,3 +233,20 @@ def test_encryption_without_kms_is_caught_however_it_is_written(resource: dict[s
 def test_dual_layer_kms_counts_as_kms() -> None:
     dsse = {"applyServerSideEncryptionByDefault": {"sseAlgorithm": "aws:kms:dsse"}}
     assert violations([res(SSE, "models", {"bucket": "b", "rules": [dsse]})], "s3-sse-kms") == []
+
+
+@pytest.mark.parametrize("tier", ["cloud", "edge"])
+def test_another_clouds_internal_marker_does_not_make_a_service_internal(tier: str) -> None:
+    # GIVEN a LoadBalancer Service marked internal the GKE way, on EKS (in-tree controller) or k3s (ServiceLB),
+    # neither of which reads that annotation
+    svc = service("gateway-lb", "LoadBalancer", {"networking.gke.io/load-balancer-type": "Internal"})
+    # THEN the pack still sees a load balancer that may face the internet
+    assert violations([svc], "k8s-no-internet-facing-service", tier)
+
+
+def test_an_ingress_class_that_makes_every_alb_public_is_caught() -> None:
+    params = k8s("elbv2.k8s.aws/v1beta1", "IngressClassParams", "alb", {"scheme": "internet-facing"}, ns=None)
+    (found,) = violations([params], "k8s-no-internet-facing-service")
+    assert "IngressClassParams alb" in found["message"]
+    params["inputs"]["spec"]["scheme"] = "internal"
+    assert violations([params], "k8s-no-internet-facing-service") == []
