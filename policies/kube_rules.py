@@ -13,7 +13,18 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from policies.exceptions import POD_SECURITY_ALLOWANCES, PodSecurityAllowance, tag_allowed
-from policies.model import HELM_RELEASE, Pod, Res, chart_name, device_count, helm_values, known, pods, resources_of
+from policies.model import (
+    HELM_RELEASE,
+    Pod,
+    Res,
+    argv,
+    chart_name,
+    device_count,
+    helm_values,
+    known,
+    pods,
+    resources_of,
+)
 
 Finding = tuple[str, Res | None]
 ALLOW_HINT = "or name an allowance with its reason in policies/exceptions.py"
@@ -286,8 +297,24 @@ def no_secret_in_configmap(res: Res) -> Iterator[Finding]:
             )
 
 
+SECRET_FLAG = re.compile(r"(?i)^--?[\w-]*(passw(or)?d|secret|token|api[-_]?key|private[-_]?key|credential)$")
+"""A command-line flag that takes a secret (``--api-key``, ``--hf-token``), not one that merely mentions
+tokens (``--max-num-batched-tokens``, ``--tokenizer``)."""
+
+
 def no_secret_in_env(res: Res) -> Iterator[Finding]:
     for pod, c in _containers(res):
+        words = argv(c)
+        for i, word in enumerate(words):
+            flag, _, inline = word.partition("=")
+            value = inline or (words[i + 1] if not inline and i + 1 < len(words) else "")
+            literal = bool(value) and not value.startswith(("$(", "$", "-")) and value != "[secret]" and known(value)
+            if (SECRET_FLAG.match(flag) and literal) or SECRET_VALUE.search(word):
+                yield (
+                    f"{_where(pod, c)} passes a secret on its command line ({flag}), where the pod spec shows it in "
+                    "plain text: read it from an env var set by valueFrom.secretKeyRef, referenced as $(VAR)",
+                    None,
+                )
         for e in c.get("env") or []:
             value = e.get("value")
             if not isinstance(value, str) or not value or not known(value) or value == "[secret]":

@@ -407,7 +407,9 @@ RULES: tuple[Rule, ...] = (
         k8s.no_internet_facing,
     ),
     _resource("k8s-no-secret-in-configmap", "ConfigMaps hold no secret values.", k8s.no_secret_in_configmap),
-    _resource("k8s-no-secret-in-env", "No secret value in a container's plain env.", k8s.no_secret_in_env),
+    _resource(
+        "k8s-no-secret-in-env", "No secret value in a container's plain env or command line.", k8s.no_secret_in_env
+    ),
     _resource("helm-chart-pinned", "Helm charts are pinned to one exact version.", k8s.helm_chart_pinned),
     _resource(
         "helm-no-default-admin-credentials",

@@ -10,7 +10,18 @@ from typing import Any
 
 import pytest
 
-from policy_builders import DIGEST, container, fixed_cloud_plan, k8s, pod_spec, res, service, violations, without
+from policy_builders import (
+    DIGEST,
+    container,
+    deployment,
+    fixed_cloud_plan,
+    k8s,
+    pod_spec,
+    res,
+    service,
+    violations,
+    without,
+)
 
 CACHE = "aws:elasticache/replicationGroup:ReplicationGroup"
 SECURE_CACHE: dict[str, Any] = {
@@ -250,3 +261,25 @@ def test_an_ingress_class_that_makes_every_alb_public_is_caught() -> None:
     assert "IngressClassParams alb" in found["message"]
     params["inputs"]["spec"]["scheme"] = "internal"
     assert violations([params], "k8s-no-internet-facing-service") == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--api-key", "hunter2-but-longer"],
+        ["--hf-token=hf_abcdefghijklmnop"],
+        ["--upstream", "https://user:hunter22@hub.example.com"],
+    ],
+)
+def test_a_secret_on_the_command_line_is_caught(args: list[str]) -> None:
+    # GIVEN a server given its key as an argument instead of through env from a Secret
+    plan = [deployment("llama", pod_spec(container("server", args=["serve", *args])))]
+    # THEN the env rule names it, as it would in env
+    (found,) = violations(plan, "k8s-no-secret-in-env")
+    assert "command line" in found["message"]
+
+
+def test_flags_that_mention_tokens_and_secret_references_pass() -> None:
+    args = ["--max-num-batched-tokens", "2048", "--tokenizer", "/models/t", "--api-key", "$(GATEWAY_API_KEY)"]
+    plan = [deployment("llama", pod_spec(container("server", args=args)))]
+    assert violations(plan, "k8s-no-secret-in-env") == []
