@@ -31,7 +31,7 @@ from policies import kube_rules as k8s
 from policies import stack_rules as sr
 from policies.exceptions import excepted
 from policies.model import Res, as_int, from_plan, from_policy, plain
-from policies.tiers import TierGuarantees, declared_by_config, tier_of
+from policies.tiers import TierGuarantees, declared_by_config, declared_by_resources, tier_of
 
 MANDATORY = EnforcementLevel.MANDATORY
 ADVISORY = EnforcementLevel.ADVISORY
@@ -515,7 +515,8 @@ def _resource_policy(rule: Rule) -> ResourceValidationPolicy:
 def _stack_policy(rule: Rule) -> StackValidationPolicy:
     def validate(args: StackValidationArgs, report: ReportViolation) -> None:
         resources = from_policy(args.resources)
-        for message, res in rule.check(sr.Stack(resources, tier_of(resources))):
+        tier = tier_of(resources)
+        for message, res in rule.check(sr.Stack(resources, tier, declared_by_resources(tier, resources))):
             if _kept(rule, res):
                 report(message, res.urn if res else None)
 
@@ -550,7 +551,8 @@ def check_stack(
 ) -> list[dict[str, Any]]:
     """Run every whole-stack rule on a plan's resources (registrations or plan-JSON dicts)."""
     items = from_plan(resources)
-    stack = sr.Stack(items, tier_of(items, tier), declared)
+    tier = tier_of(items, tier)
+    stack = sr.Stack(items, tier, declared or declared_by_resources(tier, items))
     return [
         _violation(rule, message, res.urn if res else None)
         for rule in RULES

@@ -11,7 +11,7 @@ the entries to its row: the rules read nothing else.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from policies.model import NodePool, Res
@@ -86,26 +86,53 @@ IN_TREE_MIGRATION: Mapping[str, str] = MappingProxyType(
 """In-tree provisioners that, with CSI migration, need the CSI driver installed to provision."""
 
 
+TIER_LABEL = "inferstack.io/tier"
+"""The label the kit puts on each of its namespaces, valued with the stack's tier (``components/kube/labels.py``;
+a test keeps the two equal: the pack imports nothing of the kit)."""
+CLUSTER_STORAGE_CLASSES_ANNOTATION = "inferstack.io/cluster-storage-classes"
+"""The annotation on the kit's namespaces listing StorageClasses the config says the existing cluster has."""
+
+
 def tier_of(resources: Iterable[Res], declared: str | None = None) -> str:
-    """The plan's tier, or (under ``pulumi preview``, which has no plan) the one the resources imply."""
+    """The plan's tier, or (under ``pulumi preview``, which has no plan) the one the resources say.
+
+    A namespace's labels are inputs, so CrossGuard sees them in a preview, where the root stack's outputs (which
+    carry the tier too) may still be empty."""
     if declared:
         return declared
     resources = list(resources)
     for r in resources:
-        # The root stack's outputs carry the tier (stacks/program.py exports it) when CrossGuard lists it.
         if r.type == "pulumi:pulumi:Stack" and r.inputs.get("tier") in TIERS:
             return str(r.inputs["tier"])
-    types = {r.type for r in resources}
-    if "aws:eks/cluster:Cluster" in types:
-        return "cloud"
-    for tier in ("edge", "onprem"):
-        if any(t.startswith(f"inferstack:{tier}") for t in types):
-            return tier
+        if r.type == "kubernetes:core/v1:Namespace":
+            labelled = ((r.inputs.get("metadata") or {}).get("labels") or {}).get(TIER_LABEL)
+            if labelled in TIERS:
+                return str(labelled)
     return "cloud"
 
 
 def guarantees(tier: str) -> TierGuarantees:
     return TIERS.get(tier, TierGuarantees())
+
+
+def declared_by_resources(tier: str, resources: Iterable[Res]) -> TierGuarantees:
+    """The tier's guarantees plus the StorageClasses the kit's namespaces say the cluster has.
+
+    What ``pulumi preview`` gives the pack: resources, not the stack's config (``declared_by_config``)."""
+    base = guarantees(tier)
+    named = {
+        name.strip()
+        for r in resources
+        if r.type == "kubernetes:core/v1:Namespace"
+        for name in str(
+            ((r.inputs.get("metadata") or {}).get("annotations") or {}).get(CLUSTER_STORAGE_CLASSES_ANNOTATION, "")
+        ).split(",")
+        if name.strip()
+    }
+    if not named:
+        return base
+    classes = {**base.storage_classes, **{n: StorageClassFact(CLUSTER_PREREQUISITE, default=False) for n in named}}
+    return replace(base, storage_classes=classes)
 
 
 def declared_by_config(tier: str, environment: object) -> TierGuarantees:

@@ -109,7 +109,7 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
     provider = cluster.k8s_provider
     # Kubernetes objects wait for the system nodes: controllers and webhooks need somewhere to run.
     after_nodes = pulumi.ResourceOptions(depends_on=[system.node_group])
-    base = ServingBase("serving", ServingBaseArgs(provider=provider), opts=after_nodes)
+    base = ServingBase("serving", ServingBaseArgs(provider=provider, tier="cloud"), opts=after_nodes)
     karpenter_pools = [p for p in env.gpu_pools if p.provisioner == "karpenter"]
     if karpenter_pools:
         karpenter = Karpenter(

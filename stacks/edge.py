@@ -52,7 +52,7 @@ def compose(env: EdgeEnvironment, stack: str) -> dict[str, Any]:
     anywhere: dict[str, str] = {}  # a site's pods share its nodes: no system pool
     gpus = any(n.gpu for n in env.nodes)
 
-    base = ServingBase("serving", ServingBaseArgs(provider=provider))
+    base = ServingBase("serving", ServingBaseArgs(provider=provider, tier="edge"))
     cache = RedisCache(
         "cache",
         RedisCacheArgs(

@@ -82,7 +82,14 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
     provider = cluster.k8s_provider
     system = dict(env.cluster.system_node_selector)
 
-    base = ServingBase("serving", ServingBaseArgs(provider=provider))
+    base = ServingBase(
+        "serving",
+        ServingBaseArgs(
+            provider=provider,
+            tier="onprem",
+            cluster_storage_classes=(env.persistent_storage_class,) if env.persistent_storage_class else (),
+        ),
+    )
     storage = LocalStorage("local-nvme", LocalStorageArgs(spec=env.local_storage, provider=provider))
     fabric = None
     if env.fabric.rdma:

@@ -22,6 +22,11 @@ GPU_COUNT_LABEL: Final = f"{LABEL_PREFIX}/gpu-count"
 EFA_LABEL: Final = f"{LABEL_PREFIX}/efa"
 """``"true"`` on nodes with EFA interfaces: the EFA device plugin runs only there (it crash-loops elsewhere)."""
 CAPACITY_LABEL: Final = f"{LABEL_PREFIX}/capacity"
+TIER_LABEL: Final = f"{LABEL_PREFIX}/tier"
+"""On the kit's namespaces: the stack's tier, so the policy pack knows it under ``pulumi preview`` too."""
+CLUSTER_STORAGE_CLASSES_ANNOTATION: Final = f"{LABEL_PREFIX}/cluster-storage-classes"
+"""On the kit's namespaces, when the config names StorageClasses an existing cluster already has (on-prem's
+``persistentStorageClass``): comma-separated, for the policy pack, which sees resources but not the config."""
 SYSTEM_POOL: Final = "system"
 SYSTEM_NODES: Final = {POOL_LABEL: SYSTEM_POOL}
 """Node selector of controllers, the gateway, the cache and observability."""

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.kube.labels import CLUSTER_STORAGE_CLASSES_ANNOTATION, TIER_LABEL
 from components.specs import Args, StrInput
 
 SERVING_NAMESPACE = "inferstack-serving"
@@ -26,6 +29,10 @@ ENGINE_BUILDER_SERVICE_ACCOUNT = "engine-builder"
 class ServingBaseArgs(Args):
     provider: k8s.Provider
     """Required: the cluster's explicit Kubernetes provider."""
+    tier: Literal["cloud", "onprem", "edge"]
+    """Required: the stack's tier, labelled on every namespace (``inferstack.io/tier``) for the policy pack."""
+    cluster_storage_classes: tuple[str, ...] = ()
+    """StorageClasses the existing cluster has that the kit uses but does not create, annotated on every namespace."""
     loader_role_arn: StrInput | None = None
     """IRSA role for the loader's service account. Not needed with EKS Pod Identity (the association binds it)."""
 
@@ -59,7 +66,13 @@ class ServingBase(pulumi.ComponentResource):
                             else {}
                         ),
                         "app.kubernetes.io/part-of": "inferstack",
+                        TIER_LABEL: args.tier,
                     },
+                    **(
+                        {"annotations": {CLUSTER_STORAGE_CLASSES_ANNOTATION: ",".join(args.cluster_storage_classes)}}
+                        if args.cluster_storage_classes
+                        else {}
+                    ),
                 },
                 opts=k8s_opts,
             )
