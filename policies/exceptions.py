@@ -79,27 +79,6 @@ POD_SECURITY_ALLOWANCES: tuple[PodSecurityAllowance, ...] = (
         capabilities=frozenset({"IPC_LOCK"}),
         requires_resource="vpc.amazonaws.com/efa",
     ),
-    PodSecurityAllowance(
-        name="gpu-operator-daemons",
-        reason="the NVIDIA GPU Operator's driver, toolkit and device-plugin daemons install and expose the "
-        "driver on the host: they need privilege and host paths by design",
-        workloads="nvidia-*",
-        capabilities=frozenset({"ALL", "SYS_ADMIN"}),
-        run_as_root=True,
-        host_paths=("*",),
-        privileged=True,
-    ),
-    PodSecurityAllowance(
-        name="network-operator-daemons",
-        reason="the NVIDIA Network Operator's OFED driver and RDMA device-plugin daemons load kernel modules "
-        "and manage host devices",
-        workloads="network-operator*",
-        capabilities=frozenset({"ALL", "NET_ADMIN", "SYS_ADMIN", "IPC_LOCK"}),
-        run_as_root=True,
-        host_paths=("*",),
-        privileged=True,
-        host_network=True,
-    ),
 )
 
 
