@@ -35,20 +35,25 @@ UNKNOWNS = frozenset(
 _PROXIES = (_proxy._DictProxy, _proxy._ListProxy, _secret._DictSecretsProxy, _secret._ListSecretsProxy)
 
 
+PENDING_REFERENCES = frozenset({"keyArn", "kmsKeyId", "kmsMasterKeyId"})
+"""Keys whose rules ask only whether a reference is set (EKS secrets' KMS key): an ARN the preview cannot know yet,
+of a key the same stack creates, is set, so these keep Pulumi's unknown sentinel instead of being left out."""
+
+
 def plain(value: Any) -> Any:
     """Inputs as plain dicts and lists, with every value still unknown during a preview left out.
 
     CrossGuard wraps props in proxies that raise ``UnknownValueError`` on an unknown value, which
     would stop a whole-stack rule at the first ARN a preview cannot know yet; the rules want the
-    known part of every resource instead (a missing value is one they cannot judge, and skip).
-    Secret values are masked as ``inferstack plan`` masks them.
+    known part of every resource instead (a missing value is one they cannot judge, and skip), except
+    ``PENDING_REFERENCES``. Secret values are masked as ``inferstack plan`` masks them.
     """
     if isinstance(value, _PROXIES):
         value = value["__target"]
     if isinstance(value, _secret.Secret):
         return "[secret]"
     if isinstance(value, Mapping):
-        return {k: plain(v) for k, v in value.items() if not _unknown(v)}
+        return {k: plain(v) for k, v in value.items() if not _unknown(v) or k in PENDING_REFERENCES}
     if isinstance(value, list | tuple):
         return [plain(v) for v in value if not _unknown(v)]
     return value

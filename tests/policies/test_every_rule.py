@@ -636,3 +636,34 @@ def test_an_onprem_storage_class_counts_only_when_the_stack_config_declares_it(p
     undeclared = [v for v in check_plan(resources, "onprem") if v["policy"] == "stack-storage-provisioner"]
     assert declared == []
     assert any("ceph-rbd" in v["message"] for v in undeclared)
+
+
+def test_a_kms_key_the_preview_cannot_know_yet_counts_as_set() -> None:
+    """On a stack's first `pulumi preview` the KMS key is not created yet: its ARN is unknown, not missing."""
+    from pulumi_policy import ResourceValidationArgs
+    from pulumi_policy.policy import PolicyCustomTimeouts, PolicyResourceOptions
+    from pulumi_policy.proxy import unknown_checking_proxy
+
+    from policies.model import UNKNOWN
+    from policies.rules import check
+
+    def cluster(provider: dict[str, Any]) -> dict[str, Any]:
+        return {"encryptionConfig": {"resources": ["secrets"], "provider": provider}}
+
+    def crossguard(props: dict[str, Any]) -> list[str]:
+        opts = PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
+        args = ResourceValidationArgs(
+            "aws:eks/cluster:Cluster", unknown_checking_proxy(props), "urn:x", "eks", opts, None
+        )
+        reported: list[str] = []
+        next(p for p in POLICIES if p.name == "eks-secrets-kms").validate(args, lambda m, urn=None: reported.append(m))
+        return reported
+
+    assert crossguard(cluster({"keyArn": UNKNOWN})) == []
+
+    def rule(props: dict[str, Any]) -> list[str]:
+        return [v["message"] for v in check("aws:eks/cluster:Cluster", props) if v["policy"] == "eks-secrets-kms"]
+
+    assert rule(cluster({"keyArn": UNKNOWN})) == []
+    # a key that is really absent is still caught, on both paths
+    assert crossguard(cluster({})) and rule(cluster({}))
