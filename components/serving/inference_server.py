@@ -733,6 +733,10 @@ def surge_pods(strategy: dict[str, Any]) -> int:
     return int(strategy.get("rollingUpdate", {}).get("maxSurge", 0))
 
 
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+"""Set by the Job controller on each pod of a Job (Kubernetes "Well-Known Labels, Annotations and Taints", 1.27+)."""
+
+
 def disruption_budget(spec: ModelDeploySpec, selector: dict[str, Any]) -> dict[str, Any]:
     """Keep at least half the replicas serving through voluntary evictions (node drains, Karpenter expiry).
 
@@ -740,10 +744,17 @@ def disruption_budget(spec: ModelDeploySpec, selector: dict[str, Any]) -> dict[s
     replica: 50 % of 1 rounds up to 1, no eviction is ever allowed and ``kubectl drain`` waits for ever
     (https://kubernetes.io/docs/tasks/run-application/configure-pdb/, "Rounding logic when specifying
     percentages", v1.35). A single replica cannot keep serving through a drain anyway, so it may be evicted
-    (``maxUnavailable: 1``)."""
+    (``maxUnavailable: 1``).
+
+    The budget leaves out the pods of a Job (a Triton model's engine build carries the model's labels): for a
+    percentage or ``maxUnavailable`` the disruption controller asks each selected pod's owner for its scale, a Job
+    has none, and the budget then fails to sync with ``disruptionsAllowed: 0`` ("jobs.batch does not implement the
+    scale subresource", ``getScaleController`` in kubernetes pkg/controller/disruption/disruption.go), so no server
+    pod could be evicted while the finished build pod is kept."""
+    budget_selector = {**selector, "matchExpressions": [{"key": JOB_NAME_LABEL, "operator": "DoesNotExist"}]}
     if spec.replicas <= 1:
-        return {"maxUnavailable": 1, "selector": selector}
-    return {"minAvailable": "50%", "selector": selector}
+        return {"maxUnavailable": 1, "selector": budget_selector}
+    return {"minAvailable": "50%", "selector": budget_selector}
 
 
 class InferenceServer(pulumi.ComponentResource):

@@ -318,3 +318,40 @@ def test_the_triton_ttft_slo_reads_a_series_that_exists(plan_of: PlanOf) -> None
     assert monitor["metadata"]["namespace"] == "inferstack-gateway"
     burn = _one(r for r in rules if r.get("alert") == "InferstackTTFTSLOBurn" and '"llama-70b"' in r["expr"])
     assert burn["expr"].startswith('inferstack_model:ttft_seconds:p99_rate5m{namespace="inferstack-serving",')
+
+
+def _selects(selector: dict[str, Any], pod_labels: dict[str, str]) -> bool:
+    """A LabelSelector's matchLabels and its In/NotIn/Exists/DoesNotExist expressions, as the API server reads them."""
+    if any(pod_labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        present, value = e["key"] in pod_labels, pod_labels.get(e["key"])
+        holds = {
+            "In": present and value in e.get("values", []),
+            "NotIn": not present or value not in e.get("values", []),
+            "Exists": present,
+            "DoesNotExist": not present,
+        }[e["operator"]]
+        if not holds:
+            return False
+    return True
+
+
+def test_a_models_disruption_budget_selects_its_servers_and_not_its_engine_build(plan_of: PlanOf) -> None:
+    # GIVEN the on-prem plan, whose Triton model has an engine-build Job labelled like the model's servers, and the
+    # pods' labels as Kubernetes sets them (the Job controller adds batch.kubernetes.io/job-name to a Job's pods)
+    objects = manifests(plan_of("onprem"))
+    job = next(m for m in objects if m["kind"] == "Job" and m["metadata"]["name"] == "llama-70b-engine-build")
+    build_pod = {
+        **job["spec"]["template"]["metadata"]["labels"],
+        "batch.kubernetes.io/job-name": "llama-70b-engine-build",
+    }
+    server = next(m for m in objects if m["kind"] == "Deployment" and m["metadata"]["name"] == "llama-70b")
+    server_pod = server["spec"]["template"]["metadata"]["labels"]
+    # WHEN the model's PodDisruptionBudget selects pods
+    budget = next(m for m in objects if m["kind"] == "PodDisruptionBudget" and m["metadata"]["name"] == "llama-70b")
+    selector = budget["spec"]["selector"]
+    # THEN it takes the servers and leaves out the build pod: a Job has no scale subresource, and a budget selecting
+    # one fails to sync with disruptionsAllowed 0, blocking every drain of the model's nodes
+    assert _selects(selector, server_pod)
+    assert not _selects(selector, build_pod)
