@@ -118,7 +118,7 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
                 + ", or remove it and let NCCL pick",
             )
         )
-    if secondary is not None and secondary.kind == "ipoib" and not secondary.master:
+    if secondary is not None and not secondary.master:
         issues.append(
             ConfigIssue(
                 f"{CONFIG_KEY}.fabric.secondaryNetwork.master",

@@ -64,7 +64,7 @@ def nic_cluster_policy(spec: NetworkOperatorSpec, fabric: FabricSpec) -> dict[st
         policy["secondaryNetwork"] = {
             "multus": _component("multus-cni"),
             "cniPlugins": _component("plugins"),
-            **({"ipoib": _component("ipoib-cni")} if fabric.secondary_network.kind == "ipoib" else {}),
+            "ipoib": _component("ipoib-cni"),
         }
         policy["nvIpam"] = {**_component("nvidia-k8s-ipam"), "enableWebhook": False}
     return {
@@ -78,7 +78,7 @@ def nic_cluster_policy(spec: NetworkOperatorSpec, fabric: FabricSpec) -> dict[st
 def secondary_network_objects(fabric: FabricSpec, namespace: str) -> list[dict[str, Any]]:
     """The IP pool and the IPoIB network serving pods attach to (facts-tiers §2, nv-ipam and IPoIBNetwork)."""
     net = fabric.secondary_network
-    if net is None or net.kind != "ipoib":
+    if net is None:
         return []
     pool: dict[str, Any] = {"subnet": net.subnet, "perNodeBlockSize": net.per_node_block_size}
     if net.gateway:

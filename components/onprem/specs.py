@@ -118,11 +118,14 @@ class NetworkOperatorSpec(Spec):
 
 
 class SecondaryNetworkSpec(Spec):
-    """A Multus secondary network for pod traffic over InfiniBand (IPoIB) or a dedicated NIC (host-device)."""
+    """A Multus secondary network for pod traffic over InfiniBand (IPoIB)."""
 
-    kind: Literal["ipoib", "host-device"] = "ipoib"
+    kind: Literal["ipoib"] = "ipoib"
+    """``ipoib`` only. A host-device network needs a ``HostDeviceNetwork``, the policy's ``sriovDevicePlugin`` and a
+    ``nvidia.com/hostdev`` request in every rank (Mellanox/network-operator ``example/hostdevice-network-pod1.yml``),
+    none of which the kit renders: the pods would get no ``net1``."""
     master: str | None = None
-    """IPoIB parent interface on the hosts (e.g. ``ibs3f1``); required for ``ipoib``."""
+    """IPoIB parent interface on the hosts (e.g. ``ibs3f1``); required."""
     subnet: str = described(r"^\d+\.\d+\.\d+\.\d+/\d+$", allowed="an IPv4 CIDR: a.b.c.d/n", fix="e.g. 192.168.100.0/24")
     """Required: the IP pool's subnet (nv-ipam)."""
     gateway: str | None = None

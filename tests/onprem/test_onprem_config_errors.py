@@ -218,3 +218,16 @@ def test_hca_names_with_a_port_and_other_drivers_are_accepted() -> None:
     env = copy.deepcopy(raw_environment("onprem"))
     env["fabric"].update(hcas=["mlx5_0:1", "mlx5_bond_0", "ibp12s0", "bnxt_re0"], deviceIds=["1021", "101b"])
     load_environment(env, SOURCE)
+
+
+def test_a_host_device_secondary_network_is_refused_as_the_kit_renders_none() -> None:
+    # GIVEN a host-device secondary network, NCCL's bootstrap on its net1 (nothing renders a HostDeviceNetwork, the
+    # SR-IOV device plugin or a hostdev request, so the pods would have no net1)
+    def edit(env: dict[str, Any]) -> None:
+        env["fabric"].update(
+            socketInterface="net1", secondaryNetwork={"kind": "host-device", "subnet": "192.168.100.0/24"}
+        )
+
+    # WHEN / THEN it is one line naming the key and what is allowed
+    (line,) = errors(edit)
+    assert "inferstack:environment.fabric.secondaryNetwork.kind: got 'host-device'; allowed: 'ipoib'" in line
