@@ -9,7 +9,7 @@ from __future__ import annotations
 from ipaddress import IPv4Address, IPv4Network
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from components.catalog.instances import GPUS, GpuSpec, InstanceSpec
 from components.specs import (
@@ -129,7 +129,60 @@ class SecondaryNetworkSpec(Spec):
     subnet: str = described(r"^\d+\.\d+\.\d+\.\d+/\d+$", allowed="an IPv4 CIDR: a.b.c.d/n", fix="e.g. 192.168.100.0/24")
     """Required: the IP pool's subnet (nv-ipam)."""
     gateway: str | None = None
+    """An address inside ``subnet``; empty: none."""
     per_node_block_size: int = Field(default=64, ge=2)
+    """Addresses nv-ipam gives each node: at most the subnet's usable addresses."""
+
+    # nv-ipam's own IPPool rules (Mellanox/nvidia-k8s-ipam api/v1alpha1/ippool_validate.go). The policy runs nv-ipam
+    # without its webhook, so a pool that breaks them is stored, nv-ipam ignores it, and every rank's CNI ADD fails.
+    @field_validator("subnet")
+    @classmethod
+    def _a_network(cls, value: str) -> str:
+        try:
+            network = IPv4Network(value, strict=False)
+        except ValueError:
+            network = None
+        if network is None or network.prefixlen > 30:
+            raise config_error(
+                "not an IPv4 network with room for two addresses",
+                allowed="an IPv4 CIDR a.b.c.d/n: octets 0 to 255, n from 0 to 30",
+                fix="e.g. 192.168.100.0/24",
+            )
+        return value
+
+    @field_validator("gateway")
+    @classmethod
+    def _in_subnet(cls, value: str | None, info: ValidationInfo) -> str | None:
+        subnet = info.data.get("subnet")
+        if value is None or subnet is None:
+            return value
+        try:
+            inside = IPv4Address(value) in IPv4Network(subnet, strict=False)
+        except ValueError:
+            inside = False
+        if not inside:
+            raise config_error(
+                f"not an address in subnet {subnet}",
+                allowed="an IPv4 address inside secondaryNetwork.subnet",
+                fix=f"use an address of {subnet} (e.g. {next(IPv4Network(subnet, strict=False).hosts())}), or remove "
+                "gateway",
+            )
+        return value
+
+    @field_validator("per_node_block_size")
+    @classmethod
+    def _fits_the_subnet(cls, value: int, info: ValidationInfo) -> int:
+        subnet = info.data.get("subnet")
+        if subnet is None:
+            return value
+        usable = IPv4Network(subnet, strict=False).num_addresses - 2
+        if value > usable:
+            raise config_error(
+                f"more addresses per node than subnet {subnet} has ({usable})",
+                allowed=f"at most {usable} (the subnet's addresses less its network and broadcast addresses)",
+                fix=f"lower perNodeBlockSize to {usable} or less, or widen subnet",
+            )
+        return value
 
 
 HcaName = Annotated[

@@ -231,3 +231,29 @@ def test_a_host_device_secondary_network_is_refused_as_the_kit_renders_none() ->
     # WHEN / THEN it is one line naming the key and what is allowed
     (line,) = errors(edit)
     assert "inferstack:environment.fabric.secondaryNetwork.kind: got 'host-device'; allowed: 'ipoib'" in line
+
+
+IPOIB = {"kind": "ipoib", "master": "ibs3f1", "subnet": "192.168.100.0/24"}
+
+
+@pytest.mark.parametrize(
+    ("network", "key", "says"),
+    [
+        ({"subnet": "192.168.300.0/24"}, "subnet", "got '192.168.300.0/24' (not an IPv4 network"),
+        ({"subnet": "192.168.100.0/31"}, "subnet", "n from 0 to 30"),
+        ({"gateway": "10.0.0.1"}, "gateway", "got '10.0.0.1' (not an address in subnet 192.168.100.0/24)"),
+        ({"gateway": "nope"}, "gateway", "fix: use an address of 192.168.100.0/24 (e.g. 192.168.100.1)"),
+        ({"subnet": "192.168.100.0/28", "perNodeBlockSize": 64}, "perNodeBlockSize", "lower perNodeBlockSize to 14"),
+    ],
+)
+def test_an_ip_pool_nv_ipam_would_reject_is_refused_by_name(network: dict[str, Any], key: str, says: str) -> None:
+    # GIVEN an IPoIB network whose pool breaks one of nv-ipam's IPPool rules (a bad subnet, a gateway outside it, a
+    # per-node block larger than it): the policy runs nv-ipam without its webhook, so the pool would be stored and
+    # ignored, and every rank's CNI ADD would fail
+    def edit(env: dict[str, Any]) -> None:
+        env["fabric"]["secondaryNetwork"] = {**IPOIB, **network}
+
+    # WHEN / THEN it is one line naming the key, the value and the fix
+    (line,) = errors(edit)
+    assert f"inferstack:environment.fabric.secondaryNetwork.{key}: " in line
+    assert says in line
