@@ -22,6 +22,8 @@ from components.kube.objects import RESTRICTED_CONTAINER, restricted_pod
 from components.specs import Args, GatewaySpec, ModelDeploySpec, StrInput
 
 APP = {"app.kubernetes.io/name": "inferstack-gateway"}
+LB_PORT_NAME = "load-balancer"
+"""The off-AWS load balancer Service's port (the in-cluster Service's is ``http``, the scraped one)."""
 PORT = 8080
 CONFIG_PATH = "/etc/inferstack/gateway.yaml"
 KEYS_PATH = "/etc/inferstack/keys/keys.yaml"
@@ -434,8 +436,11 @@ class Gateway(pulumi.ComponentResource):
                         if args.load_balancer_source_ranges
                         else {}
                     ),
+                    # Not "http": the gateway's ServiceMonitor scrapes the Services of these labels on their "http"
+                    # port, and a second one there scraped every pod twice (each series doubled under another
+                    # `service` label, request rates summed twice).
                     "ports": [
-                        {"name": "http", "port": spec.load_balancer_port, "targetPort": "http", "protocol": "TCP"}
+                        {"name": LB_PORT_NAME, "port": spec.load_balancer_port, "targetPort": "http", "protocol": "TCP"}
                     ],
                 },
                 opts=k8s_opts,

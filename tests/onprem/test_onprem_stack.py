@@ -178,7 +178,7 @@ def test_the_gateway_gets_a_metallb_address_on_the_lan(plan_of: PlanOf) -> None:
     services = [s for s in by_kind(plan, "Service") if s["metadata"]["name"] == "gateway-lb"]
     (service,) = services
     assert service["spec"]["type"] == "LoadBalancer"
-    assert service["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}]
+    assert service["spec"]["ports"] == [{"name": "load-balancer", "port": 80, "targetPort": "http", "protocol": "TCP"}]
     assert service["metadata"]["annotations"] == {"metallb.io/address-pool": "inferstack"}
     (pool,) = by_kind(plan, "IPAddressPool")
     assert pool["spec"]["addresses"] == ["10.40.8.240-10.40.8.250"]

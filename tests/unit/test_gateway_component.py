@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import kubernetes_validate
+import pytest
 import yaml
 
 from helpers import config_errors
@@ -148,3 +149,23 @@ def test_both_sides_name_the_hub_by_its_v1_url() -> None:
 def test_the_cloud_terminates_tls_at_its_load_balancer_not_with_a_tls_secret() -> None:
     (line,) = config_errors(lambda env: env["gateway"].update(tlsSecret="gateway-tls"))
     assert "gateway.tlsSecret: got 'gateway-tls' on tier cloud" in line and "tlsCertificateArn" in line
+
+
+@pytest.mark.parametrize("stack", ["onprem", "edge", "prod"])
+def test_each_gateway_pod_is_scraped_through_one_service(plan_of: PlanOf, stack: str) -> None:
+    # GIVEN a stack whose gateway has an in-cluster Service and a load balancer Service, both selecting its pods
+    objects = gateway_objects(plan_of(stack))
+    (monitor,) = [m for m in objects.values() if m["kind"] == "ServiceMonitor"]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    # WHEN the ServiceMonitor's targets are found as the Prometheus Operator finds them: the Services whose labels
+    # match its selector, on the port of its endpoint's name
+    scraped = [
+        name
+        for name, m in objects.items()
+        if m["kind"] == "Service"
+        and selector.items() <= m["metadata"]["labels"].items()
+        and any(p.get("name") == endpoint["port"] for p in m["spec"]["ports"])
+    ]
+    # THEN one Service carries the scrape: a second one scraped every pod twice and doubled every summed series
+    assert scraped == ["Service/gateway"]
