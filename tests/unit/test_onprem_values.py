@@ -22,8 +22,17 @@ from helm_values import explain, load_defaults, unknown_paths
 
 def _gpu_operator_cases() -> list[dict[str, Any]]:
     return [
-        {"driver_managed": d, "rdma": r, "mig_strategy": m, "dcgm_service_monitor": s}
-        for d, r, m, s in itertools.product((True, False), (True, False), ("none", "single", "mixed"), (True, False))
+        {
+            "driver_managed": d,
+            "rdma": r,
+            "mig_strategy": m,
+            "dcgm_service_monitor": s,
+            "toolkit_managed": t,
+            "dcgm_exporter": x,
+        }
+        for d, r, m, s, t, x in itertools.product(
+            (True, False), (True, False), ("none", "single", "mixed"), (True, False), (True, False), (True, False)
+        )
     ]
 
 
