@@ -286,7 +286,7 @@ def server_cpus(spec: InstanceSpec, gpus: int) -> int:
     """CPUs a pod with ``gpus`` GPUs requests: 8 per GPU (tokenizer, scheduler, HTTP server), but at most three
     quarters of its GPUs' share of the node's vCPUs, which leaves the rest to the kubelet's reserve and the node's
     daemons. A request above what the instance has never schedules: a g6e.xlarge has 4 vCPUs for its one GPU."""
-    vcpus = getattr(spec, "vcpus", None)
+    vcpus: int | None = getattr(spec, "vcpus", None)  # an edge node's shape has none: it is not a cloud instance
     if vcpus is None:
         return 8 * gpus
     return max(1, min(8 * gpus, vcpus * gpus * 3 // (4 * spec.gpu_count)))
