@@ -307,8 +307,8 @@ def no_secret_in_env(res: Res) -> Iterator[Finding]:
         words = argv(c)
         for i, word in enumerate(words):
             flag, _, inline = word.partition("=")
-            value = inline or (words[i + 1] if not inline and i + 1 < len(words) else "")
-            literal = bool(value) and not value.startswith(("$(", "$", "-")) and value != "[secret]" and known(value)
+            value = inline or (words[i + 1] if i + 1 < len(words) else "")
+            literal = bool(value) and not value.startswith(("$", "-")) and value != "[secret]" and known(value)
             if (SECRET_FLAG.match(flag) and literal) or SECRET_VALUE.search(word):
                 yield (
                     f"{_where(pod, c)} passes a secret on its command line ({flag}), where the pod spec shows it in "

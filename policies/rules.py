@@ -38,19 +38,33 @@ ADVISORY = EnforcementLevel.ADVISORY
 Finding = tuple[str, Res | None]
 
 
+def _true(value: Any) -> bool:
+    """A boolean input, whether it arrives as a bool or as the string a YAML or JSON source gave."""
+    return str(value).lower() == "true"
+
+
+def _imds(
+    options: dict[str, Any],
+    what: str,
+    at: str,
+    report: ReportViolation,
+    tokens: str | None = None,
+    hops: int | None = None,
+) -> None:
+    """IMDSv2 with hop limit 1 in ``what``'s metadata options (``at``: where they are written); ``tokens`` and
+    ``hops`` are what an unset field means there."""
+    got = options.get("httpTokens", tokens)
+    if got != "required":
+        report(f"{what} must require IMDSv2 ({at}.httpTokens: required), got {got!r}", None)
+    limit = options.get("httpPutResponseHopLimit", hops)
+    if as_int(limit, 0) != 1:
+        report(f"{what} must keep IMDS to the node ({at}.httpPutResponseHopLimit: 1), got {limit!r}", None)
+
+
 def _imdsv2(props: dict[str, Any], report: ReportViolation) -> None:
-    options = props.get("metadataOptions") or {}
-    tokens = options.get("httpTokens")
-    if tokens != "required":
-        report(f"launch template must require IMDSv2 (metadataOptions.httpTokens: required), got {tokens!r}", None)
-    hops = options.get("httpPutResponseHopLimit")
-    if as_int(hops, 0) != 1:
-        # Left unset, an AMI registered for IMDSv2 (AL2023's) gives hop limit 2 (EC2 API, Image.ImdsSupport),
-        # which lets pods reach the node role's credentials past Pod Identity.
-        report(
-            f"launch template must keep IMDS to the node (metadataOptions.httpPutResponseHopLimit: 1), got {hops!r}",
-            None,
-        )
+    # Left unset, an AMI registered for IMDSv2 (AL2023's) gives hop limit 2 (EC2 API, Image.ImdsSupport),
+    # which lets pods reach the node role's credentials past Pod Identity: a template must say both.
+    _imds(props.get("metadataOptions") or {}, "launch template", "metadataOptions", report)
 
 
 def _node_group_template(props: dict[str, Any], report: ReportViolation) -> None:
@@ -66,12 +80,7 @@ def _node_class_imdsv2(props: dict[str, Any], report: ReportViolation) -> None:
     # Karpenter's defaults, when metadataOptions or a field is left out, are httpTokens required and hop limit 1
     # (EC2NodeClass CRD schema, spec.metadataOptions): only an explicit value can weaken them.
     options = (props.get("spec") or {}).get("metadataOptions") or {}
-    tokens = options.get("httpTokens", "required")
-    if tokens != "required":
-        report(f"EC2NodeClass must require IMDSv2 (spec.metadataOptions.httpTokens: required), got {tokens!r}", None)
-    hops = options.get("httpPutResponseHopLimit", 1)
-    if as_int(hops, 0) != 1:
-        report(f"EC2NodeClass must keep IMDS to the node (httpPutResponseHopLimit: 1), got {hops!r}", None)
+    _imds(options, "EC2NodeClass", "spec.metadataOptions", report, tokens="required", hops=1)
 
 
 def _ebs_encrypted(props: dict[str, Any], report: ReportViolation) -> None:
@@ -79,7 +88,7 @@ def _ebs_encrypted(props: dict[str, Any], report: ReportViolation) -> None:
         if "ebs" not in mapping and (mapping.get("virtualName") or mapping.get("noDevice")):
             continue  # an instance-store volume or a suppressed device: not EBS
         ebs = mapping.get("ebs") or {}
-        if str(ebs.get("encrypted")).lower() != "true":
+        if not _true(ebs.get("encrypted")):
             report(f"EBS volume {mapping.get('deviceName')} must be encrypted (ebs.encrypted: true)", None)
 
 
@@ -91,7 +100,7 @@ def _node_class_ebs_encrypted(props: dict[str, Any], report: ReportViolation) ->
 
 def _no_public_ip_template(props: dict[str, Any], report: ReportViolation) -> None:
     for iface in props.get("networkInterfaces") or []:
-        if str(iface.get("associatePublicIpAddress")).lower() == "true":
+        if _true(iface.get("associatePublicIpAddress")):
             report("node interfaces must not get public IPs (associatePublicIpAddress)", None)
 
 
@@ -194,10 +203,6 @@ def _gpu_taint(props: dict[str, Any], report: ReportViolation) -> None:
         report(
             "GPU node groups must carry the taint nvidia.com/gpu=true:NoSchedule, so CPU pods never land there", None
         )
-
-
-def _true(value: Any) -> bool:
-    return str(value).lower() == "true"
 
 
 def _cache_encrypted(props: dict[str, Any], report: ReportViolation) -> None:

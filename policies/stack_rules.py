@@ -666,8 +666,6 @@ def network_policy_enforced(stack: Stack) -> Iterator[Finding]:
         )
 
 
-MODEL_LABEL = "inferstack.io/model"
-"""The label every model server's pods carry (components/serving); a NetworkPolicy selects them by it."""
 CACHE_IMAGES = ("redis", "valkey", "redis-stack-server")
 """Image names (the last path segment of the repository) of the cache servers."""
 _ALL_TRAFFIC = ("0.0.0.0/0", "::/0")
@@ -676,12 +674,13 @@ _ALL_TRAFFIC = ("0.0.0.0/0", "::/0")
 def _guarded(stack: Stack, pod: Pod) -> str | None:
     """What the baseline restricts about this pod: ``model server``, ``cache``, or ``None``."""
     from components.catalog import engine_support
+    from components.observability.dashboards import MODEL_POD_LABEL
 
     if pod.owner.kind in ("Job", "CronJob"):
         return None
     engines = {_repository(i) for i in engine_support.ENGINE_IMAGES}
     images = [str(c.get("image")) for c in pod.containers(init=False)]
-    if MODEL_LABEL in (pod.labels or {}) or any(_repository(i) in engines for i in images):
+    if MODEL_POD_LABEL in (pod.labels or {}) or any(_repository(i) in engines for i in images):
         return "model server"
     if any(_repository(i).rsplit("/", 1)[-1] in CACHE_IMAGES for i in images):
         return "cache"

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from components.kube.labels import CLUSTER_STORAGE_CLASSES_ANNOTATION, TIER_LABEL
 from policies.model import NodePool, Res
 
 
@@ -86,13 +87,6 @@ IN_TREE_MIGRATION: Mapping[str, str] = MappingProxyType(
 """In-tree provisioners that, with CSI migration, need the CSI driver installed to provision."""
 
 
-TIER_LABEL = "inferstack.io/tier"
-"""The label the kit puts on each of its namespaces, valued with the stack's tier (``components/kube/labels.py``;
-a test keeps the two equal: the pack imports nothing of the kit)."""
-CLUSTER_STORAGE_CLASSES_ANNOTATION = "inferstack.io/cluster-storage-classes"
-"""The annotation on the kit's namespaces listing StorageClasses the config says the existing cluster has."""
-
-
 def tier_of(resources: Iterable[Res], declared: str | None = None) -> str:
     """The plan's tier, or (under ``pulumi preview``, which has no plan) the one the resources say.
 
@@ -100,12 +94,11 @@ def tier_of(resources: Iterable[Res], declared: str | None = None) -> str:
     carry the tier too) may still be empty."""
     if declared:
         return declared
-    resources = list(resources)
     for r in resources:
         if r.type == "pulumi:pulumi:Stack" and r.inputs.get("tier") in TIERS:
             return str(r.inputs["tier"])
         if r.type == "kubernetes:core/v1:Namespace":
-            labelled = ((r.inputs.get("metadata") or {}).get("labels") or {}).get(TIER_LABEL)
+            labelled = (r.metadata.get("labels") or {}).get(TIER_LABEL)
             if labelled in TIERS:
                 return str(labelled)
     return "cloud"
@@ -124,9 +117,7 @@ def declared_by_resources(tier: str, resources: Iterable[Res]) -> TierGuarantees
         name.strip()
         for r in resources
         if r.type == "kubernetes:core/v1:Namespace"
-        for name in str(
-            ((r.inputs.get("metadata") or {}).get("annotations") or {}).get(CLUSTER_STORAGE_CLASSES_ANNOTATION, "")
-        ).split(",")
+        for name in str((r.metadata.get("annotations") or {}).get(CLUSTER_STORAGE_CLASSES_ANNOTATION, "")).split(",")
         if name.strip()
     }
     if not named:

@@ -7,10 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from components.kube import labels
 from helpers import bundled_stacks
 from inferstack_cli.plan import Plan
-from policies import tiers as policy_tiers
 from policies.model import from_plan
 from policies.rules import POLICIES, RULES_BY_ID, check_plan
 from policies.tiers import tier_of
@@ -62,11 +60,3 @@ def test_under_crossguard_an_undeclared_storage_class_is_still_caught(plan_of: C
     found = _under_crossguard(plan)
     assert list(found) == ["stack-storage-provisioner"]
     assert all("StorageClass ceph-rbd" in m for m in found["stack-storage-provisioner"])
-
-
-def test_the_pack_reads_the_labels_the_kit_writes() -> None:
-    # The pack imports nothing of the kit: its copies of the names must stay equal to the kit's.
-    assert (policy_tiers.TIER_LABEL, policy_tiers.CLUSTER_STORAGE_CLASSES_ANNOTATION) == (
-        labels.TIER_LABEL,
-        labels.CLUSTER_STORAGE_CLASSES_ANNOTATION,
-    )
