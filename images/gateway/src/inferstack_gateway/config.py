@@ -683,7 +683,9 @@ def read_utf8(path: str | Path, what: str, fix: str) -> str:
         raise ConfigError(f"{what}: {path} is not UTF-8 text (line {line}). Fix: save it as UTF-8") from None
 
 
-def _yaml(text: str, what: str, path: str | Path) -> Any:
+def _read_yaml(path: str | Path, what: str, fix: str) -> Any:
+    """A YAML file's data, or a ConfigError in one line (``read_utf8``'s, or the syntax error's position)."""
+    text = read_utf8(path, what, fix)
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -696,8 +698,7 @@ def _yaml(text: str, what: str, path: str | Path) -> Any:
 def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> GatewayConfig:
     """Read, interpolate and validate a config file. Raises ConfigError with a user-facing message."""
     path = Path(path)
-    text = read_utf8(path, "the gateway config", "pass an existing file")
-    data = _yaml(text, "the gateway config", path)
+    data = _read_yaml(path, "the gateway config", "pass an existing file")
     config = parse_config(data, env=env, source=str(path))
     if config.auth.keys_file is not None and not Path(config.auth.keys_file).is_absolute():
         resolved = (path.parent / config.auth.keys_file).as_posix()
@@ -718,7 +719,7 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Ga
 
 def load_keys_file(path: str) -> list[ApiKeyConfig]:
     """Read auth.keys_file: a YAML list of ApiKeyConfig mappings (hashed keys)."""
-    data = _yaml(read_utf8(path, "auth.keys_file", "mount the keys Secret there"), "auth.keys_file", path)
+    data = _read_yaml(path, "auth.keys_file", "mount the keys Secret there")
     if not isinstance(data, list):
         raise ConfigError(f"auth.keys_file: {path} must hold a YAML list of keys, got {type(data).__name__}")
     keys = []
