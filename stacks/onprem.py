@@ -100,6 +100,7 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
                 fabric=env.fabric,
                 provider=provider,
                 serving_namespace=base.serving_namespace,
+                system_node_selector=system,
             ),
         )
     cache = RedisCache(
@@ -141,7 +142,7 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
         ClusterAddonsArgs(
             provider=provider,
             gpu_stack="gpu-operator",
-            gpu_operator_values=gpu_operator_values(env.gpu_operator, env.fabric),
+            gpu_operator_values=gpu_operator_values(env.gpu_operator, env.fabric, system),
             gpu_node_label=GPU_PRESENT_LABEL,
             # The DCGM exporter asks for no GPU, so only the nvidia runtime gives it NVML: with CDI on (the operator's
             # default since v25.10) the toolkit no longer makes nvidia containerd's default runtime; GPU pods get
@@ -213,7 +214,7 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
     lb_annotations: dict[str, str] = {}
     if env.load_balancer.kind == "metallb" and env.load_balancer.metallb is not None:
         lb_annotations = MetalLb(
-            "metallb", MetalLbArgs(spec=env.load_balancer.metallb, provider=provider)
+            "metallb", MetalLbArgs(spec=env.load_balancer.metallb, provider=provider, system_node_selector=system)
         ).service_annotations
     gateway = None
     hub = hub_upstream(env.hub, "on-prem quick start") if env.gateway.enabled and env.models else None

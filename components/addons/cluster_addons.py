@@ -74,7 +74,7 @@ class ClusterAddons(pulumi.ComponentResource):
         if args.keda:
             self.releases["keda"] = r("keda", keda_values(on_system))
         if args.lws:
-            self.releases["lws"] = r("lws", {})
+            self.releases["lws"] = r("lws", on_system)
         if args.metrics_server:
             self.releases["metrics-server"] = r(
                 "metrics-server", {**on_system, "args": ["--kubelet-preferred-address-types=InternalIP"]}

@@ -8,6 +8,7 @@ the chart's defaults. No Pulumi imports here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from components.catalog.charts import prometheus_selector_labels
@@ -21,6 +22,16 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 module imports Pulumi, so the fact is repeated here until it moves to the catalog)."""
 
 
+def _on(system: Mapping[str, str]) -> dict[str, Any]:
+    """A chart section's ``nodeSelector`` for the cluster's system nodes; nothing where none are named."""
+    return {"nodeSelector": dict(system)} if system else {}
+
+
+def _nfd_on(system: Mapping[str, str]) -> dict[str, Any]:
+    """NFD's cluster-wide pods (``master``, ``gc``) on the system nodes; its ``worker`` DaemonSet labels every node."""
+    return {"master": _on(system), "gc": _on(system)} if system else {}
+
+
 def gpu_operator_values(
     *,
     driver_managed: bool,
@@ -29,6 +40,7 @@ def gpu_operator_values(
     dcgm_service_monitor: bool,
     toolkit_managed: bool = True,
     dcgm_exporter: bool = True,
+    system_node_selector: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Values for ``gpu-operator`` v26.7.0.
 
@@ -47,7 +59,11 @@ def gpu_operator_values(
     ``toolkit_managed``: the operator installs the container toolkit (off where the host has it).
     ``dcgm_exporter``: off where the kit installs its own pinned ``dcgm-exporter`` release instead (same
     exporter version, dashboards and alerts on every tier).
+    ``system_node_selector``: the operator's Deployment and NFD's master and garbage collector run on the
+    cluster's system nodes (``operator.nodeSelector``, merged by Helm into the chart's ``kubernetes.io/os``
+    default); the operands are DaemonSets on the GPU nodes, placed by the operator.
     """
+    system = system_node_selector or {}
     if mig_strategy not in MIG_STRATEGIES:
         raise ValueError(f"mig_strategy={mig_strategy!r}: expected one of {', '.join(MIG_STRATEGIES)}")
     driver: dict[str, Any] = {"enabled": driver_managed}
@@ -57,7 +73,7 @@ def gpu_operator_values(
     service_monitor: dict[str, Any] = {"enabled": dcgm_service_monitor}
     if dcgm_service_monitor:
         service_monitor["additionalLabels"] = prometheus_selector_labels()
-    return {
+    values: dict[str, Any] = {
         # One NFD per cluster. With RDMA the Network Operator is installed and runs NFD with the
         # NodeFeature API its NodeFeatureRules need (network_operator_values), so the GPU Operator's own
         # NFD subchart stays off (the Network Operator README: "If NFD is already deployed ... pass
@@ -68,23 +84,31 @@ def gpu_operator_values(
         "mig": {"strategy": mig_strategy},
         "dcgmExporter": {"enabled": True, "serviceMonitor": service_monitor} if dcgm_exporter else {"enabled": False},
     }
+    if system:
+        values["operator"] = _on(system)
+        if not rdma:
+            values["node-feature-discovery"] = _nfd_on(system)
+    return values
 
 
-def network_operator_values() -> dict[str, Any]:
+def network_operator_values(system_node_selector: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Values for ``network-operator`` 26.4.1.
 
     Since v24.10 the chart creates no NicClusterPolicy (Mellanox/network-operator commit 8fc96f20): the
     OFED driver, RDMA device plugin and secondary networks are configured by a ``NicClusterPolicy``
     custom resource named ``nic-cluster-policy``, which the kit creates beside the release. The chart
-    only installs the operator, and NFD.
+    only installs the operator, and NFD. ``system_node_selector`` places the operator and NFD's master and
+    garbage collector on the cluster's system nodes.
     """
+    system = system_node_selector or {}
     return {
         # This chart owns the cluster's NFD (gpu_operator_values turns the GPU Operator's off when RDMA is
         # on); its NodeFeatureRules label the Mellanox NICs the NicClusterPolicy selects. Both are the
         # chart defaults, set so that the split with the GPU Operator is visible here.
         "nfd": {"enabled": True, "deployNodeFeatureRules": True},
-        "node-feature-discovery": {"enableNodeFeatureApi": True},
+        "node-feature-discovery": {"enableNodeFeatureApi": True, **_nfd_on(system)},
         "sriovNetworkOperator": {"enabled": False},
+        **({"operator": _on(system)} if system else {}),
     }
 
 
@@ -123,17 +147,20 @@ def local_static_provisioner_values(
     return values
 
 
-def metallb_values() -> dict[str, Any]:
+def metallb_values(system_node_selector: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Values for ``metallb`` 0.16.1, in layer-2 mode.
 
     The address pool and its ``L2Advertisement`` are custom resources the kit creates in the release's
     namespace (metallb.io/v1beta1 ``IPAddressPool``, ``L2Advertisement``), so the chart must install the
     CRDs. Layer 2 needs no BGP: the FRR container stays off (``speaker.frr.enabled``). On k3s, disable the
     built-in ``servicelb`` (``--disable=servicelb``), or both answer for LoadBalancer Services.
+    ``system_node_selector`` places the controller (it assigns addresses) on the cluster's system nodes.
     """
+    system = system_node_selector or {}
     return {
         "crds": {"enabled": True},
         # GPU nodes carry the kit's GPU taint; a speaker runs on every node so any of them can answer ARP
         # for a Service IP.
         "speaker": {"frr": {"enabled": False}, "tolerations": [GPU_TOLERATION]},
+        **({"controller": _on(system)} if system else {}),
     }

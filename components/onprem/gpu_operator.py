@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from components.onprem import _values
@@ -12,7 +13,9 @@ RUNTIME_CLASS = "nvidia"
 ``nvidia`` at v26.7.0): what pods that use a GPU without requesting one (the DCGM exporter) run under."""
 
 
-def gpu_operator_values(spec: GpuOperatorSpec, fabric: FabricSpec) -> dict[str, Any]:
+def gpu_operator_values(
+    spec: GpuOperatorSpec, fabric: FabricSpec, system_node_selector: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     return _values.gpu_operator_values(
         driver_managed=spec.driver == "operator",
         toolkit_managed=spec.toolkit == "operator",
@@ -21,4 +24,5 @@ def gpu_operator_values(spec: GpuOperatorSpec, fabric: FabricSpec) -> dict[str, 
         # The kit's own pinned dcgm-exporter release (ClusterAddons) serves GPU metrics on every tier.
         dcgm_exporter=False,
         dcgm_service_monitor=False,
+        system_node_selector=system_node_selector,
     )

@@ -10,6 +10,7 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+from pydantic import Field
 
 from components.catalog.charts import CHARTS
 from components.kube.helm import release
@@ -47,6 +48,8 @@ SERVICE_POOL_ANNOTATION = "metallb.io/address-pool"
 class MetalLbArgs(Args):
     spec: MetalLbSpec
     provider: k8s.Provider
+    system_node_selector: dict[str, str] = Field(default_factory=dict)
+    """Labels of the nodes the controller runs on (``cluster.systemNodeSelector``); speakers run on every node."""
 
 
 class MetalLb(pulumi.ComponentResource):
@@ -55,7 +58,7 @@ class MetalLb(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: MetalLbArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:metallb:MetalLb", name, None, opts)
-        chart = release("metallb", metallb_values(), parent=self, provider=args.provider)
+        chart = release("metallb", metallb_values(args.system_node_selector), parent=self, provider=args.provider)
         after = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[chart])
         pool = custom_resource(f"{name}-pool", address_pool(args.spec), after)
         custom_resource(

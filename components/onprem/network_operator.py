@@ -13,6 +13,7 @@ from typing import Any, Final
 
 import pulumi
 import pulumi_kubernetes as k8s
+from pydantic import Field
 
 from components.catalog.charts import CHARTS
 from components.catalog.images import NETWORK_OPERATOR_COMPONENTS, NETWORK_OPERATOR_REPOSITORY
@@ -109,6 +110,8 @@ class NetworkOperatorArgs(Args):
     provider: k8s.Provider
     serving_namespace: str
     """Where the secondary network's NetworkAttachmentDefinition is created (the serving pods' namespace)."""
+    system_node_selector: dict[str, str] = Field(default_factory=dict)
+    """Labels of the nodes the operator and NFD's master run on (``cluster.systemNodeSelector``)."""
 
 
 class NetworkOperator(pulumi.ComponentResource):
@@ -117,7 +120,9 @@ class NetworkOperator(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: NetworkOperatorArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:network_operator:NetworkOperator", name, None, opts)
-        chart = release("network-operator", network_operator_values(), parent=self, provider=args.provider)
+        chart = release(
+            "network-operator", network_operator_values(args.system_node_selector), parent=self, provider=args.provider
+        )
         after = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[chart])
         policy = custom_resource(f"{name}-nic-cluster-policy", nic_cluster_policy(args.spec, args.fabric), after)
         objects = secondary_network_objects(args.fabric, args.serving_namespace)

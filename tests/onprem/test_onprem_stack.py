@@ -197,6 +197,20 @@ def test_controllers_and_cache_run_on_the_configured_system_nodes(plan_of: PlanO
     prometheus = release_values(plan, "kube-prometheus-stack")["prometheus"]["prometheusSpec"]
     assert prometheus["nodeSelector"] == system
     assert prometheus["storageSpec"]["volumeClaimTemplate"]["spec"]["storageClassName"] == "ceph-rbd"
+    # The cluster-wide controllers of the tier's own charts: the LeaderWorkerSet controller, the GPU and Network
+    # Operators, the one NFD's master and garbage collector (the Network Operator's, as the fabric is RDMA) and
+    # MetalLB's controller. Node agents (NFD's worker, MetalLB's speaker) run on every node.
+    assert release_values(plan, "lws")["nodeSelector"] == system
+    assert release_values(plan, "gpu-operator")["operator"]["nodeSelector"] == system
+    assert "node-feature-discovery" not in release_values(plan, "gpu-operator")
+    network = release_values(plan, "network-operator")
+    assert network["operator"]["nodeSelector"] == system
+    nfd = network["node-feature-discovery"]
+    assert (nfd["master"]["nodeSelector"], nfd["gc"]["nodeSelector"]) == (system, system)
+    assert "worker" not in nfd
+    metallb = release_values(plan, "metallb")
+    assert metallb["controller"]["nodeSelector"] == system
+    assert "nodeSelector" not in metallb["speaker"]
     # The device plugin and DCGM exporter follow the GPU Operator's own node label.
     affinity = release_values(plan, "dcgm-exporter")["affinity"]["nodeAffinity"]
     term = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]

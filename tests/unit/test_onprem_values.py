@@ -47,6 +47,14 @@ BUILT = [
         ),
     ),
     ("metallb", metallb_values()),
+    *(
+        (name, build(system_node_selector={"node-role.inferstack.io/system": "true"}))
+        for name, build in (("network-operator", network_operator_values), ("metallb", metallb_values))
+    ),
+    *(
+        ("gpu-operator", gpu_operator_values(**case, system_node_selector={"pool": "system"}))
+        for case in _gpu_operator_cases()
+    ),
 ]
 
 
@@ -148,3 +156,29 @@ def test_value_builders_import_no_pulumi() -> None:
     imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     # THEN none is Pulumi's: the values are pure renders
     assert not [name for name in imported if name.startswith("pulumi")]
+
+
+def test_no_system_nodes_named_leaves_every_controller_where_the_chart_puts_it() -> None:
+    # GIVEN no cluster.systemNodeSelector WHEN the values are rendered THEN none of them names a node selector
+    rendered = [
+        gpu_operator_values(driver_managed=True, rdma=False, mig_strategy="single", dcgm_service_monitor=False),
+        network_operator_values(),
+        metallb_values(),
+    ]
+    assert [v for v in rendered if "nodeSelector" in str(v)] == []
+
+
+def test_named_system_nodes_take_the_gpu_operator_and_its_nfd_master_but_not_the_workers() -> None:
+    system = {"pool": "system"}
+    # GIVEN a cluster without RDMA, where the GPU Operator runs the cluster's NFD
+    values = gpu_operator_values(
+        driver_managed=True, rdma=False, mig_strategy="single", dcgm_service_monitor=False, system_node_selector=system
+    )
+    # THEN the operator, NFD's master and its garbage collector run on the system nodes; NFD's worker everywhere
+    assert values["operator"] == {"nodeSelector": system}
+    assert values["node-feature-discovery"] == {"master": {"nodeSelector": system}, "gc": {"nodeSelector": system}}
+    # AND with RDMA the GPU Operator's NFD is off, so its values say nothing of it
+    rdma = gpu_operator_values(
+        driver_managed=True, rdma=True, mig_strategy="single", dcgm_service_monitor=False, system_node_selector=system
+    )
+    assert "node-feature-discovery" not in rdma and rdma["operator"] == {"nodeSelector": system}
