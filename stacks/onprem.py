@@ -92,7 +92,7 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
     )
     storage = LocalStorage("local-nvme", LocalStorageArgs(spec=env.local_storage, provider=provider))
     fabric = None
-    if env.fabric.rdma:
+    if env.fabric.rdma and env.network_operator.install:
         fabric = NetworkOperator(
             "fabric",
             NetworkOperatorArgs(

@@ -96,14 +96,28 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
             )
 
     if env.fabric.rdma and not env.network_operator.install:
-        issues.append(
-            ConfigIssue(
-                f"{CONFIG_KEY}.networkOperator.install",
-                f"false with fabric.kind {env.fabric.kind!r}",
-                "the NVIDIA Network Operator with an RDMA fabric (it runs the RDMA device plugin pods request)",
-                "set networkOperator.install: true, or fabric.kind: none",
+        # The cluster's own Network Operator serves the fabric; what the kit would have put in its NicClusterPolicy
+        # cannot be asked of that one.
+        if env.network_operator.mofed == "operator":
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.networkOperator.mofed",
+                    "'operator' with networkOperator.install false",
+                    "'host': the kit deploys the DOCA driver only through the NicClusterPolicy it installs",
+                    "set networkOperator.mofed: host (the cluster's own policy runs the driver), or install: true",
+                )
             )
-        )
+        if env.fabric.secondary_network is not None:
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.fabric.secondaryNetwork",
+                    "set with networkOperator.install false",
+                    "no secondary network: its Multus, IPoIB CNI and nv-ipam come from the NicClusterPolicy the kit "
+                    "installs, and its IP pool from the namespace the kit installs the operator in",
+                    "remove fabric.secondaryNetwork (NCCL then runs on the pods' own interface), or set "
+                    "networkOperator.install: true",
+                )
+            )
     secondary = env.fabric.secondary_network
     pod_interfaces = [POD_INTERFACE, *([SECONDARY_INTERFACE] if secondary is not None else [])]
     if env.fabric.socket_interface is not None and env.fabric.socket_interface not in pod_interfaces:

@@ -112,7 +112,10 @@ class NetworkOperatorSpec(Spec):
     """NVIDIA Network Operator (Helm chart ``network-operator``) and its ``NicClusterPolicy``."""
 
     install: bool = True
-    """Install the operator and the policy; ``false`` when the fabric is already managed on the cluster."""
+    """Install the operator and its ``NicClusterPolicy``. ``false`` where the cluster already runs a Network Operator
+    (a DGX cluster's, say): the kit then installs neither, and its RDMA pods request what that one's shared RDMA
+    device plugin advertises, ``rdma/<fabric.rdmaResourceName>``. It then needs ``mofed: host`` and no
+    ``fabric.secondaryNetwork`` (both are rendered into the policy the kit installs)."""
     mofed: Literal["operator", "host"] = "host"
     """``host``: MOFED/DOCA-OFED is on the servers; ``operator``: the policy deploys the DOCA driver container."""
 

@@ -42,10 +42,20 @@ def test_a_node_autoscaler_key_is_refused_on_a_fixed_fleet() -> None:
     assert "gpuPools[0].maxSize: got 8 on tier onprem" in line and "use gpuPools[].nodes" in line
 
 
-def test_an_rdma_fabric_without_the_network_operator() -> None:
-    (line,) = errors(lambda e: e["networkOperator"].update(install=False))
-    assert "inferstack:environment.networkOperator.install: got false with fabric.kind 'infiniband'" in line
-    assert "set networkOperator.install: true" in line
+def test_the_clusters_own_network_operator_cannot_be_given_what_the_kits_policy_would_hold() -> None:
+    # GIVEN a cluster whose Network Operator the kit does not install, asked for the DOCA driver container
+    (line,) = errors(lambda e: e["networkOperator"].update(install=False, mofed="operator"))
+    assert "inferstack:environment.networkOperator.mofed: got 'operator' with networkOperator.install false" in line
+    assert "set networkOperator.mofed: host" in line
+
+    # GIVEN the same, with an IPoIB secondary network, whose Multus, CNI and pool only the kit's policy renders
+    def ipoib(env: dict[str, Any]) -> None:
+        env["networkOperator"].update(install=False)
+        env["fabric"]["secondaryNetwork"] = {"kind": "ipoib", "master": "ibs3f1", "subnet": "192.168.100.0/22"}
+
+    (line,) = errors(ipoib)
+    assert "inferstack:environment.fabric.secondaryNetwork: got set with networkOperator.install false" in line
+    assert "remove fabric.secondaryNetwork" in line
 
 
 def test_a_model_that_cannot_fit_its_pool() -> None:

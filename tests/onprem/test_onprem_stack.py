@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from crdcheck import validate as validate_cr
-from helpers import ROOT, only
+from helpers import ROOT, only, plan_with
 from inferstack_cli import render
 from inferstack_cli.plan import OFFLINE_SECRET, Plan
 
@@ -369,3 +369,17 @@ def test_a_models_disruption_budget_selects_its_servers_and_not_its_engine_build
     # one fails to sync with disruptionsAllowed 0, blocking every drain of the model's nodes
     assert _selects(selector, server_pod)
     assert not _selects(selector, build_pod)
+
+
+def test_with_the_clusters_own_network_operator_the_kit_installs_neither_it_nor_a_policy(tmp_path: Any) -> None:
+    # GIVEN the bundled stack on a cluster that already runs a Network Operator
+    plan = plan_with(tmp_path, "onprem", lambda env: env["networkOperator"].update(install=False))
+    # WHEN planned THEN it plans clean, with no network-operator release and no NicClusterPolicy of the kit's
+    assert plan.violations == []
+    releases = {r.inputs["name"] for r in plan.of_type("kubernetes:helm.sh/v3:Release")}
+    assert "network-operator" not in releases and "gpu-operator" in releases
+    assert by_kind(plan, "NicClusterPolicy") == []
+    # AND the multi-node group's ranks still request the RDMA resource the cluster's operator advertises
+    (group,) = by_kind(plan, "LeaderWorkerSet")
+    worker = group["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+    assert worker["resources"]["limits"]["rdma/rdma_shared_device_a"] == 1
