@@ -101,6 +101,7 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
                 provider=provider,
                 serving_namespace=base.serving_namespace,
                 system_node_selector=system,
+                gpu_node_selectors=[pool.node_labels for pool in env.gpu_pools],
             ),
         )
     cache = RedisCache(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from ipaddress import IPv4Network
 
 from stacks.environment import CONFIG_KEY, ConfigIssue, OnpremEnvironment
 
@@ -119,6 +120,23 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
                 )
             )
     secondary = env.fabric.secondary_network
+    if secondary is not None:
+        # nv-ipam hands out blocks from the subnet's first address on, each ending before its broadcast address
+        # (Mellanox/nvidia-k8s-ipam pkg/ipam-controller/allocator: "can't allocate: pool has no free ranges"): a
+        # server left without a block fails every rank's CNI ADD on it.
+        servers = sum(pool.nodes for pool in env.gpu_pools)
+        usable = IPv4Network(secondary.subnet, strict=False).num_addresses - 2
+        blocks = usable // secondary.per_node_block_size
+        if blocks < servers:
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.fabric.secondaryNetwork.perNodeBlockSize",
+                    f"{secondary.per_node_block_size}: subnet {secondary.subnet} holds {blocks} such blocks for "
+                    f"{servers} GPU servers",
+                    f"a block per GPU server: at most {usable // servers} addresses per server",
+                    f"lower perNodeBlockSize to {usable // servers} or less, or widen subnet",
+                )
+            )
     pod_interfaces = [POD_INTERFACE, *([SECONDARY_INTERFACE] if secondary is not None else [])]
     if env.fabric.socket_interface is not None and env.fabric.socket_interface not in pod_interfaces:
         issues.append(

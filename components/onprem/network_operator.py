@@ -9,6 +9,7 @@ DOCA/MOFED driver container, and optionally a Multus IPoIB secondary network wit
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import pulumi
@@ -76,14 +77,29 @@ def nic_cluster_policy(spec: NetworkOperatorSpec, fabric: FabricSpec) -> dict[st
     }
 
 
-def secondary_network_objects(fabric: FabricSpec, namespace: str) -> list[dict[str, Any]]:
-    """The IP pool and the IPoIB network serving pods attach to (facts-tiers §2, nv-ipam and IPoIBNetwork)."""
+def secondary_network_objects(
+    fabric: FabricSpec, namespace: str, gpu_node_selectors: Sequence[Mapping[str, str]] = ()
+) -> list[dict[str, Any]]:
+    """The IP pool and the IPoIB network serving pods attach to (facts-tiers §2, nv-ipam and IPoIBNetwork).
+
+    nv-ipam's controller gives every node its pool's ``nodeSelector`` matches a block of ``perNodeBlockSize``
+    addresses, every node when it has none (IPPool CRD: "selector for nodes, if empty match all nodes"). So the pool
+    selects the GPU servers (``gpu_node_selectors``, one term per pool: terms are ORed); the system and control-plane
+    nodes, which have no IPoIB interface, take no block of the subnet.
+    """
     net = fabric.secondary_network
     if net is None:
         return []
     pool: dict[str, Any] = {"subnet": net.subnet, "perNodeBlockSize": net.per_node_block_size}
     if net.gateway:
         pool["gateway"] = net.gateway
+    terms = [
+        {"matchExpressions": [{"key": k, "operator": "In", "values": [v]} for k, v in sorted(selector.items())]}
+        for selector in gpu_node_selectors
+        if selector
+    ]
+    if terms:
+        pool["nodeSelector"] = {"nodeSelectorTerms": terms}
     return [
         {
             "apiVersion": "nv-ipam.nvidia.com/v1alpha1",
@@ -112,6 +128,8 @@ class NetworkOperatorArgs(Args):
     """Where the secondary network's NetworkAttachmentDefinition is created (the serving pods' namespace)."""
     system_node_selector: dict[str, str] = Field(default_factory=dict)
     """Labels of the nodes the operator and NFD's master run on (``cluster.systemNodeSelector``)."""
+    gpu_node_selectors: list[dict[str, str]] = Field(default_factory=list)
+    """Each GPU pool's node labels: the servers the IPoIB network's IP pool gives addresses to."""
 
 
 class NetworkOperator(pulumi.ComponentResource):
@@ -125,7 +143,7 @@ class NetworkOperator(pulumi.ComponentResource):
         )
         after = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[chart])
         policy = custom_resource(f"{name}-nic-cluster-policy", nic_cluster_policy(args.spec, args.fabric), after)
-        objects = secondary_network_objects(args.fabric, args.serving_namespace)
+        objects = secondary_network_objects(args.fabric, args.serving_namespace, args.gpu_node_selectors)
         for manifest in objects:
             custom_resource(
                 f"{name}-{manifest['kind'].lower()}",

@@ -254,6 +254,13 @@ IPOIB = {"kind": "ipoib", "master": "ibs3f1", "subnet": "192.168.100.0/24"}
         ({"gateway": "10.0.0.1"}, "gateway", "got '10.0.0.1' (not an address in subnet 192.168.100.0/24)"),
         ({"gateway": "nope"}, "gateway", "fix: use an address of 192.168.100.0/24 (e.g. 192.168.100.1)"),
         ({"subnet": "192.168.100.0/28", "perNodeBlockSize": 64}, "perNodeBlockSize", "lower perNodeBlockSize to 14"),
+        # 6 GPU servers (4 H100, 2 H200); a /25's 126 addresses hold one block of 64: nv-ipam has none for the rest
+        (
+            {"subnet": "192.168.100.0/25", "perNodeBlockSize": 64},
+            "perNodeBlockSize",
+            "got 64: subnet 192.168.100.0/25 holds 1 such blocks for 6 GPU servers",
+        ),
+        ({"subnet": "192.168.100.0/25", "perNodeBlockSize": 64}, "perNodeBlockSize", "lower perNodeBlockSize to 21"),
     ],
 )
 def test_an_ip_pool_nv_ipam_would_reject_is_refused_by_name(network: dict[str, Any], key: str, says: str) -> None:

@@ -47,6 +47,16 @@ def test_the_ip_pool_validates_against_the_upstream_crd(manifests: list[dict[str
     assert validate(pool, strict=True) == []
 
 
+def test_the_ip_pool_gives_blocks_to_the_gpu_servers_only(manifests: list[dict[str, Any]]) -> None:
+    # THEN the pool selects each GPU pool's servers (terms are ORed), so the system and control-plane nodes, with no
+    # IPoIB interface, take none of the subnet's blocks (nv-ipam gives one to every node an empty selector matches)
+    terms = _one(manifests, "IPPool")["spec"]["nodeSelector"]["nodeSelectorTerms"]
+    assert terms == [
+        {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": [product]}]}
+        for product in ("NVIDIA-H100-80GB-HBM3", "NVIDIA-H200")
+    ]
+
+
 def test_the_ipoib_network_validates_against_the_upstream_crd(manifests: list[dict[str, Any]]) -> None:
     # THEN the IPoIBNetwork uses the master interface and the serving namespace and is accepted by its CRD
     network = _one(manifests, "IPoIBNetwork")
