@@ -53,6 +53,9 @@ class OnpremGpuPoolSpec(Spec):
     """Required: how many servers the pool has. Fixed: replicas x GPUs per replica never exceed it."""
     host_memory_gib: int = Field(default=2048, ge=16)
     """RAM per server (an HGX H100/H200 server typically has 2 TiB)."""
+    cpus: int | None = Field(default=None, ge=1)
+    """Logical CPUs per server, as the kubelet counts them (``nproc``). Unset: a serving pod requests 8 per GPU; set:
+    at most three quarters of its GPUs' share of them, as on the cloud, so a server with fewer cores still schedules."""
     node_selector: dict[LabelKey, LabelValue] = Field(min_length=1)
     """Required: labels that pick the pool's servers, e.g. ``nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3``
     (GPU Feature Discovery's product label) or an admin label."""
@@ -74,7 +77,9 @@ class OnpremGpuPoolSpec(Spec):
     def spec(self) -> InstanceSpec:
         """The node as the serving layer's fit and roofline checks read it (no EFA: the fabric is InfiniBand)."""
         gpu: GpuSpec = GPUS[self.gpu]
-        return InstanceSpec(self.instance_type, gpu, self.gpus_per_node, self.host_memory_gib, 0, 0, 0, 0)
+        return InstanceSpec(
+            self.instance_type, gpu, self.gpus_per_node, self.host_memory_gib, 0, 0, 0, 0, vcpus=self.cpus
+        )
 
     @property
     def node_labels(self) -> dict[str, str]:

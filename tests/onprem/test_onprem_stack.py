@@ -383,3 +383,32 @@ def test_with_the_clusters_own_network_operator_the_kit_installs_neither_it_nor_
     (group,) = by_kind(plan, "LeaderWorkerSet")
     worker = group["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
     assert worker["resources"]["limits"]["rdma/rdma_shared_device_a"] == 1
+
+
+def _serving_cpus(plan: Plan) -> dict[str, str]:
+    """Each serving container's CPU request, by its pod template's owner name."""
+    out: dict[str, str] = {}
+    for m in manifests(plan):
+        if m["kind"] == "Deployment" and m["metadata"]["namespace"] == "inferstack-serving":
+            templates = {m["metadata"]["name"]: m["spec"]["template"]}
+        elif m["kind"] == "LeaderWorkerSet":
+            lws = m["spec"]["leaderWorkerTemplate"]
+            templates = {f"{m['metadata']['name']}/{role}": lws[role] for role in ("leaderTemplate", "workerTemplate")}
+        else:
+            continue
+        for name, template in templates.items():
+            out[name] = template["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+    return out
+
+
+def test_a_pools_stated_cpus_bound_what_its_serving_pods_request(plan_of: PlanOf, tmp_path: Any) -> None:
+    # GIVEN the bundled stack, whose servers' CPUs are unstated: 8 per GPU (the 8B on one H100, the 405B on 8 a rank)
+    default = _serving_cpus(plan_of("onprem"))
+    assert (default["llama-8b"], default["llama-405b/workerTemplate"]) == ("8", "64")
+    # WHEN the H100 servers are stated to have 48 logical CPUs
+    plan = plan_with(tmp_path, "onprem", lambda env: env["gpuPools"][0].update(cpus=48))
+    # THEN each pod on them requests at most 3/4 of its GPUs' share (48 x 1/8 x 3/4 = 4; 48 x 8/8 x 3/4 = 36), so it
+    # schedules on them; the H200 pool's pods keep 8 per GPU
+    bounded = _serving_cpus(plan)
+    assert (bounded["llama-8b"], bounded["llama-405b/workerTemplate"]) == ("4", "36")
+    assert bounded["llama-70b"] == default["llama-70b"]
