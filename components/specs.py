@@ -353,7 +353,8 @@ class ScalingSpec(Spec):
     min_size: int = Field(default=0, ge=0)
     max_size: int = Field(default=1, ge=1)
     desired_size: int | None = Field(default=None, ge=0)
-    """Initial node count; defaults to ``min_size``. Later changes are ignored so autoscalers own it."""
+    """A managed node group's node count; defaults to ``min_size``. No autoscaler runs on managed node groups, so this
+    is their size: change it and ``pulumi up`` resizes the group (a Karpenter pool sizes itself up to ``max_size``)."""
 
     @property
     def initial_size(self) -> int:

@@ -63,6 +63,8 @@ class Registration:
     protect: bool
     inputs: dict[str, Any]
     """Wire-format (camelCase) inputs, secrets masked as ``[secret]``, resource references as URNs."""
+    ignore_changes: tuple[str, ...] = ()
+    """Input paths ``pulumi up`` leaves as they are live (the ``ignore_changes`` resource option)."""
 
 
 def wire(value: Any) -> Any:
@@ -148,6 +150,7 @@ class RecordingMonitor(MockMonitor):
                         custom=bool(request.custom),
                         protect=bool(request.protect),
                         inputs=inputs,
+                        ignore_changes=tuple(request.ignoreChanges),
                     )
                 )
         return response

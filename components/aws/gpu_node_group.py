@@ -154,7 +154,9 @@ class GpuNodeGroup(pulumi.ComponentResource):
             labels=gpu_labels(pool),
             taints=[GPU_TAINT],
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["scalingConfig.desiredSize"]),
+            # No autoscaler runs on a managed node group (Karpenter pools are NodePools, not this): the stack's
+            # desiredSize is the group's size, and `pulumi up` sets it.
+            opts=pulumi.ResourceOptions(parent=self),
         )
         self.node_group_name = node_group.node_group_name
         self.launch_template_id = template.id

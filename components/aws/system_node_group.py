@@ -58,8 +58,9 @@ class SystemNodeGroup(pulumi.ComponentResource):
             launch_template={"id": template.id, "version": template.latest_version.apply(str)},
             labels=SYSTEM_POOL_LABEL,
             tags=args.tags,
-            # The cluster autoscaler or an operator owns the live size after creation.
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["scalingConfig.desiredSize"]),
+            # No autoscaler runs on a managed node group (Karpenter provisions its own nodes): the stack's
+            # desiredSize is the group's size, and `pulumi up` sets it.
+            opts=pulumi.ResourceOptions(parent=self),
         )
         self.node_group_name = self.node_group.node_group_name
         self.register_outputs({"node_group_name": self.node_group_name})

@@ -157,3 +157,12 @@ def test_every_child_is_parented_to_the_component(engine: MockEngine) -> None:
     resources = build(engine, instanceType="p5.48xlarge")
     component = only(resources, "inferstack:aws_gpu_node_group:GpuNodeGroup")
     assert {r.type for r in children(resources, component)} == {LT, NG, PG, "aws:ec2/securityGroup:SecurityGroup"}
+
+
+def test_a_managed_groups_size_is_the_stacks_so_a_changed_desired_size_resizes_it(engine: MockEngine) -> None:
+    # GIVEN a managed GPU node group: no autoscaler runs on it (Karpenter pools are NodePools)
+    resources = build(engine, name="h100", instanceType="p5.48xlarge", minSize=1, maxSize=4, desiredSize=3)
+    group = only(resources, NG)
+    # WHEN / THEN its desired size is the stack's, and `pulumi up` does not ignore a change to it
+    assert group.inputs["scalingConfig"]["desiredSize"] == 3
+    assert group.ignore_changes == ()

@@ -132,3 +132,15 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_the_plan(
     out = capsys.readouterr()
     assert out.out == ""  # refused before the plan ran, in one line
     assert out.err.count("\n") == 1 and out.err.startswith(f"{flag}: got ") and said in out.err
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_the_system_node_groups_size_is_the_stacks(plan_of: PlanOf, stack: str) -> None:
+    # GIVEN a cloud stack: its system nodes are a managed node group, on which no autoscaler runs
+    plan = plan_of(stack)
+    (system,) = [
+        r for r in plan.of_type("aws:eks/nodeGroup:NodeGroup") if r.inputs["labels"]["inferstack.io/pool"] == "system"
+    ]
+    # WHEN / THEN its desired size is the config's, and a change to it is applied, not ignored
+    assert system.inputs["scalingConfig"]["desiredSize"] == plan.environment.system_pool.initial_size
+    assert system.ignore_changes == ()
