@@ -279,8 +279,23 @@ def model_alerts(slo: ModelSlo) -> list[dict[str, Any]]:
     return alerts
 
 
+def new_xid() -> str:
+    """An XID a GPU reported within the last 5 minutes, its code as the value.
+
+    ``DCGM_FI_DEV_XID_ERRORS`` is sticky: it holds the last XID until DCGM restarts or the driver is reset
+    (NVIDIA/dcgm-exporter#500, NVIDIA/DCGM#277), so "value > 0" stays true for ever after one application fault.
+    dcgm-exporter also labels the series with the code itself (``err_code``, ``err_msg``: pkg/dcgmexporter
+    gpu_collector.go since NVIDIA/dcgm-exporter#309), so each XID is a new series of constant value and
+    ``changes()`` never sees one. A new XID is therefore a series (GPU ``UUID`` and ``err_code``) present now that
+    was not 5 minutes ago. The same code twice in a row on one GPU is not seen: DCGM reports no count.
+    """
+    return f"{DCGM_XID_ERRORS} > 0 unless on (UUID, err_code) {DCGM_XID_ERRORS} offset 5m"
+
+
 def platform_alerts() -> list[dict[str, Any]]:
     """GPU XID errors and cache availability: not tied to one model."""
+    # Fatal XIDs page for as long as DCGM still reports them: the GPU needs a reset (which clears the value) or the
+    # node a drain; a replaced node takes its series with it.
     xid = f"max_over_time({DCGM_XID_ERRORS}[5m])"
     fatal = " or ".join(f"({xid} == {code})" for code in FATAL_XIDS)
     return [
@@ -293,10 +308,12 @@ def platform_alerts() -> list[dict[str, Any]]:
         ),
         _alert(
             "InferstackGpuXidError",
-            f"{xid} > 0",
+            new_xid(),
             "warning",
             "GPU {{ $labels.gpu }} on {{ $labels.hostname }}: XID {{ $value }}",
-            "The GPU reported an XID error (DCGM_FI_DEV_XID_ERRORS). Look it up in NVIDIA's XID catalog.",
+            "The GPU reported a new XID error (DCGM_FI_DEV_XID_ERRORS, {{ $labels.err_msg }}) in the last 5 minutes. "
+            "Look it up in NVIDIA's XID catalog. The exporter keeps showing the last XID afterwards: this alert "
+            "resolves after 5 minutes, the GPU dashboard's XID panel keeps the code.",
         ),
         _alert(
             "InferstackCacheDown",

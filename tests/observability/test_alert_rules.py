@@ -143,11 +143,20 @@ def test_fatal_xids_page() -> None:
     assert alert["labels"]["severity"] == "critical"
 
 
-def test_any_xid_warns() -> None:
-    # GIVEN the platform alerts
-    # WHEN / THEN any non-zero XID raises a warning
+def test_a_new_xid_warns_and_a_sticky_one_resolves() -> None:
+    promql_parser = pytest.importorskip("promql_parser")
+    # GIVEN the platform alerts, and DCGM_FI_DEV_XID_ERRORS as dcgm-exporter 4.8 exports it: the last XID held for
+    # ever (until DCGM restarts), one series per code (label err_code = the value)
     alert = _alerts(prometheus_rule([]), "InferstackGpuXidError")[0]
-    assert (alert["expr"], alert["labels"]["severity"]) == ("max_over_time(DCGM_FI_DEV_XID_ERRORS[5m]) > 0", "warning")
+    # WHEN its expression is parsed
+    expr = promql_parser.parse(alert["expr"])
+    # THEN it keeps a non-zero XID series only if the same GPU had no series with that code 5 minutes earlier, so a
+    # GPU whose last XID stays 31 for an hour warns for 5 minutes and then resolves (a plain "> 0" warned for ever)
+    assert str(expr.op) == "unless"
+    assert str(expr.lhs) == "DCGM_FI_DEV_XID_ERRORS{} > 0"
+    assert list(expr.modifier.matching.labels) == ["UUID", "err_code"]
+    assert (expr.rhs.name, expr.rhs.offset.total_seconds()) == ("DCGM_FI_DEV_XID_ERRORS", 300)
+    assert alert["labels"]["severity"] == "warning"
 
 
 def test_cache_unavailable() -> None:
