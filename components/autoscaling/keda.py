@@ -123,7 +123,8 @@ def scaled_object(
 
     Warm capacity is the default: ``min_replicas`` must stay >= 1 unless ``scale_to_zero`` opts in. A
     model at zero has no pod left to export a queue, so scale-to-zero adds a second trigger on the
-    gateway's request rate for that model (``inferstack_gateway_requests_total{model=...}``) that wakes it.
+    gateway's request rate for that model (``inferstack_gateway_requests_total{model=...}``) that wakes it. That
+    trigger asks for one replica at most: past the first, the queue alone sizes the model.
 
     ``target_kind="LeaderWorkerSet"`` scales whole leader+worker groups (``target_name`` defaults to the
     model name).
@@ -190,8 +191,12 @@ def scaled_object(
                 "metricType": "AverageValue",
                 "metadata": {
                     "serverAddress": server,
-                    "query": f"sum(rate({asked}[1m]))",
-                    "threshold": _threshold(threshold),
+                    # Requests per second are not waiting requests: against the queue threshold they would ask for
+                    # rps / threshold replicas (the HPA takes the highest trigger), e.g. 8 replicas for a model
+                    # serving 30 req/s on one with an empty queue. Capped at 1 with a target of 1, this trigger
+                    # wakes the model and never sizes it.
+                    "query": f"clamp_max(sum(rate({asked}[1m])), 1)",
+                    "threshold": "1",
                     # Any request activates the model (0 -> 1); KEDA activates on value > activation.
                     "activationThreshold": "0",
                 },

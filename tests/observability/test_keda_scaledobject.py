@@ -97,8 +97,20 @@ def test_scale_to_zero_wakes_on_gateway_requests_for_the_model() -> None:
     trigger = _trigger(_build(scale_to_zero=True), "gateway-requests")
 
     # THEN a gateway trigger activates it on any request the gateway saw for that model
-    assert trigger["metadata"]["query"] == 'sum(rate(inferstack_gateway_requests_total{model="llama-8b"}[1m]))'
+    assert 'sum(rate(inferstack_gateway_requests_total{model="llama-8b"}[1m]))' in trigger["metadata"]["query"]
     assert trigger["metadata"]["activationThreshold"] == "0"
+
+
+def test_gateway_wake_trigger_never_asks_for_more_than_one_replica() -> None:
+    promql_parser = pytest.importorskip("promql_parser")
+    # GIVEN a scale-to-zero model whose queue target is 2 waiting requests per replica
+    # WHEN its ScaledObject is built
+    trigger = _trigger(_build(scale_to_zero=True, threshold=2), "gateway-requests")
+    # THEN the request-rate trigger's value is capped at 1 against a per-replica target of 1: the HPA takes the highest
+    # trigger, so a model answering 30 req/s with an empty queue must not get ceil(30 / 2) = 15 replicas from it
+    expr = promql_parser.parse(trigger["metadata"]["query"])
+    assert (expr.func.name, str(expr.args[1])) == ("clamp_max", "1")
+    assert (trigger["metricType"], trigger["metadata"]["threshold"]) == ("AverageValue", "1")
 
 
 def test_warm_model_has_only_the_queue_trigger() -> None:
