@@ -858,3 +858,7 @@ class GatewaySpec(Spec):
     """The hub side: the tenant whose key (the ``burst_api_key`` output) other stacks burst with."""
     requests_per_minute: int = Field(default=600, ge=1)
     tokens_per_minute: int = Field(default=400_000, ge=1)
+
+    def aliases_of(self, model: str) -> tuple[str, ...]:
+        """The ``routes[].alias`` whose requests may reach ``model`` (as its ``small`` or its ``large``)."""
+        return tuple(r.alias for r in self.routes if model in (r.small, r.large))

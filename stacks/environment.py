@@ -794,6 +794,15 @@ def model_checks(env: Environment) -> list[ConfigIssue]:
                     "raise maxReplicas or lower replicas",
                 )
             )
+        if scaling.scale_to_zero and scaling.enabled and not env.gateway.enabled:
+            issues.append(
+                ConfigIssue(
+                    f"{at}.autoscaling.scaleToZero",
+                    "true with gateway.enabled: false",
+                    "scale to zero behind the gateway only: its request count for the model is what wakes it",
+                    "enable the gateway, or keep the model warm (scaleToZero: false)",
+                )
+            )
         if model.replicas == 0 and not scaling.scale_to_zero:
             issues.append(
                 ConfigIssue(

@@ -6,6 +6,7 @@ chart version (``tests/crds``); components hand them to ``kubernetes.apiextensio
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -113,6 +114,7 @@ def scaled_object(
     target_name: str | None = None,
     behavior: ScalingBehavior | None = None,
     server_address: str | None = None,
+    wake_aliases: Sequence[str] = (),
 ) -> dict[str, Any]:
     """A KEDA ScaledObject that sizes one model on its queue depth.
 
@@ -125,6 +127,10 @@ def scaled_object(
     model at zero has no pod left to export a queue, so scale-to-zero adds a second trigger on the
     gateway's request rate for that model (``inferstack_gateway_requests_total{model=...}``) that wakes it. That
     trigger asks for one replica at most: past the first, the queue alone sizes the model.
+
+    ``wake_aliases``: the gateway's route aliases that may send requests to this model. The gateway counts a request
+    under the alias the client asked for (``model`` label), so a request for a route alias (``chat``) that routes to
+    this model would never show under its own name: the wake trigger reads the model's name and these aliases.
 
     ``target_kind="LeaderWorkerSet"`` scales whole leader+worker groups (``target_name`` defaults to the
     model name).
@@ -183,7 +189,15 @@ def scaled_object(
         g = GatewayMetrics
         # A model at zero has no pod to report a queue: the gateway's request rate for it wakes it. The
         # first requests get a clear 503 from the gateway until a replica is ready (a cold start).
-        asked = selector(g.REQUESTS_TOTAL, f'{g.MODEL_LABEL}="{model}"')
+        for alias in wake_aliases:
+            check_name("wake_aliases[]", alias)
+        names = sorted({model, *wake_aliases})
+        # Either route of an alias wakes the model: a request the alias sends to its other model wakes this one too
+        # (a cold start that was not needed), where matching the model's own name alone never woke it at all.
+        asked = selector(
+            g.REQUESTS_TOTAL,
+            f'{g.MODEL_LABEL}="{model}"' if len(names) == 1 else f'{g.MODEL_LABEL}=~"{"|".join(names)}"',
+        )
         triggers.append(
             {
                 "type": "prometheus",

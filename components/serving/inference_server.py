@@ -115,6 +115,9 @@ class InferenceServerArgs(Args):
     otlp_traces_endpoint: str | None = None
     prometheus_url: str | None = None
     """Where KEDA reads the queue depth; ``None`` leaves the model at its fixed ``replicas``."""
+    gateway_aliases: tuple[str, ...] = ()
+    """The gateway's route aliases that may send requests to this model (``GatewaySpec.aliases_of``): with
+    ``autoscaling.scaleToZero``, requests the gateway counts under any of them wake it, as well as its own name."""
     shm_gib: int = Field(default=16, ge=1)
     """``/dev/shm`` for NCCL and the engines' shared-memory IPC between ranks."""
     rdma: RdmaFabric | None = None
@@ -692,6 +695,7 @@ def autoscaler(args: InferenceServerArgs, placement: Placement, workload_kind: s
         target_kind=workload_kind,  # type: ignore[arg-type]
         target_name=spec.name,
         server_address=args.prometheus_url,
+        wake_aliases=args.gateway_aliases,
     )
 
 

@@ -201,3 +201,11 @@ def test_queue_query_parses_as_promql() -> None:
     # THEN it is well formed
     for engine in ENGINES:
         promql_parser.parse(queue_query(engine, "m", "ns"))
+
+
+def test_scale_to_zero_wakes_on_requests_for_route_aliases_that_reach_the_model() -> None:
+    # GIVEN a scale-to-zero model that the gateway route alias "chat" may send requests to; the gateway counts a
+    # request under the alias the client asked for
+    trigger = _trigger(_build(scale_to_zero=True, wake_aliases=("chat",)), "gateway-requests")
+    # WHEN / THEN requests for "chat" wake the model as well as requests for its own name
+    assert 'inferstack_gateway_requests_total{model=~"chat|llama-8b"}' in trigger["metadata"]["query"]

@@ -14,7 +14,7 @@ import yaml
 from components.catalog.charts import CHARTS
 from components.catalog.profiles import PROFILES
 from crdcheck import validate as validate_cr
-from helpers import bundled_stacks, plan_with
+from helpers import bundled_stacks, config_errors, plan_with
 from inferstack_cli import render
 from inferstack_cli.main import main
 from inferstack_cli.mocks import _digest
@@ -230,3 +230,28 @@ def test_plan_prints_the_pinned_chart_versions(capsys: pytest.CaptureFixture[str
     for name in ("karpenter", "keda", "kube-prometheus-stack", "lws"):
         pin = CHARTS[name]
         assert rows[name] == [pin.chart_ref, pin.version, pin.namespace]
+
+
+def test_a_scale_to_zero_model_behind_a_route_alias_wakes_on_that_alias(tmp_path: Path) -> None:
+    # GIVEN the prod stack's llama-70b opted into scale to zero; the route alias "chat" sends complex prompts to it
+    def scale_70b_to_zero(env: dict[str, Any]) -> None:
+        model = next(m for m in env["models"] if m["name"] == "llama-70b")
+        model["autoscaling"] = {**model.get("autoscaling", {}), "scaleToZero": True}
+
+    plan = plan_with(tmp_path, "prod", scale_70b_to_zero)
+    # WHEN its ScaledObject is rendered
+    scaler = next(m for m in manifests(plan) if m["kind"] == "ScaledObject" and m["metadata"]["name"] == "llama-70b")
+    (wake,) = [t for t in scaler["spec"]["triggers"] if t["name"] == "gateway-requests"]
+    # THEN the gateway's requests for "chat" wake it, not only requests that name llama-70b itself
+    assert 'inferstack_gateway_requests_total{model=~"chat|llama-70b"}' in wake["metadata"]["query"]
+
+
+def test_scale_to_zero_without_a_gateway_is_refused() -> None:
+    # GIVEN a scale-to-zero model and no gateway, whose request count is the only thing that wakes a model at zero
+    def no_gateway(env: dict[str, Any]) -> None:
+        env["gateway"] = {"enabled": False}
+        env["models"][0]["autoscaling"] = {**env["models"][0].get("autoscaling", {}), "scaleToZero": True}
+
+    # WHEN / THEN the config is refused, naming the key
+    (line,) = config_errors(no_gateway)
+    assert "models[0].autoscaling.scaleToZero: got true with gateway.enabled: false" in line
