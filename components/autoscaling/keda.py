@@ -125,7 +125,7 @@ def scaled_object(
 
     Warm capacity is the default: ``min_replicas`` must stay >= 1 unless ``scale_to_zero`` opts in. A
     model at zero has no pod left to export a queue, so scale-to-zero adds a second trigger on the
-    gateway's request rate for that model (``inferstack_gateway_requests_total{model=...}``) that wakes it. That
+    gateway's request rate for that model (``inferstack_gateway_model_requests_total{model=...}``) that wakes it. That
     trigger asks for one replica at most: past the first, the queue alone sizes the model.
 
     ``wake_aliases``: the gateway's route aliases that may send requests to this model. The gateway counts a request
@@ -194,8 +194,10 @@ def scaled_object(
         names = sorted({model, *wake_aliases})
         # Either route of an alias wakes the model: a request the alias sends to its other model wakes this one too
         # (a cold start that was not needed), where matching the model's own name alone never woke it at all.
+        # The per-alias counter the gateway starts at 0, not the requests counter: that one's series are born at 1
+        # (their labels carry the answer's status), so rate() would miss the request that should wake the model.
         asked = selector(
-            g.REQUESTS_TOTAL,
+            g.MODEL_REQUESTS_TOTAL,
             f'{g.MODEL_LABEL}="{model}"' if len(names) == 1 else f'{g.MODEL_LABEL}=~"{"|".join(names)}"',
         )
         triggers.append(

@@ -46,6 +46,10 @@ class GatewayMetrics:
     """Counter, labels ``route``, ``status``, ``cache`` (one of ``CACHE_RESULTS``), ``model`` (the alias the
     client asked for) and ``upstream_kind`` (``local``, ``remote`` for burst to the hub, ``none`` when no upstream
     answered), one increment per request (images/gateway/src/inferstack_gateway/metrics.py)."""
+    MODEL_REQUESTS_TOTAL: Final = "inferstack_gateway_model_requests_total"
+    """Counter, label ``model`` (the alias the client asked for), one increment per request whatever its answer; the
+    gateway creates every configured alias's series at 0 when it starts, so a model's first request is an increase
+    ``rate()`` sees: what wakes a scaled-to-zero model."""
     CACHE_LABEL: Final = "cache"
     CACHE_RESULTS: Final = ("hit", "semantic", "miss", "bypass")
     """``hit``: exact cache; ``semantic``: vector cache; ``miss``: looked up, went upstream; ``bypass``:

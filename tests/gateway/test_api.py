@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import openai
 import orjson
 import pytest
 from gateway_harness import API_KEY_A, GatewayHandle, StandIn
@@ -119,3 +120,17 @@ def test_request_id_from_the_client_is_echoed(gateway: Any, upstreams: Any) -> N
     raw = chat(gw.client(), temperature=1, extra_headers={"x-request-id": "req-123"})
     assert raw.headers["x-request-id"] == "req-123"
     assert API_KEY_A  # the default client authenticates as tenant A
+
+
+def test_a_models_first_request_is_an_increase_from_zero_so_it_can_wake_the_model(gateway: Any) -> None:
+    # GIVEN a gateway whose model has no replica (nothing listens at its upstream: a model scaled to zero)
+    gw = gateway()
+    line = b'inferstack_gateway_model_requests_total{model="local"} '
+    # THEN before any request its per-alias counter is already exported, at 0: a first request is then an increase
+    # that rate() sees (KEDA's wake trigger), where a series born at 1 shows none until a second request
+    assert line + b"0.0\n" in gw.http("GET", "/metrics")[2]
+    # WHEN the first request comes and gets an error (no replica yet)
+    with pytest.raises(openai.APIError):
+        chat(gw.client().with_options(max_retries=0), temperature=1)
+    # THEN it is counted under the alias the client asked for
+    assert line + b"1.0\n" in gw.http("GET", "/metrics")[2]

@@ -97,7 +97,7 @@ def test_scale_to_zero_wakes_on_gateway_requests_for_the_model() -> None:
     trigger = _trigger(_build(scale_to_zero=True), "gateway-requests")
 
     # THEN a gateway trigger activates it on any request the gateway saw for that model
-    assert 'sum(rate(inferstack_gateway_requests_total{model="llama-8b"}[1m]))' in trigger["metadata"]["query"]
+    assert 'sum(rate(inferstack_gateway_model_requests_total{model="llama-8b"}[1m]))' in trigger["metadata"]["query"]
     assert trigger["metadata"]["activationThreshold"] == "0"
 
 
@@ -208,4 +208,4 @@ def test_scale_to_zero_wakes_on_requests_for_route_aliases_that_reach_the_model(
     # request under the alias the client asked for
     trigger = _trigger(_build(scale_to_zero=True, wake_aliases=("chat",)), "gateway-requests")
     # WHEN / THEN requests for "chat" wake the model as well as requests for its own name
-    assert 'inferstack_gateway_requests_total{model=~"chat|llama-8b"}' in trigger["metadata"]["query"]
+    assert 'inferstack_gateway_model_requests_total{model=~"chat|llama-8b"}' in trigger["metadata"]["query"]

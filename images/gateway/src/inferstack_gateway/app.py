@@ -115,6 +115,7 @@ class Gateway:
             for kind in ("local", "remote", "none")
         }
         self._request_counters: dict[tuple[str, int, str, str, str], Any] = {}
+        self._model_requests = {alias: self.metrics.model_requests.labels(alias) for alias in config.models}
         self._id_prefix = secrets.token_hex(4)
         self._ids = itertools.count(1)
         self._models_body = _models_body(list(config.models))
@@ -184,6 +185,9 @@ class Gateway:
                 exchange.route, str(exchange.status), exchange.cache, model, exchange.upstream_kind
             )
         counter.inc()
+        asked = self._model_requests.get(model)
+        if asked is not None:
+            asked.inc()
         elapsed = time.perf_counter() - exchange.started
         if exchange.observations is not None:
             for histogram, value in exchange.observations:

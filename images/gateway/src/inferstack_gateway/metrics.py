@@ -65,6 +65,15 @@ class Metrics:
             ["route", "status", "cache", "model", "upstream_kind"],
             registry=r,
         )
+        # The wake-up signal of a scaled-to-zero model. Its series are created at 0 for every configured alias when
+        # the gateway starts, so a first request moves one from 0 to 1 and rate() sees it: on a series born at 1 (the
+        # requests counter's, whose labels carry the status) rate() sees no increase until the second request.
+        self.model_requests = Counter(
+            "inferstack_gateway_model_requests",
+            "Requests per model alias the client asked for, whatever their answer; every configured alias from 0",
+            ["model"],
+            registry=r,
+        )
         self.ttft = Histogram(
             "inferstack_gateway_ttft_seconds",
             "Time to the answer's first token (streams: the first event with output), per model and upstream kind "
