@@ -20,6 +20,7 @@ from components.edge.specs import GPU_NODE_LABEL, K3S_NVIDIA_RUNTIME_CLASS, K3S_
 from components.gateway.gateway import Gateway, GatewayArgs, HubUpstream, embedder_for
 from components.kube.existing_cluster import ExistingCluster, ExistingClusterArgs
 from components.observability.alerts import model_slos
+from components.observability.dashboards import SITE_LABEL
 from components.observability.observability import (
     SMALL_SITE_PROMETHEUS_RESOURCES,
     Observability,
@@ -34,8 +35,6 @@ from stacks.program import require_secret
 from stacks.tiers import EDGE
 
 QUICK_START = "edge quick start"
-SITE_LABEL = "inferstack_site"
-"""External label on every sample the site forwards: the hub's Prometheus tells sites apart by it."""
 
 
 def hub_upstream(env: EdgeEnvironment) -> HubUpstream | None:

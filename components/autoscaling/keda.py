@@ -17,6 +17,7 @@ from components.observability.dashboards import (
     ENGINES,
     MODEL_LABEL,
     MODEL_POD_LABEL,
+    OWN_SERIES,
     Engine,
     GatewayMetrics,
     selector,
@@ -97,7 +98,7 @@ def _threshold(value: float) -> str:
 
 def queue_query(engine: Engine, model: str, namespace: str) -> str:
     """Waiting requests of one model, summed over its pods: KEDA divides by the threshold per replica."""
-    sel = selector(ENGINE_METRICS[engine].queue, f'namespace="{namespace}"', f'{MODEL_LABEL}="{model}"')
+    sel = selector(ENGINE_METRICS[engine].queue, f'namespace="{namespace}"', f'{MODEL_LABEL}="{model}"', OWN_SERIES)
     return f"sum({sel})"
 
 
@@ -199,6 +200,7 @@ def scaled_object(
         asked = selector(
             g.MODEL_REQUESTS_TOTAL,
             f'{g.MODEL_LABEL}="{model}"' if len(names) == 1 else f'{g.MODEL_LABEL}=~"{"|".join(names)}"',
+            OWN_SERIES,
         )
         triggers.append(
             {

@@ -173,6 +173,14 @@ REDIS_COMMANDS_TOTAL: Final = "redis_commands_processed_total"
 REDIS_CLIENTS: Final = "redis_connected_clients"
 
 
+SITE_LABEL: Final = "inferstack_site"
+"""External label on every sample an edge site forwards (its ``remoteWrite``): the hub's Prometheus tells sites apart
+by it. Prometheus adds external labels only to what leaves it, so a cluster's own series never carry it."""
+OWN_SERIES: Final = f'{SITE_LABEL}=""'
+"""Matcher for this cluster's own series: on a hub that receives sites' samples, a query that scales or alerts on a
+model must not count a site's same-named model (or route alias) as its own."""
+
+
 def selector(metric: str, *matchers: str) -> str:
     """``metric`` with ``matchers`` merged into its braces (empty matchers dropped).
 

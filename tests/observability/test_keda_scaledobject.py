@@ -40,7 +40,7 @@ def test_query_names_the_engine_queue_metric(engine: Engine) -> None:
 
     # THEN KEDA reads that engine's waiting-requests gauge, for this model only
     assert query.startswith("sum(" + QUEUE_METRIC[engine])
-    assert 'namespace="serving",inferstack_model="llama-8b"}' in query
+    assert 'namespace="serving",inferstack_model="llama-8b",inferstack_site=""}' in query
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -97,7 +97,10 @@ def test_scale_to_zero_wakes_on_gateway_requests_for_the_model() -> None:
     trigger = _trigger(_build(scale_to_zero=True), "gateway-requests")
 
     # THEN a gateway trigger activates it on any request the gateway saw for that model
-    assert 'sum(rate(inferstack_gateway_model_requests_total{model="llama-8b"}[1m]))' in trigger["metadata"]["query"]
+    assert (
+        'sum(rate(inferstack_gateway_model_requests_total{model="llama-8b",inferstack_site=""}[1m]))'
+        in trigger["metadata"]["query"]
+    )
     assert trigger["metadata"]["activationThreshold"] == "0"
 
 
@@ -208,4 +211,38 @@ def test_scale_to_zero_wakes_on_requests_for_route_aliases_that_reach_the_model(
     # request under the alias the client asked for
     trigger = _trigger(_build(scale_to_zero=True, wake_aliases=("chat",)), "gateway-requests")
     # WHEN / THEN requests for "chat" wake the model as well as requests for its own name
-    assert 'inferstack_gateway_model_requests_total{model=~"chat|llama-8b"}' in trigger["metadata"]["query"]
+    assert (
+        'inferstack_gateway_model_requests_total{model=~"chat|llama-8b",inferstack_site=""}'
+        in trigger["metadata"]["query"]
+    )
+
+
+def _selectors(node: Any) -> list[Any]:
+    """Every vector selector of a parsed PromQL expression."""
+    import promql_parser
+
+    if isinstance(node, promql_parser.VectorSelector):
+        return [node]
+    if isinstance(node, promql_parser.MatrixSelector):
+        return [node.vector_selector]
+    children = [getattr(node, a, None) for a in ("expr", "lhs", "rhs", "param")] + list(getattr(node, "args", []))
+    return [s for child in children if child is not None for s in _selectors(child)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_on_a_hub_every_query_counts_its_own_series_only(engine: Engine) -> None:
+    promql_parser = pytest.importorskip("promql_parser")
+    # GIVEN a hub whose Prometheus receives edge sites' samples, each labelled inferstack_site=<site> (a site may serve
+    # a model, or route alias, of the same name)
+    triggers = _build(engine=engine, scale_to_zero=True)["spec"]["triggers"]
+    # WHEN each of a model's triggers is parsed
+    for trigger in triggers:
+        selectors = _selectors(promql_parser.parse(trigger["metadata"]["query"]))
+        # THEN every series it reads is the cluster's own (no site label): a site's queue or requests never scale it
+        assert selectors, trigger["name"]
+        for vs in selectors:
+            matchers = {(m.name, str(m.op), m.value) for m in vs.matchers.matchers}
+            assert any(name == "inferstack_site" and value == "" and "Equal" in op for name, op, value in matchers), (
+                trigger["name"],
+                vs,
+            )

@@ -243,7 +243,10 @@ def test_a_scale_to_zero_model_behind_a_route_alias_wakes_on_that_alias(tmp_path
     scaler = next(m for m in manifests(plan) if m["kind"] == "ScaledObject" and m["metadata"]["name"] == "llama-70b")
     (wake,) = [t for t in scaler["spec"]["triggers"] if t["name"] == "gateway-requests"]
     # THEN the gateway's requests for "chat" wake it, not only requests that name llama-70b itself
-    assert 'inferstack_gateway_model_requests_total{model=~"chat|llama-70b"}' in wake["metadata"]["query"]
+    assert (
+        'inferstack_gateway_model_requests_total{model=~"chat|llama-70b",inferstack_site=""}'
+        in wake["metadata"]["query"]
+    )
 
 
 def test_scale_to_zero_without_a_gateway_is_refused() -> None:
