@@ -33,8 +33,29 @@ from pydantic_core import PydanticCustomError
 from components.catalog.images import KIT_IMAGES
 from components.catalog.instances import INSTANCES, SYSTEM_FAMILIES, SYSTEM_INSTANCES, SystemInstanceSpec
 
-StrInput = Annotated[Any, "pulumi.Input[str]"]
-"""A string or a ``pulumi.Output[str]``: pydantic cannot validate Outputs, so it passes them through."""
+
+def _str_input(value: Any) -> Any:
+    """A ``pulumi.Input[str]`` as a component argument: a string, an Output or an awaitable, never ``None``.
+
+    An unset config value is ``None`` (``pulumi.Config().get_secret("kubeconfig")``): passed on, it became a resource
+    input that is simply absent, and a Kubernetes provider without a kubeconfig uses the deployer's ambient
+    ``~/.kube/config``. A field that may be unset says so (``StrInput | None``)."""
+    import inspect
+
+    import pulumi
+
+    if isinstance(value, str | pulumi.Output) or inspect.isawaitable(value):
+        return value
+    raise PydanticCustomError(
+        "str_input",
+        "expected a string or a pulumi.Output[str], got {got}",
+        {"got": "None" if value is None else type(value).__name__},
+    )
+
+
+StrInput = Annotated[Any, AfterValidator(_str_input)]
+"""A string or a ``pulumi.Output[str]`` (``pulumi.Input[str]``): pydantic cannot validate an Output's value, so it
+checks only that the argument is one of these."""
 
 PATTERN_HELP: dict[str, tuple[str, str]] = {}
 """Each ``described`` pattern → (what it allows, how to fix a value that misses it): a config error says these

@@ -1,0 +1,40 @@
+"""Component arguments as a user's own program passes them: a mistake is a validation error that names the field."""
+
+from __future__ import annotations
+
+import pulumi
+import pytest
+from pydantic import ValidationError
+
+from components.kube.existing_cluster import ExistingClusterArgs
+
+
+def test_an_unset_kubeconfig_is_refused_not_replaced_by_the_ambient_one() -> None:
+    # GIVEN a user's program that reads an unset secret: Config.get_secret returns None
+    # WHEN it builds the cluster's arguments
+    # THEN the field is named, before a provider could fall back to ~/.kube/config
+    with pytest.raises(ValidationError) as caught:
+        ExistingClusterArgs(kubeconfig=None)
+    (error,) = caught.value.errors()
+    assert error["loc"] == ("kubeconfig",)
+    assert error["msg"] == "expected a string or a pulumi.Output[str], got None"
+
+
+def test_a_string_input_of_another_type_is_refused_by_name() -> None:
+    with pytest.raises(ValidationError) as caught:
+        ExistingClusterArgs(kubeconfig={"clusters": []})
+    assert caught.value.errors()[0]["loc"] == ("kubeconfig",)
+    assert "got dict" in caught.value.errors()[0]["msg"]
+
+
+def test_outputs_and_strings_are_accepted_where_a_string_input_is(engine: object) -> None:
+    kubeconfig = pulumi.Output.secret("apiVersion: v1")
+    assert ExistingClusterArgs(kubeconfig=kubeconfig).kubeconfig is kubeconfig
+    assert ExistingClusterArgs(kubeconfig="apiVersion: v1").kubeconfig == "apiVersion: v1"
+
+
+def test_misspelled_argument_is_refused_by_name() -> None:
+    with pytest.raises(ValidationError) as caught:
+        ExistingClusterArgs(kubeconfig="apiVersion: v1", contxt="dc1")
+    assert caught.value.errors()[0]["loc"] == ("contxt",)
+    assert caught.value.errors()[0]["type"] == "extra_forbidden"
