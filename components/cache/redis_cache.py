@@ -16,7 +16,7 @@ from pydantic import Field
 
 from components.catalog import images as _images
 from components.kube.objects import RESTRICTED_CONTAINER, restricted_pod
-from components.specs import Args, CacheSpec, StrInput
+from components.specs import Args, CacheSpec
 
 REDIS_PORT = 6379
 REDIS_UID = 999
@@ -47,7 +47,9 @@ class CacheEndpoint:
 
 class RedisCacheArgs(Args):
     spec: CacheSpec = CacheSpec()
-    namespace: StrInput
+    namespace: str
+    """Required: the namespace's name, known when the program runs: it names the password Secrets (a ``pulumi.Output``
+    is refused here; order the Namespace first with ``depends_on``)."""
     provider: k8s.Provider
     client_namespace: str = "inferstack-gateway"
     secret_namespaces: tuple[str, ...] = ("inferstack-gateway", "monitoring")

@@ -89,7 +89,9 @@ class InferenceServerArgs(Args):
     spec: ModelDeploySpec
     pool: ServingPool
     """The pool the model runs on: its GPU count, EFA and labels."""
-    namespace: StrInput
+    namespace: str
+    """Required: the namespace's name, known when the program runs: it goes into the KEDA query and the endpoint (a
+    ``pulumi.Output`` is refused here; order the Namespace first with ``depends_on``)."""
     provider: k8s.Provider
     """Required: the cluster's explicit Kubernetes provider; nothing uses an ambient kubeconfig."""
     model_source: StrInput
@@ -686,7 +688,7 @@ def autoscaler(args: InferenceServerArgs, placement: Placement, workload_kind: s
         return None
     return scaled_object(
         model=spec.name,
-        namespace=str(args.namespace),
+        namespace=args.namespace,
         engine=spec.engine,
         threshold=scaling.queue_depth or placement.profile.keda_queue_depth_per_replica,
         max_replicas=scaling.max_replicas or max(2, 4 * spec.replicas),
