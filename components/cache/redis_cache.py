@@ -52,9 +52,10 @@ class RedisCacheArgs(Args):
     is refused here; order the Namespace first with ``depends_on``)."""
     provider: k8s.Provider
     client_namespace: str = "inferstack-gateway"
-    secret_namespaces: tuple[str, ...] = ("inferstack-gateway", "monitoring")
-    """Where the password Secret is written: the gateway's and the Redis exporter's namespaces."""
     """Where the gateway runs: the only namespace whose pods may connect, and where its Secret goes."""
+    secret_namespaces: tuple[str, ...] | None = None
+    """Where the password Secret is written besides ``namespace``; ``None``: ``client_namespace`` (the gateway reads
+    it) and ``monitoring_namespace`` (the Redis exporter reads it)."""
     client_labels: dict[str, str] = Field(default_factory=lambda: {"app.kubernetes.io/name": "inferstack-gateway"})
     monitoring_namespace: str = "monitoring"
     protect: bool = True
@@ -94,7 +95,10 @@ class RedisCache(pulumi.ComponentResource):
         meta = {"name": name, "namespace": args.namespace, "labels": labels}
         password = random.RandomPassword(name, length=48, special=False, opts=pulumi.ResourceOptions(parent=self))
         secret_name = f"{name}-auth"
-        for namespace in sorted({args.namespace, *args.secret_namespaces}):
+        readers = args.secret_namespaces
+        if readers is None:
+            readers = (args.client_namespace, args.monitoring_namespace)
+        for namespace in sorted({args.namespace, *readers}):
             k8s.core.v1.Secret(
                 f"{name}-auth-{namespace}",
                 metadata={"name": secret_name, "namespace": namespace, "labels": labels},
