@@ -17,7 +17,7 @@ from inferstack_cli.plan import MockEngine
 POOL = OnpremGpuPoolSpec(name="h100", gpu="H100", nodes=2, node_selector={"nvidia.com/gpu.product": "H100"})
 
 
-def _model(name: str) -> ModelDeploySpec:
+def model(name: str) -> ModelDeploySpec:
     return ModelDeploySpec(name=name, model="meta-llama/Llama-3.1-8B-Instruct", engine="vllm", pool=POOL.name)
 
 
@@ -51,8 +51,8 @@ def cluster(engine: MockEngine) -> Iterator[ExistingCluster]:
 
 @pytest.fixture
 def serve(cluster: ExistingCluster) -> Callable[..., InferenceServer]:
-    def make(name: str, **overrides: Any) -> InferenceServer:
-        return InferenceServer(name, _server_args(_model(name), cluster.k8s_provider, **overrides))
+    def make(name: str, opts: pulumi.ResourceOptions | None = None, **overrides: Any) -> InferenceServer:
+        return InferenceServer(name, _server_args(model(name), cluster.k8s_provider, **overrides), opts)
 
     return make
 
@@ -62,6 +62,6 @@ def server_args(cluster: ExistingCluster) -> Callable[..., InferenceServerArgs]:
     """``InferenceServerArgs`` of a vLLM model named ``name`` on the user's cluster, with ``overrides``."""
 
     def make(name: str, **overrides: Any) -> InferenceServerArgs:
-        return _server_args(_model(name), cluster.k8s_provider, **overrides)
+        return _server_args(model(name), cluster.k8s_provider, **overrides)
 
     return make

@@ -1,0 +1,109 @@
+"""A user's own on-prem-like stack, two of most things, on the user's own provider and namespaces."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pulumi
+import pytest
+
+from components.addons.cluster_addons import ClusterAddons, ClusterAddonsArgs
+from components.cache.redis_cache import RedisCache, RedisCacheArgs
+from components.gateway.gateway import Gateway, GatewayArgs
+from components.kube.existing_cluster import ExistingCluster
+from components.observability.observability import Observability, ObservabilityArgs
+from components.serving.inference_server import InferenceServer
+from components.serving.serving_base import ServingBase, ServingBaseArgs
+from components.specs import GatewaySpec, ModelDeploySpec
+from inferstack_cli.mocks import Registration
+from inferstack_cli.plan import MockEngine
+
+MODELS = ("llama-8b", "llama-8b-canary")
+
+
+@pytest.fixture
+def providers(engine: MockEngine) -> dict[str, str]:
+    """URN → the provider reference each resource was registered with (empty: the default provider)."""
+    seen: dict[str, str] = {}
+    register = engine.monitor.RegisterResource
+
+    def record(request: Any) -> Any:
+        response = register(request)
+        seen[response.urn] = request.provider
+        return response
+
+    engine.monitor.RegisterResource = record  # type: ignore[method-assign]
+    return seen
+
+
+@pytest.fixture
+def stack(
+    providers: dict[str, str], engine: MockEngine, cluster: ExistingCluster, serve: Callable[..., InferenceServer]
+) -> dict[str, Any]:
+    """ServingBase, two models, and per team (``team-a``, ``team-b``) a cache and a gateway; then Observability and
+    ClusterAddons, as a user's own program composes them."""
+    provider = cluster.k8s_provider
+    base = ServingBase("serving", ServingBaseArgs(provider=provider, tier="onprem"))
+    after_base = pulumi.ResourceOptions(depends_on=[base])
+    servers = {name: serve(name, after_base) for name in MODELS}
+    models = [
+        ModelDeploySpec(name=n, model="meta-llama/Llama-3.1-8B-Instruct", engine="vllm", pool="h100") for n in MODELS
+    ]
+    gateways = {}
+    for team in ("team-a", "team-b"):
+        cache = RedisCache(
+            f"{team}-cache", RedisCacheArgs(namespace=f"{team}-cache", provider=provider, client_namespace=team)
+        )
+        gateways[team] = Gateway(
+            f"{team}-gateway",
+            GatewayArgs(
+                spec=GatewaySpec(),
+                models=models,
+                upstream_urls={n: pulumi.Output.concat(s.endpoint, "/v1") for n, s in servers.items()},
+                cache=cache.endpoint,
+                namespace=team,
+                provider=provider,
+                image="registry.example/gateway:1",
+                issue_burst_key=True,
+            ),
+        )
+    observability = Observability(
+        "obs",
+        ObservabilityArgs(provider=provider, serving_namespace="ml", gateway_namespace="team-a"),
+        opts=after_base,
+    )
+    ClusterAddons("addons", ClusterAddonsArgs(provider=provider, gpu_stack="gpu-operator"))
+    return {"resources": engine.settle(), "gateways": gateways, "observability": observability}
+
+
+def kubernetes_objects(resources: list[Registration]) -> list[Registration]:
+    return [r for r in resources if r.custom and r.type.startswith("kubernetes:")]
+
+
+def test_two_of_a_component_in_one_program_collide_neither_in_urns_nor_in_the_cluster(stack: dict[str, Any]) -> None:
+    resources: list[Registration] = stack["resources"]
+    assert [urn for urn, n in Counter(r.urn for r in resources).items() if n > 1] == []
+    names = Counter(
+        (r.type, r.inputs["metadata"].get("namespace"), r.inputs["metadata"]["name"])
+        for r in kubernetes_objects(resources)
+        if "metadata" in r.inputs
+    )
+    assert [key for key, n in names.items() if n > 1] == []
+
+
+def test_every_kubernetes_object_uses_the_users_provider_never_the_default(
+    stack: dict[str, Any], providers: dict[str, str]
+) -> None:
+    (provider,) = [r for r in stack["resources"] if r.type == "pulumi:providers:kubernetes"]
+    objects = kubernetes_objects(stack["resources"])
+    assert len(objects) > 50
+    # A provider reference is "<provider URN>::<id>"; the default provider's is empty under the mock engine.
+    assert {providers[r.urn].rsplit("::", 1)[0] for r in objects} == {provider.urn}
+
+
+def test_secrets_a_user_exports_stay_secret(stack: dict[str, Any], engine: MockEngine) -> None:
+    for team, gateway in stack["gateways"].items():
+        assert engine.resolve(gateway.burst_api_key) == "[secret]", team
+    assert engine.resolve(stack["observability"].grafana_admin_password) == "[secret]"
