@@ -35,6 +35,9 @@ class S3CompatibleStoreArgs(Args):
     secret_access_key: StrInput
     namespace: str
     provider: k8s.Provider
+    secret_name: str = SECRET_NAME
+    """The credentials Secret in ``namespace`` (what ``loader_env`` reads): a second store in one namespace needs its
+    own, or the two would write one Secret and every loader would read the last store's keys."""
 
 
 class S3CompatibleStore(pulumi.ComponentResource):
@@ -45,12 +48,12 @@ class S3CompatibleStore(pulumi.ComponentResource):
         super().__init__("inferstack:s3_compatible_store:S3CompatibleStore", name, None, opts)
         self.credentials = k8s.core.v1.Secret(
             name,
-            metadata={"name": SECRET_NAME, "namespace": args.namespace},
+            metadata={"name": args.secret_name, "namespace": args.namespace},
             string_data={
                 "AWS_ACCESS_KEY_ID": pulumi.Output.secret(args.access_key_id),
                 "AWS_SECRET_ACCESS_KEY": pulumi.Output.secret(args.secret_access_key),
             },
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider),
         )
-        self.loader_env = loader_env(args.spec)
+        self.loader_env = loader_env(args.spec, args.secret_name)
         self.register_outputs({})
