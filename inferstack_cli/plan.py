@@ -174,6 +174,12 @@ def mock_engine(stack: str, config: dict[str, str], secret_keys: list[str], regi
     finally:
         settings.reset_options()
         pulumi.runtime.set_all_config({})
+        # A program that stopped part-way (a refused input, a test's assertion) leaves Pulumi's tasks pending: end them
+        # on this loop, or their coroutines are collected unawaited in whatever test runs next.
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         # The mock monitor runs in executor threads that each open an event loop; end them with ours.
         loop.run_until_complete(loop.shutdown_default_executor())
         monitor.close()
