@@ -26,6 +26,7 @@ from components.catalog.models import MODEL_CACHE_ROOT, gguf_dir, hf_checkpoint_
 from components.catalog.sizing import weight_bytes
 from components.kube.labels import POOL_LABEL
 from components.kube.objects import custom_resource
+from components.observability.dashboards import MODEL_POD_LABEL
 from components.serving._llamacpp import LLAMACPP_HTTP_PORT, llamacpp_args, prompt_cache_mib
 from components.serving._placement import Placement, place
 from components.serving._triton import (
@@ -42,7 +43,7 @@ from components.specs import Args, ModelDeploySpec, ServingPool, StrInput
 
 Fabric = Literal["efa", "rdma", "none"]
 APP_LABEL = "app.kubernetes.io/name"
-MODEL_LABEL = "inferstack.io/model"
+MODEL_LABEL = MODEL_POD_LABEL
 ENGINE_LABEL = "inferstack.io/engine"
 NODE_CACHE_ROOT = "/mnt/k8s-disks/0/inferstack"
 """The cache's parent on the node: nodeadm's RAID0 mount on cloud (a local NVMe mount elsewhere)."""
