@@ -881,5 +881,8 @@ class GatewaySpec(Spec):
     tokens_per_minute: int = Field(default=400_000, ge=1)
 
     def aliases_of(self, model: str) -> tuple[str, ...]:
-        """The ``routes[].alias`` whose requests may reach ``model`` (as its ``small`` or its ``large``)."""
+        """The ``routes[].alias`` whose requests may reach ``model`` (as its ``small`` or its ``large``); none when the
+        gateway is disabled, as nothing then serves them."""
+        if not self.enabled:
+            return ()
         return tuple(r.alias for r in self.routes if model in (r.small, r.large))

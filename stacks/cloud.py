@@ -203,7 +203,7 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
                 fabric="efa",
                 gateway_namespace=base.gateway_namespace,
                 prometheus_url=observability.prometheus_url,
-                gateway_aliases=env.gateway.aliases_of(model.name) if env.gateway.enabled else (),
+                gateway_aliases=env.gateway.aliases_of(model.name),
                 # No --otlp-traces-endpoint: the pinned vLLM image lacks the OpenTelemetry packages and exits at
                 # start with it (components/catalog/engine_support.py); the gateway's spans cover the request path.
             ),

@@ -208,7 +208,7 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
                 loader_env=credentials.loader_env if credentials else [],
                 gateway_namespace=base.gateway_namespace,
                 prometheus_url=observability.prometheus_url,
-                gateway_aliases=env.gateway.aliases_of(model.name) if env.gateway.enabled else (),
+                gateway_aliases=env.gateway.aliases_of(model.name),
             ),
             opts=pulumi.ResourceOptions(depends_on=serving_deps),
         )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from ipaddress import IPv4Network
 
+from components.onprem.specs import usable_addresses
 from stacks.environment import CONFIG_KEY, ConfigIssue, OnpremEnvironment
 
 POD_INTERFACE = "eth0"
@@ -125,7 +125,7 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
         # (Mellanox/nvidia-k8s-ipam pkg/ipam-controller/allocator: "can't allocate: pool has no free ranges"): a
         # server left without a block fails every rank's CNI ADD on it.
         servers = sum(pool.nodes for pool in env.gpu_pools)
-        usable = IPv4Network(secondary.subnet, strict=False).num_addresses - 2
+        usable = usable_addresses(secondary.subnet)
         blocks = usable // secondary.per_node_block_size
         if blocks < servers:
             issues.append(

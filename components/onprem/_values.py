@@ -22,14 +22,14 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 module imports Pulumi, so the fact is repeated here until it moves to the catalog)."""
 
 
-def _on(system: Mapping[str, str]) -> dict[str, Any]:
-    """A chart section's ``nodeSelector`` for the cluster's system nodes; nothing where none are named."""
-    return {"nodeSelector": dict(system)} if system else {}
+def _placed(system: Mapping[str, str] | None, *sections: str) -> dict[str, Any]:
+    """``{section: {"nodeSelector": system}}`` for each chart section, placing its pods on the cluster's system nodes;
+    nothing where none are named (the chart's own placement stays)."""
+    return {section: {"nodeSelector": dict(system)} for section in sections} if system else {}
 
 
-def _nfd_on(system: Mapping[str, str]) -> dict[str, Any]:
-    """NFD's cluster-wide pods (``master``, ``gc``) on the system nodes; its ``worker`` DaemonSet labels every node."""
-    return {"master": _on(system), "gc": _on(system)} if system else {}
+NFD_CLUSTER_PODS = ("master", "gc")
+"""NFD's cluster-wide pods (its ``worker`` DaemonSet labels every node, so it is never placed)."""
 
 
 def gpu_operator_values(
@@ -63,7 +63,6 @@ def gpu_operator_values(
     cluster's system nodes (``operator.nodeSelector``, merged by Helm into the chart's ``kubernetes.io/os``
     default); the operands are DaemonSets on the GPU nodes, placed by the operator.
     """
-    system = system_node_selector or {}
     if mig_strategy not in MIG_STRATEGIES:
         raise ValueError(f"mig_strategy={mig_strategy!r}: expected one of {', '.join(MIG_STRATEGIES)}")
     driver: dict[str, Any] = {"enabled": driver_managed}
@@ -84,10 +83,10 @@ def gpu_operator_values(
         "mig": {"strategy": mig_strategy},
         "dcgmExporter": {"enabled": True, "serviceMonitor": service_monitor} if dcgm_exporter else {"enabled": False},
     }
-    if system:
-        values["operator"] = _on(system)
-        if not rdma:
-            values["node-feature-discovery"] = _nfd_on(system)
+    values |= _placed(system_node_selector, "operator")
+    nfd = _placed(system_node_selector, *NFD_CLUSTER_PODS)
+    if nfd and not rdma:
+        values["node-feature-discovery"] = nfd
     return values
 
 
@@ -100,15 +99,14 @@ def network_operator_values(system_node_selector: Mapping[str, str] | None = Non
     only installs the operator, and NFD. ``system_node_selector`` places the operator and NFD's master and
     garbage collector on the cluster's system nodes.
     """
-    system = system_node_selector or {}
     return {
         # This chart owns the cluster's NFD (gpu_operator_values turns the GPU Operator's off when RDMA is
         # on); its NodeFeatureRules label the Mellanox NICs the NicClusterPolicy selects. Both are the
         # chart defaults, set so that the split with the GPU Operator is visible here.
         "nfd": {"enabled": True, "deployNodeFeatureRules": True},
-        "node-feature-discovery": {"enableNodeFeatureApi": True, **_nfd_on(system)},
+        "node-feature-discovery": {"enableNodeFeatureApi": True, **_placed(system_node_selector, *NFD_CLUSTER_PODS)},
         "sriovNetworkOperator": {"enabled": False},
-        **({"operator": _on(system)} if system else {}),
+        **_placed(system_node_selector, "operator"),
     }
 
 
@@ -156,11 +154,10 @@ def metallb_values(system_node_selector: Mapping[str, str] | None = None) -> dic
     built-in ``servicelb`` (``--disable=servicelb``), or both answer for LoadBalancer Services.
     ``system_node_selector`` places the controller (it assigns addresses) on the cluster's system nodes.
     """
-    system = system_node_selector or {}
     return {
         "crds": {"enabled": True},
         # GPU nodes carry the kit's GPU taint; a speaker runs on every node so any of them can answer ARP
         # for a Service IP.
         "speaker": {"frr": {"enabled": False}, "tolerations": [GPU_TOLERATION]},
-        **({"controller": _on(system)} if system else {}),
+        **_placed(system_node_selector, "controller"),
     }

@@ -125,6 +125,11 @@ class NetworkOperatorSpec(Spec):
     """``host``: MOFED/DOCA-OFED is on the servers; ``operator``: the policy deploys the DOCA driver container."""
 
 
+def usable_addresses(subnet: str) -> int:
+    """The addresses nv-ipam can hand out in ``subnet``: all but its network and broadcast addresses."""
+    return IPv4Network(subnet, strict=False).num_addresses - 2
+
+
 class SecondaryNetworkSpec(Spec):
     """A Multus secondary network for pod traffic over InfiniBand (IPoIB)."""
 
@@ -183,7 +188,7 @@ class SecondaryNetworkSpec(Spec):
         subnet = info.data.get("subnet")
         if subnet is None:
             return value
-        usable = IPv4Network(subnet, strict=False).num_addresses - 2
+        usable = usable_addresses(subnet)
         if value > usable:
             raise config_error(
                 f"more addresses per node than subnet {subnet} has ({usable})",
