@@ -7,9 +7,8 @@ import pulumi_aws as aws
 from pydantic import Field
 
 from components.aws._node import metadata_options, root_volume
+from components.kube.labels import SYSTEM_NODES
 from components.specs import Args, StrInput, SystemPoolSpec
-
-SYSTEM_POOL_LABEL = {"inferstack.io/pool": "system"}
 
 
 class SystemNodeGroupArgs(Args):
@@ -56,7 +55,7 @@ class SystemNodeGroup(pulumi.ComponentResource):
             scaling_config={"min_size": spec.min_size, "max_size": spec.max_size, "desired_size": spec.initial_size},
             update_config={"max_unavailable": 1},
             launch_template={"id": template.id, "version": template.latest_version.apply(str)},
-            labels=SYSTEM_POOL_LABEL,
+            labels=dict(SYSTEM_NODES),
             tags=args.tags,
             # No autoscaler runs on a managed node group (Karpenter provisions its own nodes): the stack's
             # desiredSize is the group's size, and `pulumi up` sets it.
