@@ -11,6 +11,12 @@ from the gateway's ``inferstack_gateway_upstream_ttft_seconds`` instead (label `
 no gateway relays has no TTFT alert rather than one that can never fire. The per-model alerts then compare
 that series with the model's own target; naming follows the Prometheus convention ``level:metric:operations``
 (prometheus.io/docs/practices/rules).
+
+Every rule reads this cluster's own series only (``OWN_SERIES``). A hub's Prometheus also stores what its edge
+sites forward, each sample labelled with its site: the sites' raw series, their recorded series and their ``ALERTS``.
+A hub rule that read them would compare a site's same-named model with the hub's target, merge the two into one
+percentile, hide the hub's missing exporter behind a site's (``absent``), and record a series a site already sends.
+Each site evaluates the same rules on its own Prometheus; the hub shows them through the forwarded ``ALERTS``.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from components.observability.dashboards import (
     KSM_STATEFULSET_READY,
     KSM_STATEFULSET_SPEC,
     MODEL_LABEL,
+    OWN_SERIES,
     REDIS_UP,
     Engine,
     GatewayMetrics,
@@ -98,8 +105,9 @@ class ModelSlo:
                 raise ValueError(f"ModelSlo.{field}: {getattr(self, field)!r} must be > 0")
 
     @property
-    def matchers(self) -> tuple[str, str]:
-        return f'namespace="{self.namespace}"', f'{MODEL_LABEL}="{self.name}"'
+    def matchers(self) -> tuple[str, str, str]:
+        """This cluster's series of this model: a hub never holds a site's same-named model to its own target."""
+        return f'namespace="{self.namespace}"', f'{MODEL_LABEL}="{self.name}"', OWN_SERIES
 
     @property
     def ttft_from_gateway(self) -> bool:
@@ -155,6 +163,7 @@ def gateway_ttft_rule(slo: ModelSlo) -> dict[str, Any]:
         GatewayMetrics.UPSTREAM_TTFT_SECONDS + "_bucket",
         f'namespace="{slo.gateway_namespace}"',
         f'{GatewayMetrics.UPSTREAM_LABEL}="{slo.name}"',
+        OWN_SERIES,
     )
     return {
         "record": TTFT_P99,
@@ -169,10 +178,10 @@ def recording_rules(models: Sequence[ModelSlo] = ()) -> list[dict[str, Any]]:
     ``models`` whose engine exports no TTFT histogram get their TTFT p99 from the gateway, one rule each."""
     rules: list[dict[str, Any]] = []
     for engine in ENGINES:
-        ttft = ttft_quantile(engine, 0.99)
+        ttft = ttft_quantile(engine, 0.99, OWN_SERIES)
         if ttft is not None:
             rules.append({"record": TTFT_P99, "expr": ttft, "labels": {"engine": engine}})
-        itl = itl_quantile(engine, 0.99)
+        itl = itl_quantile(engine, 0.99, OWN_SERIES)
         if itl is not None:
             rules.append({"record": ITL_P99, "expr": itl, "labels": {"engine": engine}})
     for engine in ENGINES:
@@ -180,7 +189,7 @@ def recording_rules(models: Sequence[ModelSlo] = ()) -> list[dict[str, Any]]:
             {
                 "record": QUEUE_PER_REPLICA,
                 # One series per serving pod, so the average is the load each replica carries.
-                "expr": f"avg by ({BY_MODEL}) ({ENGINE_METRICS[engine].queue})",
+                "expr": f"avg by ({BY_MODEL}) ({selector(ENGINE_METRICS[engine].queue, OWN_SERIES)})",
                 "labels": {"engine": engine},
             }
         )
@@ -254,14 +263,15 @@ def model_alerts(slo: ModelSlo) -> list[dict[str, Any]]:
             "10m",
         )
     )
+    own = (f'namespace="{slo.namespace}"', OWN_SERIES)
     if slo.workload_kind == "Deployment":
-        available = selector(KSM_DEPLOYMENT_AVAILABLE, f'namespace="{slo.namespace}"', f'deployment="{slo.name}"')
-        desired = selector(KSM_DEPLOYMENT_SPEC, f'namespace="{slo.namespace}"', f'deployment="{slo.name}"')
+        available = selector(KSM_DEPLOYMENT_AVAILABLE, *own, f'deployment="{slo.name}"')
+        desired = selector(KSM_DEPLOYMENT_SPEC, *own, f'deployment="{slo.name}"')
     else:
         # The LWS controller runs one leader StatefulSet named after the LeaderWorkerSet, one leader pod per
         # group; kube-state-metrics does not know LeaderWorkerSets themselves.
-        available = selector(KSM_STATEFULSET_READY, f'namespace="{slo.namespace}"', f'statefulset="{slo.name}"')
-        desired = selector(KSM_STATEFULSET_SPEC, f'namespace="{slo.namespace}"', f'statefulset="{slo.name}"')
+        available = selector(KSM_STATEFULSET_READY, *own, f'statefulset="{slo.name}"')
+        desired = selector(KSM_STATEFULSET_SPEC, *own, f'statefulset="{slo.name}"')
     alerts.append(
         _alert(
             "InferstackModelUnavailable",
@@ -289,15 +299,17 @@ def new_xid() -> str:
     ``changes()`` never sees one. A new XID is therefore a series (GPU ``UUID`` and ``err_code``) present now that
     was not 5 minutes ago. The same code twice in a row on one GPU is not seen: DCGM reports no count.
     """
-    return f"{DCGM_XID_ERRORS} > 0 unless on (UUID, err_code) {DCGM_XID_ERRORS} offset 5m"
+    xid = selector(DCGM_XID_ERRORS, OWN_SERIES)
+    return f"{xid} > 0 unless on (UUID, err_code) {xid} offset 5m"
 
 
 def platform_alerts() -> list[dict[str, Any]]:
-    """GPU XID errors and cache availability: not tied to one model."""
+    """GPU XID errors and cache availability: not tied to one model. This cluster's own, like every rule here."""
     # Fatal XIDs page for as long as DCGM still reports them: the GPU needs a reset (which clears the value) or the
     # node a drain; a replaced node takes its series with it.
-    xid = f"max_over_time({DCGM_XID_ERRORS}[5m])"
+    xid = f"max_over_time({selector(DCGM_XID_ERRORS, OWN_SERIES)}[5m])"
     fatal = " or ".join(f"({xid} == {code})" for code in FATAL_XIDS)
+    redis_up = selector(REDIS_UP, OWN_SERIES)
     return [
         _alert(
             "InferstackGpuXidFatal",
@@ -317,7 +329,7 @@ def platform_alerts() -> list[dict[str, Any]]:
         ),
         _alert(
             "InferstackCacheDown",
-            f"{REDIS_UP} == 0",
+            f"{redis_up} == 0",
             "critical",
             "The response cache is unreachable",
             "redis_up is 0: the gateway skips every cache lookup, so every request reaches a GPU and "
@@ -326,7 +338,7 @@ def platform_alerts() -> list[dict[str, Any]]:
         ),
         _alert(
             "InferstackCacheMetricsAbsent",
-            f"absent({REDIS_UP})",
+            f"absent({redis_up})",
             "warning",
             "No metrics from the cache exporter",
             "redis_up is missing: the Redis exporter is down or not scraped, so InferstackCacheDown cannot fire.",

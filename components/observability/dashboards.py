@@ -33,8 +33,16 @@ ENGINE_POD_LABEL: Final = "inferstack.io/engine"
 """Pod label every serving pod carries, value = ``vllm`` | ``triton``; the monitors select on it."""
 MODEL_LABEL: Final = "inferstack_model"
 """Prometheus target label copied from ``MODEL_POD_LABEL`` by the engine PodMonitors."""
-BY_MODEL: Final = f"namespace, {MODEL_LABEL}"
-"""Grouping that identifies one model: the same name may serve in two namespaces (two stacks)."""
+SITE_LABEL: Final = "inferstack_site"
+"""External label on every sample an edge site forwards (its ``remoteWrite``): the hub's Prometheus tells sites apart
+by it. Prometheus adds external labels only to what leaves it, so a cluster's own series never carry it."""
+OWN_SERIES: Final = f'{SITE_LABEL}=""'
+"""Matcher for this cluster's own series: on a hub that receives sites' samples, a query that scales or alerts on a
+model must not count a site's same-named model (or route alias) as its own."""
+
+BY_MODEL: Final = f"{SITE_LABEL}, namespace, {MODEL_LABEL}"
+"""Grouping that identifies one model: the same name may serve in two namespaces (two stacks), or at an edge site
+whose samples a hub receives (on a cluster's own series the site label is absent and changes nothing)."""
 
 # --- gateway (images/gateway must export exactly these) ---------------------------------------------------
 
@@ -173,14 +181,6 @@ REDIS_COMMANDS_TOTAL: Final = "redis_commands_processed_total"
 REDIS_CLIENTS: Final = "redis_connected_clients"
 
 
-SITE_LABEL: Final = "inferstack_site"
-"""External label on every sample an edge site forwards (its ``remoteWrite``): the hub's Prometheus tells sites apart
-by it. Prometheus adds external labels only to what leaves it, so a cluster's own series never carry it."""
-OWN_SERIES: Final = f'{SITE_LABEL}=""'
-"""Matcher for this cluster's own series: on a hub that receives sites' samples, a query that scales or alerts on a
-model must not count a site's same-named model (or route alias) as its own."""
-
-
 def selector(metric: str, *matchers: str) -> str:
     """``metric`` with ``matchers`` merged into its braces (empty matchers dropped).
 
@@ -237,6 +237,11 @@ SCHEMA_VERSION: Final = 39
 DATASOURCE: Final = {"type": "prometheus", "uid": "${datasource}"}
 _MODEL_FILTER: Final = f'{MODEL_LABEL}=~"$model"'
 _NS_FILTER: Final = 'namespace=~"$namespace"'
+_SITE_FILTER: Final = f'{SITE_LABEL}=~"$site"'
+"""Every panel reads the sites the ``site`` variable picks; "All" (``.*``) includes the cluster's own series, which
+carry no site label. On a hub, each site's series stay apart from the hub's (grouped and named by ``_SITE``)."""
+_SITE: Final = "{{" + SITE_LABEL + "}}"
+"""Legend suffix naming a series' site: empty for the cluster's own."""
 
 
 @dataclass(frozen=True)
@@ -325,6 +330,8 @@ def _dashboard(
         "query": "prometheus",
         "current": {"selected": True, "text": "Prometheus", "value": "prometheus"},
     }
+    # A hub's Prometheus stores its edge sites' samples too, each labelled with its site; a site's own, none.
+    site_var = _query_variable("site", "Site", f"label_values({SITE_LABEL})")
     return {
         "uid": uid,
         "title": title,
@@ -339,36 +346,44 @@ def _dashboard(
         "refresh": "10s",
         "time": {"from": "now-1h", "to": "now"},
         "annotations": {"list": []},
-        "templating": {"list": [datasource_var, *variables]},
+        "templating": {"list": [datasource_var, site_var, *variables]},
         "panels": _layout(panels),
     }
 
 
 def _per_engine(title: str, build: Callable[[Engine], str | None]) -> tuple[_Target, ...]:
-    """One target per engine that can answer ``build``; legends read ``<model> <title> (<engine>)``."""
+    """One target per engine that can answer ``build``; legends read ``<model> <title> (<engine>) <site>``."""
     targets = []
     for engine in ENGINES:
         expr = build(engine)
         if expr is not None:
-            legend = " ".join(p for p in (f"{{{{{MODEL_LABEL}}}}}", title, f"({engine})") if p)
+            legend = " ".join(p for p in (f"{{{{{MODEL_LABEL}}}}}", title, f"({engine})", _SITE) if p)
             targets.append(_Target(expr, legend))
     return tuple(targets)
 
 
+def _objects(kind: str, metric: str, what: str) -> _Target:
+    """A kube-state-metrics count per object of ``kind`` (its label), each site's apart."""
+    return _Target(
+        f"sum by ({SITE_LABEL}, {kind}) ({selector(metric, _SITE_FILTER, _NS_FILTER)})",
+        "{{" + kind + "}} " + what + " " + _SITE,
+    )
+
+
 def serving_dashboard() -> dict[str, Any]:
     """Per-model latency, load and capacity: TTFT/ITL p50/p99, request rate, queue, KV cache, replicas."""
-    f = (_NS_FILTER, _MODEL_FILTER)
+    f = (_SITE_FILTER, _NS_FILTER, _MODEL_FILTER)
 
     def latency(q: float, fn: Callable[..., str | None]) -> tuple[_Target, ...]:
         return _per_engine(f"p{round(q * 100)}", lambda e: fn(e, q, *f))
 
     g = GatewayMetrics
     # The kit names each model's upstream after the model, so the model variable selects it.
-    upstream_bucket = selector(g.UPSTREAM_TTFT_SECONDS + "_bucket", g.UPSTREAM_LABEL + '=~"$model"')
+    upstream_bucket = selector(g.UPSTREAM_TTFT_SECONDS + "_bucket", _SITE_FILTER, g.UPSTREAM_LABEL + '=~"$model"')
     gateway_ttft = tuple(
         _Target(
-            f"histogram_quantile({q:g}, sum by (le, {g.UPSTREAM_LABEL}) (rate({upstream_bucket}[5m])))",
-            f"{{{{{g.UPSTREAM_LABEL}}}}} p{round(q * 100)} (gateway)",
+            f"histogram_quantile({q:g}, sum by (le, {SITE_LABEL}, {g.UPSTREAM_LABEL}) (rate({upstream_bucket}[5m])))",
+            f"{{{{{g.UPSTREAM_LABEL}}}}} p{round(q * 100)} (gateway) {_SITE}",
         )
         for q in (0.5, 0.99)
     )
@@ -423,18 +438,9 @@ def serving_dashboard() -> dict[str, Any]:
             "<model>-<group> per group; desired = KEDA's HPA (keda-hpa-<model>).",
             "short",
             (
-                _Target(
-                    f"sum by (deployment) ({selector(KSM_DEPLOYMENT_AVAILABLE, _NS_FILTER)})",
-                    "{{deployment}} available",
-                ),
-                _Target(
-                    f"sum by (statefulset) ({selector(KSM_STATEFULSET_READY, _NS_FILTER)})",
-                    "{{statefulset}} ready",
-                ),
-                _Target(
-                    f"sum by (horizontalpodautoscaler) ({selector(KSM_HPA_DESIRED, _NS_FILTER)})",
-                    "{{horizontalpodautoscaler}} desired",
-                ),
+                _objects("deployment", KSM_DEPLOYMENT_AVAILABLE, "available"),
+                _objects("statefulset", KSM_STATEFULSET_READY, "ready"),
+                _objects("horizontalpodautoscaler", KSM_HPA_DESIRED, "desired"),
             ),
         ),
     )
@@ -448,7 +454,7 @@ def serving_dashboard() -> dict[str, Any]:
         "Latency SLOs, load and capacity per model, for vLLM, Triton + TensorRT-LLM and llama.cpp.",
         panels,
         (
-            _query_variable("namespace", "Namespace", f'label_values({{{MODEL_LABEL}!=""}}, namespace)'),
+            _query_variable("namespace", "Namespace", f'label_values({{{MODEL_LABEL}!="",{_SITE_FILTER}}}, namespace)'),
             _query_variable("model", "Model", model_query),
         ),
     )
@@ -457,12 +463,14 @@ def serving_dashboard() -> dict[str, Any]:
 def cache_dashboard() -> dict[str, Any]:
     """Gateway and cache: hit rate by cache tier, gateway TTFT, and the Redis/Valkey behind it."""
     g = GatewayMetrics
-    model = f'{g.MODEL_LABEL}=~"$model"'
+    model = (_SITE_FILTER, f'{g.MODEL_LABEL}=~"$model"')
+    by_model = f"{SITE_LABEL}, {g.MODEL_LABEL}"
+    model_legend = "{{" + g.MODEL_LABEL + "}} " + _SITE
     from_cache = g.CACHE_LABEL + '=~"hit|semantic"'
     cacheable = g.CACHE_LABEL + '!="bypass"'
-    requests = f"rate({selector(g.REQUESTS_TOTAL, model)}[5m])"
-    answered_from_cache = f"rate({selector(g.REQUESTS_TOTAL, model, from_cache)}[5m])"
-    looked_up = f"rate({selector(g.REQUESTS_TOTAL, model, cacheable)}[5m])"
+    requests = f"rate({selector(g.REQUESTS_TOTAL, *model)}[5m])"
+    answered_from_cache = f"rate({selector(g.REQUESTS_TOTAL, *model, from_cache)}[5m])"
+    looked_up = f"rate({selector(g.REQUESTS_TOTAL, *model, cacheable)}[5m])"
     panels = (
         _Panel(
             "Cache hit rate",
@@ -471,8 +479,8 @@ def cache_dashboard() -> dict[str, Any]:
             "percentunit",
             (
                 _Target(
-                    f"sum by ({g.MODEL_LABEL}) ({answered_from_cache}) / sum by ({g.MODEL_LABEL}) ({looked_up})",
-                    "{{model}}",
+                    f"sum by ({by_model}) ({answered_from_cache}) / sum by ({by_model}) ({looked_up})",
+                    model_legend,
                 ),
             ),
             max_value=1,
@@ -481,7 +489,7 @@ def cache_dashboard() -> dict[str, Any]:
             "Requests by cache result",
             "hit: exact cache; semantic: vector cache; miss: went upstream after a lookup; bypass: not cacheable.",
             "reqps",
-            (_Target(f"sum by ({g.CACHE_LABEL}) ({requests})", "{{cache}}"),),
+            (_Target(f"sum by ({SITE_LABEL}, {g.CACHE_LABEL}) ({requests})", "{{cache}} " + _SITE),),
         ),
         _Panel(
             "Gateway time to first token",
@@ -489,9 +497,9 @@ def cache_dashboard() -> dict[str, Any]:
             "s",
             tuple(
                 _Target(
-                    f"histogram_quantile({q:g}, sum by (le, {g.MODEL_LABEL}) "
-                    f"(rate({selector(g.TTFT_SECONDS + '_bucket', model)}[5m])))",
-                    f"{{{{model}}}} p{round(q * 100)}",
+                    f"histogram_quantile({q:g}, sum by (le, {by_model}) "
+                    f"(rate({selector(g.TTFT_SECONDS + '_bucket', *model)}[5m])))",
+                    f"{{{{model}}}} p{round(q * 100)} {_SITE}",
                 )
                 for q in (0.5, 0.99)
             ),
@@ -500,13 +508,13 @@ def cache_dashboard() -> dict[str, Any]:
             "Requests by model",
             "Requests per second per model alias; for a scaled-to-zero model, this is what wakes it.",
             "reqps",
-            (_Target(f"sum by ({g.MODEL_LABEL}) ({requests})", "{{model}}"),),
+            (_Target(f"sum by ({by_model}) ({requests})", model_legend),),
         ),
         _Panel(
             "Cache up",
             "redis_up from the Redis exporter: 0 means every lookup is skipped and every request goes upstream.",
             "short",
-            (_Target(REDIS_UP, "{{instance}}"),),
+            (_Target(selector(REDIS_UP, _SITE_FILTER), "{{instance}} " + _SITE),),
             kind="stat",
             width=6,
         ),
@@ -514,7 +522,7 @@ def cache_dashboard() -> dict[str, Any]:
             "Cache memory",
             "Memory used by the cache server.",
             "bytes",
-            (_Target(REDIS_MEMORY_USED, "{{instance}}"),),
+            (_Target(selector(REDIS_MEMORY_USED, _SITE_FILTER), "{{instance}} " + _SITE),),
             width=6,
         ),
         _Panel(
@@ -522,8 +530,10 @@ def cache_dashboard() -> dict[str, Any]:
             "Commands per second and connected clients.",
             "short",
             (
-                _Target(f"rate({REDIS_COMMANDS_TOTAL}[1m])", "{{instance}} commands/s"),
-                _Target(REDIS_CLIENTS, "{{instance}} clients"),
+                _Target(
+                    f"rate({selector(REDIS_COMMANDS_TOTAL, _SITE_FILTER)}[1m])", "{{instance}} commands/s " + _SITE
+                ),
+                _Target(selector(REDIS_CLIENTS, _SITE_FILTER), "{{instance}} clients " + _SITE),
             ),
         ),
     )
@@ -532,7 +542,11 @@ def cache_dashboard() -> dict[str, Any]:
         "inferstack / Gateway & cache",
         "How many requests never reach a GPU, and the health of the cache that makes it so.",
         panels,
-        (_query_variable("model", "Model", f"label_values({g.REQUESTS_TOTAL}, {g.MODEL_LABEL})"),),
+        (
+            _query_variable(
+                "model", "Model", f"label_values({selector(g.REQUESTS_TOTAL, _SITE_FILTER)}, {g.MODEL_LABEL})"
+            ),
+        ),
     )
 
 
@@ -541,8 +555,8 @@ def gpu_dashboard() -> dict[str, Any]:
     # dcgm-exporter 4.8.3 renamed the label Hostname to hostname (its release notes, "Metrics and
     # Kubernetes"); the pinned 4.8.4 exports hostname. The legend names both so an exporter on either side
     # of the rename (e.g. the one the GPU Operator bundles on-prem) still reads right.
-    node_sel = 'hostname=~"$node"'
-    legend = "{{Hostname}}{{hostname}} GPU {{gpu}}"
+    node_sel = f'{_SITE_FILTER},hostname=~"$node"'
+    legend = "{{Hostname}}{{hostname}} GPU {{gpu}} " + _SITE
     panels = (
         _Panel(
             "GPU utilization",
@@ -571,7 +585,8 @@ def gpu_dashboard() -> dict[str, Any]:
         ),
         _Panel(
             "XID errors",
-            "Last XID code per GPU (DCGM_FI_DEV_XID_ERRORS); any non-zero value is an alert.",
+            "Last XID code per GPU (DCGM_FI_DEV_XID_ERRORS): a new one warns (InferstackGpuXidError), a fatal one pages "
+            "(InferstackGpuXidFatal).",
             "short",
             (_Target(f"max_over_time({selector(DCGM_XID_ERRORS, node_sel)}[5m]) > 0", legend),),
             width=24,
@@ -582,7 +597,7 @@ def gpu_dashboard() -> dict[str, Any]:
         "inferstack / GPUs",
         "Per-GPU health and load from the NVIDIA DCGM exporter.",
         panels,
-        (_query_variable("node", "Node", f"label_values({DCGM_GPU_UTIL}, hostname)"),),
+        (_query_variable("node", "Node", f"label_values({selector(DCGM_GPU_UTIL, _SITE_FILTER)}, hostname)"),),
     )
 
 

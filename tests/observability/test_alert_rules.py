@@ -9,6 +9,7 @@ import pytest
 
 from components.observability.alerts import FATAL_XIDS, ModelSlo, prometheus_rule
 from crdcheck import validate
+from promql import reads_own_series_only
 
 
 def _rules(rule: dict[str, Any], group: str) -> list[dict[str, Any]]:
@@ -32,7 +33,8 @@ def test_ttft_burn_fires_at_target_times_1_1_for_5m(fleet: list[ModelSlo], model
     alert = _for_model(_alerts(prometheus_rule(fleet), "InferstackTTFTSLOBurn"), model)
     # THEN each alert compares that model's p99 with its own target x 1.1, in seconds, held 5 minutes
     assert alert["expr"] == (
-        f'inferstack_model:ttft_seconds:p99_rate5m{{namespace="serving",inferstack_model="{model}"}} > {threshold_s}'
+        "inferstack_model:ttft_seconds:p99_rate5m"
+        f'{{namespace="serving",inferstack_model="{model}",inferstack_site=""}} > {threshold_s}'
     )
     assert alert["for"] == "5m"
 
@@ -46,7 +48,7 @@ def test_vllm_ttft_p99_is_recorded_from_its_own_histogram() -> None:
     ]
     # WHEN / THEN vLLM's histogram feeds the shared series, in seconds
     assert len(recorded) == 1
-    assert "rate(vllm:time_to_first_token_seconds_bucket[5m])" in recorded[0]["expr"]
+    assert 'rate(vllm:time_to_first_token_seconds_bucket{inferstack_site=""}[5m])' in recorded[0]["expr"]
 
 
 def test_no_rule_reads_tritons_first_response_histogram(fleet: list[ModelSlo]) -> None:
@@ -71,7 +73,7 @@ def test_triton_ttft_p99_is_recorded_from_the_gateway_per_model(fleet: list[Mode
         {
             "record": "inferstack_model:ttft_seconds:p99_rate5m",
             "expr": "histogram_quantile(0.99, sum by (le) (rate(inferstack_gateway_upstream_ttft_seconds_bucket"
-            '{namespace="gateway",upstream="llama-70b-trt"}[5m])))',
+            '{namespace="gateway",upstream="llama-70b-trt",inferstack_site=""}[5m])))',
             "labels": {
                 "engine": "triton",
                 "source": "gateway",
@@ -108,7 +110,7 @@ def test_sustained_queue_alert(fleet: list[ModelSlo]) -> None:
     # WHEN the rules are rendered
     alert = _for_model(_alerts(prometheus_rule(fleet), "InferstackQueueSustained"), "llama-8b")
     # THEN it fires when more than 4 requests wait per replica for 10 minutes
-    assert alert["expr"].endswith('inferstack_model="llama-8b"} > 4')
+    assert alert["expr"].endswith('inferstack_model="llama-8b",inferstack_site=""} > 4')
     assert alert["for"] == "10m"
 
 
@@ -118,8 +120,8 @@ def test_zero_ready_replicas_for_a_deployment(fleet: list[ModelSlo]) -> None:
     alert = _for_model(_alerts(prometheus_rule(fleet), "InferstackModelUnavailable"), "llama-8b")
     # THEN it fires when none is available while some are wanted (a model scaled to zero stays quiet)
     assert alert["expr"] == (
-        '(kube_deployment_status_replicas_available{namespace="serving",deployment="llama-8b"} == 0) and '
-        '(kube_deployment_spec_replicas{namespace="serving",deployment="llama-8b"} > 0)'
+        '(kube_deployment_status_replicas_available{namespace="serving",inferstack_site="",deployment="llama-8b"} '
+        '== 0) and (kube_deployment_spec_replicas{namespace="serving",inferstack_site="",deployment="llama-8b"} > 0)'
     )
     assert alert["labels"] == {"severity": "critical", "inferstack_model": "llama-8b"}
 
@@ -130,7 +132,7 @@ def test_zero_ready_groups_for_a_leaderworkerset(fleet: list[ModelSlo]) -> None:
     alert = _for_model(_alerts(prometheus_rule(fleet), "InferstackModelUnavailable"), "llama-405b")
     # THEN readiness is read from its leader StatefulSet
     assert alert["expr"].startswith(
-        '(kube_statefulset_status_replicas_ready{namespace="serving",statefulset="llama-405b"} == 0)'
+        '(kube_statefulset_status_replicas_ready{namespace="serving",inferstack_site="",statefulset="llama-405b"} == 0)'
     )
 
 
@@ -139,7 +141,7 @@ def test_fatal_xids_page() -> None:
     alert = _alerts(prometheus_rule([]), "InferstackGpuXidFatal")[0]
     # WHEN / THEN every XID needing a reset or drain is matched, and the alert is critical
     for code in FATAL_XIDS:
-        assert f"max_over_time(DCGM_FI_DEV_XID_ERRORS[5m]) == {code})" in alert["expr"]
+        assert f'max_over_time(DCGM_FI_DEV_XID_ERRORS{{inferstack_site=""}}[5m]) == {code})' in alert["expr"]
     assert alert["labels"]["severity"] == "critical"
 
 
@@ -153,7 +155,7 @@ def test_a_new_xid_warns_and_a_sticky_one_resolves() -> None:
     # THEN it keeps a non-zero XID series only if the same GPU had no series with that code 5 minutes earlier, so a
     # GPU whose last XID stays 31 for an hour warns for 5 minutes and then resolves (a plain "> 0" warned for ever)
     assert str(expr.op) == "unless"
-    assert str(expr.lhs) == "DCGM_FI_DEV_XID_ERRORS{} > 0"
+    assert str(expr.lhs) == 'DCGM_FI_DEV_XID_ERRORS{inferstack_site=""} > 0'
     assert list(expr.modifier.matching.labels) == ["UUID", "err_code"]
     assert (expr.rhs.name, expr.rhs.offset.total_seconds()) == ("DCGM_FI_DEV_XID_ERRORS", 300)
     assert alert["labels"]["severity"] == "warning"
@@ -163,7 +165,25 @@ def test_cache_unavailable() -> None:
     # GIVEN the platform alerts
     # WHEN / THEN redis_up == 0 for a minute is critical
     alert = _alerts(prometheus_rule([]), "InferstackCacheDown")[0]
-    assert (alert["expr"], alert["for"], alert["labels"]["severity"]) == ("redis_up == 0", "1m", "critical")
+    assert (alert["expr"], alert["for"], alert["labels"]["severity"]) == (
+        'redis_up{inferstack_site=""} == 0',
+        "1m",
+        "critical",
+    )
+
+
+def test_on_a_hub_every_rule_reads_its_own_series_only(fleet: list[ModelSlo]) -> None:
+    pytest.importorskip("promql_parser")
+    # GIVEN a hub whose Prometheus also stores what its edge sites forward, each sample labelled inferstack_site=<site>
+    # (their raw series, their recorded series and their ALERTS; a site may serve a model of the same name)
+    rule = prometheus_rule(fleet)
+    # WHEN each rule is parsed
+    for group in rule["spec"]["groups"]:
+        for r in group["rules"]:
+            # THEN every series it reads is the cluster's own: no site's model is measured against the hub's target or
+            # merged into its percentile, a site's redis_up does not hide the hub's missing exporter from absent(), and
+            # no series a site already sends is recorded again
+            assert reads_own_series_only(r["expr"]) == [], r.get("alert") or r.get("record")
 
 
 def test_input_order_does_not_change_the_manifest(fleet: list[ModelSlo]) -> None:

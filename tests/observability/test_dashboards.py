@@ -17,6 +17,7 @@ from components.observability.dashboards import (
     gpu_dashboard,
     serving_dashboard,
 )
+from promql import nodes, selectors
 
 KUBERNETES_VERSION = "1.33"
 
@@ -39,15 +40,15 @@ def _panel_exprs(dashboard: dict[str, Any], title: str) -> str:
         (
             "Time to first token",
             [
-                "histogram_quantile(0.5, sum by (le, namespace, inferstack_model) "
+                "histogram_quantile(0.5, sum by (le, inferstack_site, namespace, inferstack_model) "
                 "(rate(vllm:time_to_first_token_seconds_bucket{",
-                "histogram_quantile(0.99, sum by (le, namespace, inferstack_model) "
+                "histogram_quantile(0.99, sum by (le, inferstack_site, namespace, inferstack_model) "
                 "(rate(vllm:time_to_first_token_seconds_bucket{",
                 # Triton and llama.cpp export no TTFT as the kit runs them: the gateway's per-upstream histogram.
-                "histogram_quantile(0.5, sum by (le, upstream) "
-                '(rate(inferstack_gateway_upstream_ttft_seconds_bucket{upstream=~"$model"}[5m])))',
-                "histogram_quantile(0.99, sum by (le, upstream) "
-                '(rate(inferstack_gateway_upstream_ttft_seconds_bucket{upstream=~"$model"}[5m])))',
+                "histogram_quantile(0.5, sum by (le, inferstack_site, upstream) (rate(inferstack_gateway_upstream_ttft"
+                '_seconds_bucket{inferstack_site=~"$site",upstream=~"$model"}[5m])))',
+                "histogram_quantile(0.99, sum by (le, inferstack_site, upstream) (rate(inferstack_gateway_upstream_ttft"
+                '_seconds_bucket{inferstack_site=~"$site",upstream=~"$model"}[5m])))',
             ],
         ),
         ("Inter-token latency", ["(0.5, ", "(0.99, ", "vllm:inter_token_latency_seconds_bucket{"]),
@@ -90,8 +91,10 @@ def test_cache_hit_rate_counts_exact_and_semantic_hits_over_cacheable_requests()
     expr = _panel_exprs(cache_dashboard(), "Cache hit rate")
     # THEN hits of both caches are divided by every request that was looked up (bypass excluded)
     assert expr == (
-        f'sum by (model) (rate({GatewayMetrics.REQUESTS_TOTAL}{{model=~"$model",cache=~"hit|semantic"}}[5m])) / '
-        f'sum by (model) (rate({GatewayMetrics.REQUESTS_TOTAL}{{model=~"$model",cache!="bypass"}}[5m]))'
+        f"sum by (inferstack_site, model) (rate({GatewayMetrics.REQUESTS_TOTAL}"
+        '{inferstack_site=~"$site",model=~"$model",cache=~"hit|semantic"}[5m])) / '
+        f"sum by (inferstack_site, model) (rate({GatewayMetrics.REQUESTS_TOTAL}"
+        '{inferstack_site=~"$site",model=~"$model",cache!="bypass"}[5m]))'
     )
 
 
@@ -116,9 +119,33 @@ def test_every_query_parses_as_promql(build: Callable[[], dict[str, Any]]) -> No
     promql_parser = pytest.importorskip("promql_parser")
     # GIVEN a dashboard, with Grafana's variables substituted as Grafana would
     for expr in _exprs(build()):
-        concrete = expr.replace("$model", "m").replace("$namespace", "n").replace("$node", "h")
+        concrete = expr.replace("$model", "m").replace("$namespace", "n").replace("$node", "h").replace("$site", "s")
         # WHEN / THEN Prometheus' grammar accepts the query
         promql_parser.parse(concrete)
+
+
+@pytest.mark.parametrize("build", DASHBOARDS, ids=lambda f: f.__name__)
+def test_on_a_hub_each_sites_series_stay_apart_and_named(build: Callable[[], dict[str, Any]]) -> None:
+    promql_parser = pytest.importorskip("promql_parser")
+    # GIVEN a dashboard on a hub whose Prometheus stores its edge sites' samples too, each labelled
+    # inferstack_site=<site> (a site may serve a model, run a cache or a GPU of the same name as the hub's)
+    dashboard = build()
+    # WHEN its variables and queries are read
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    # THEN it has a site variable, whose "All" also matches the hub's own series (no site label)
+    assert variables["site"]["query"]["query"] == "label_values(inferstack_site)"
+    assert variables["site"]["allValue"] == ".*"
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            tree = promql_parser.parse(target["expr"].replace("$", ""))
+            # every series read honours the site variable
+            for vs in selectors(tree):
+                assert any(m.name == "inferstack_site" and m.value == "site" for m in vs.matchers.matchers), vs
+            # no sum, max or average merges two sites' series into one line, and the legend names the site
+            for agg in nodes(tree):
+                if isinstance(agg, promql_parser.AggregateExpr):
+                    assert agg.modifier is not None and "inferstack_site" in agg.modifier.labels, target["expr"]
+            assert "{{inferstack_site}}" in target["legendFormat"], panel["title"]
 
 
 @pytest.mark.parametrize("build", DASHBOARDS, ids=lambda f: f.__name__)

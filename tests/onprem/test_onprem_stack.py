@@ -287,8 +287,9 @@ def test_every_availability_alert_reads_the_workload_that_serves_the_model(plan_
     # (kubernetes-sigs/lws v0.10.0, leaderworkerset_controller.go: appsapplyv1.StatefulSet(lws.Name, ...)), and no
     # rule reads a kube-state-metrics series of a Deployment or StatefulSet the stack does not create
     assert unavailable["llama-405b"] == (
-        '(kube_statefulset_status_replicas_ready{namespace="inferstack-serving",statefulset="llama-405b"} == 0) and '
-        '(kube_statefulset_replicas{namespace="inferstack-serving",statefulset="llama-405b"} > 0)'
+        '(kube_statefulset_status_replicas_ready{namespace="inferstack-serving",inferstack_site="",'
+        'statefulset="llama-405b"} == 0) and '
+        '(kube_statefulset_replicas{namespace="inferstack-serving",inferstack_site="",statefulset="llama-405b"} > 0)'
     )
     exprs = " ".join(r["expr"] for r in _rules(plan))
     assert set(re.findall(r'deployment="([^"]+)"', exprs)) == deployments
@@ -316,7 +317,7 @@ def test_the_triton_ttft_slo_reads_a_series_that_exists(plan_of: PlanOf) -> None
     )
     assert recorded["expr"] == (
         "histogram_quantile(0.99, sum by (le) (rate(inferstack_gateway_upstream_ttft_seconds_bucket"
-        '{namespace="inferstack-gateway",upstream="llama-70b"}[5m])))'
+        '{namespace="inferstack-gateway",upstream="llama-70b",inferstack_site=""}[5m])))'
     )
     assert recorded["labels"] == {
         "engine": "triton",
