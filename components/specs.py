@@ -556,6 +556,40 @@ class RemoteWriteSpec(Spec):
     """Required: the receiver, e.g. the hub Prometheus's ``/api/v1/write`` (its remote-write receiver enabled)."""
 
 
+class AlertingSpec(Spec):
+    """Where Alertmanager sends alerts (``components/observability/alerting.py``). Each ``*Secret`` key names a Pulumi
+    secret config value (``pulumi config set --secret inferstack:<name> ...``); the value reaches Alertmanager as a
+    mounted file, never in the chart's values."""
+
+    pagerduty_routing_key_secret: SecretConfigName | None = None
+    """Critical alerts page: a PagerDuty Events API v2 integration key."""
+    slack_webhook_secret: SecretConfigName | None = None
+    """Critical and warning alerts, and their resolution: a Slack incoming webhook URL."""
+    slack_channel: str | None = described(
+        r"^[#@][^\s]{1,80}$", allowed="a Slack channel or user: #channel or @user", fix="e.g. #inference-alerts",
+        default=None,
+    )  # fmt: skip
+    """Overrides the webhook's own channel."""
+    webhook_url_secret: SecretConfigName | None = None
+    """Critical and warning alerts as Alertmanager's webhook JSON (an incident tool, a chat bridge): the URL."""
+
+    @model_validator(mode="after")
+    def _channel_needs_slack(self) -> AlertingSpec:
+        if self.slack_channel is not None and self.slack_webhook_secret is None:
+            raise config_error(
+                "slackChannel without slackWebhookSecret",
+                allowed="a channel for the Slack webhook the stack sends to",
+                fix="set slackWebhookSecret to the name of the secret config value holding the webhook URL, or "
+                "remove slackChannel",
+            )
+        return self
+
+    def secret_names(self) -> tuple[str, ...]:
+        """The secret config values these destinations read."""
+        names = (self.pagerduty_routing_key_secret, self.slack_webhook_secret, self.webhook_url_secret)
+        return tuple(n for n in names if n is not None)
+
+
 class ObservabilitySpec(Spec):
     """Prometheus, Grafana, alerting and tracing."""
 
@@ -573,6 +607,8 @@ class ObservabilitySpec(Spec):
     storage_gib: int = Field(default=100, ge=10)
     traces_endpoint: OtlpEndpoint | None = None
     """Forward traces to this OTLP/gRPC endpoint (Tempo, Jaeger, a vendor); spans always become metrics."""
+    alerting: AlertingSpec = AlertingSpec()
+    """Where alerts go; none set: they fire in Alertmanager and notify no one (the plan says so)."""
 
     @model_validator(mode="after")
     def _retention_fits_the_disk(self) -> ObservabilitySpec:

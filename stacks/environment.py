@@ -75,6 +75,10 @@ class BaseEnvironment(Spec):
     def pool(self, name: str) -> Any:
         return next(p for p in self.gpu_pools if p.name == name)  # type: ignore[attr-defined]
 
+    def secret_keys(self) -> tuple[str, ...]:
+        """Pulumi secret config values this stack reads (``inferstack plan`` stands in for missing ones)."""
+        return self.observability.alerting.secret_names()
+
 
 class CloudEnvironment(BaseEnvironment):
     """The cloud tier: everything one AWS stack provisions."""
@@ -145,7 +149,7 @@ class OnpremEnvironment(BaseEnvironment):
         """Pulumi secret config values this stack reads (``inferstack plan`` stands in for missing ones)."""
         store = (MODEL_STORE_KEY_ID, MODEL_STORE_SECRET_KEY) if self.model_store.kind == "s3" else ()
         hub_key = (self.hub.api_key_secret,) if self.hub and self.hub.api_key_secret else ()
-        return (self.cluster.kubeconfig_secret, *store, *hub_key)
+        return (self.cluster.kubeconfig_secret, *store, *hub_key, *super().secret_keys())
 
     def pool(self, name: str) -> OnpremGpuPoolSpec:
         return next(p for p in self.gpu_pools if p.name == name)
@@ -193,7 +197,13 @@ class EdgeEnvironment(BaseEnvironment):
     def secret_keys(self) -> tuple[str, ...]:
         """Pulumi secret config values this stack reads (``inferstack plan`` stands in for missing ones)."""
         hub_key = (self.hub.api_key_secret,) if self.hub and self.hub.api_key_secret else ()
-        return (self.cluster.kubeconfig_secret, MODEL_STORE_KEY_ID, MODEL_STORE_SECRET_KEY, *hub_key)
+        return (
+            self.cluster.kubeconfig_secret,
+            MODEL_STORE_KEY_ID,
+            MODEL_STORE_SECRET_KEY,
+            *hub_key,
+            *super().secret_keys(),
+        )
 
     def pool(self, name: str) -> EdgeNodeSpec:
         return next(n for n in self.nodes if n.name == name)

@@ -10,6 +10,8 @@ from typing import Any
 
 import pulumi
 
+from components.observability.alerting import AlertDestinations
+from components.specs import AlertingSpec
 from stacks.environment import CONFIG_KEY, ConfigError, Environment, load_environment
 from stacks.tiers import TIER_PLUGINS
 
@@ -38,6 +40,22 @@ def require_secret(name: str, what: str, guide: str) -> pulumi.Output[str]:
             ],
         )
     return value
+
+
+def alert_destinations(spec: AlertingSpec) -> AlertDestinations | None:
+    """The stack's Alertmanager destinations, their URLs and keys read from secret config; ``None`` when none is set."""
+    if not spec.secret_names():
+        return None
+
+    def secret(name: str | None, what: str) -> pulumi.Output[str] | None:
+        return None if name is None else require_secret(name, what, '"Alerting" section')
+
+    return AlertDestinations(
+        pagerduty_routing_key=secret(spec.pagerduty_routing_key_secret, "the PagerDuty integration key"),
+        slack_webhook_url=secret(spec.slack_webhook_secret, "the Slack incoming webhook URL"),
+        slack_channel=spec.slack_channel,
+        webhook_url=secret(spec.webhook_url_secret, "the alert webhook URL"),
+    )
 
 
 def environment() -> Environment:

@@ -585,8 +585,8 @@ def gpu_dashboard() -> dict[str, Any]:
         ),
         _Panel(
             "XID errors",
-            "Last XID code per GPU (DCGM_FI_DEV_XID_ERRORS): a new one warns (InferstackGpuXidError), a fatal one pages "
-            "(InferstackGpuXidFatal).",
+            "Last XID code per GPU (DCGM_FI_DEV_XID_ERRORS): a new one warns (InferstackGpuXidError), a fatal "
+            "one pages (InferstackGpuXidFatal).",
             "short",
             (_Target(f"max_over_time({selector(DCGM_XID_ERRORS, node_sel)}[5m]) > 0", legend),),
             width=24,

@@ -16,6 +16,7 @@ from pydantic import Field
 from components.catalog.charts import CHARTS
 from components.kube.helm import release
 from components.kube.objects import custom_resource
+from components.observability.alerting import ALERT_RECEIVERS_SECRET, AlertDestinations, alertmanager_config
 from components.observability.alerts import ModelSlo, prometheus_rule
 from components.observability.dashboards import DASHBOARDS, dashboard_configmap
 from components.observability.monitors import (
@@ -59,6 +60,7 @@ def prometheus_values(
     resources: dict[str, Any] | None = None,
     external_labels: dict[str, str] | None = None,
     control_plane_targets: bool = True,
+    alerting: AlertDestinations | None = None,
 ) -> dict[str, Any]:
     """kube-prometheus-stack values (keys as in the chart's values.yaml at the pinned 88.0.0).
 
@@ -112,13 +114,16 @@ def prometheus_values(
                 }
             },
         },
-        "alertmanager": {"alertmanagerSpec": {"nodeSelector": node_selector}},
+        "alertmanager": {"alertmanagerSpec": {"nodeSelector": node_selector}},  # alerting: below
         "prometheusOperator": {
             "nodeSelector": node_selector,
             "prometheusConfigReloader": {"resources": CONFIG_RELOADER_RESOURCES},
         },
         "kube-state-metrics": {"nodeSelector": node_selector},
     }
+    if alerting is not None:
+        values["alertmanager"]["alertmanagerSpec"]["secrets"] = [ALERT_RECEIVERS_SECRET]
+        values["alertmanager"]["config"] = alertmanager_config(alerting)
     if not control_plane_targets:
         for target in ("kubeEtcd", "kubeScheduler", "kubeControllerManager", "kubeProxy"):
             values[target] = {"enabled": False}
@@ -197,6 +202,8 @@ class ObservabilityArgs(Args):
     external_labels: dict[str, str] = Field(default_factory=dict)
     control_plane_targets: bool = True
     """``False`` on k3s, whose control plane runs inside one process (nothing to scrape as pods)."""
+    alerting: AlertDestinations | None = None
+    """Where Alertmanager sends alerts; ``None``: the chart's ``null`` receiver (they notify no one)."""
 
 
 class Observability(pulumi.ComponentResource):
@@ -220,6 +227,16 @@ class Observability(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, provider=provider),
         )
         self.grafana_admin_password = pulumi.Output.secret(password.result)
+        before_release: list[pulumi.Resource] = [admin]
+        if args.alerting is not None:
+            before_release.append(
+                k8s.core.v1.Secret(
+                    f"{name}-alert-receivers",
+                    metadata={"name": ALERT_RECEIVERS_SECRET, "namespace": namespace},
+                    string_data={k: pulumi.Output.secret(v) for k, v in args.alerting.secrets().items()},
+                    opts=pulumi.ResourceOptions(parent=self, provider=provider),
+                )
+            )
         self.stack_release = release(
             "kube-prometheus-stack",
             prometheus_values(
@@ -230,10 +247,11 @@ class Observability(pulumi.ComponentResource):
                 resources=args.prometheus_resources,
                 external_labels=args.external_labels,
                 control_plane_targets=args.control_plane_targets,
+                alerting=args.alerting,
             ),
             parent=self,
             provider=provider,
-            depends_on=[admin],
+            depends_on=before_release,
         )
         after = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[self.stack_release])
         release(
