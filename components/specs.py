@@ -554,6 +554,45 @@ class RemoteWriteSpec(Spec):
         r"^https?://[^\s]+$", allowed="an http(s) URL", fix="e.g. https://prometheus.dc1.example.com/api/v1/write"
     )
     """Required: the receiver, e.g. the hub Prometheus's ``/api/v1/write`` (its remote-write receiver enabled)."""
+    ca_config_map: KubernetesName | None = None
+    """A ConfigMap in Prometheus's namespace (``monitoring``) holding the PEM bundle of the private CA the receiver's
+    HTTPS certificate chains to (``tlsConfig.ca.configMap``). Unset: the system's trust store."""
+    ca_key: str = Field(default="ca.crt", pattern=r"^[-._a-zA-Z0-9]+$")
+    """The key of ``caConfigMap`` that holds the PEM bundle."""
+    username: str | None = Field(default=None, min_length=1, max_length=256)
+    """HTTP basic auth user (``basicAuth``), for a receiver behind an authenticating proxy or a hosted one (Mimir,
+    Grafana Cloud); its password is ``passwordSecret``."""
+    password_secret: SecretConfigName | None = None
+    """With ``username``: the secret config value holding the password."""
+    bearer_token_secret: SecretConfigName | None = None
+    """Instead of basic auth: the secret config value holding a bearer token (``authorization``)."""
+
+    @model_validator(mode="after")
+    def _credentials_over_tls(self) -> RemoteWriteSpec:
+        if (self.username is None) != (self.password_secret is None):
+            raise config_error(
+                "basic auth needs both username and passwordSecret",
+                allowed="both (basic auth), or neither",
+                fix="set username and passwordSecret (the name of a secret config value) together",
+            )
+        if self.username is not None and self.bearer_token_secret is not None:
+            raise config_error(
+                "both basic auth and a bearer token",
+                allowed="one way to authenticate: username + passwordSecret, or bearerTokenSecret",
+                fix="keep one of them",
+            )
+        if self.url.startswith("http://") and (self.credential_secret() is not None or self.ca_config_map is not None):
+            raise config_error(
+                f"a credential or caConfigMap for a receiver reached over plain HTTP ({self.url})",
+                allowed="credentials and a CA only with an https:// url, so the credential never crosses the link in "
+                "clear",
+                fix="write the receiver's https:// URL, or remove the credential and caConfigMap",
+            )
+        return self
+
+    def credential_secret(self) -> str | None:
+        """The secret config value holding the password or the bearer token; ``None`` without authentication."""
+        return self.password_secret or self.bearer_token_secret
 
 
 class AlertingSpec(Spec):

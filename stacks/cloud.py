@@ -30,7 +30,7 @@ from components.serving.serving_base import (
     ServingBaseArgs,
 )
 from stacks.environment import CloudEnvironment
-from stacks.program import alert_destinations
+from stacks.program import observability_secrets
 from stacks.tiers import CLOUD
 
 
@@ -163,7 +163,7 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
         ObservabilityArgs(
             spec=env.observability,
             provider=provider,
-            alerting=alert_destinations(env.observability.alerting),
+            **observability_secrets(env.observability),
             models=model_slos(
                 env.models,
                 base.serving_namespace,

@@ -31,7 +31,7 @@ from components.serving.serving_base import ServingBase, ServingBaseArgs
 from components.store.s3_compatible_store import S3CompatibleStore, S3CompatibleStoreArgs
 from stacks.environment import MODEL_STORE_KEY_ID, MODEL_STORE_SECRET_KEY, EdgeEnvironment
 from stacks.hub import hub_upstream as shared_hub_upstream
-from stacks.program import alert_destinations, require_secret
+from stacks.program import observability_secrets, require_secret
 from stacks.tiers import EDGE
 
 QUICK_START = "edge quick start"
@@ -70,7 +70,7 @@ def compose(env: EdgeEnvironment, stack: str) -> dict[str, Any]:
         ObservabilityArgs(
             spec=env.observability,
             provider=provider,
-            alerting=alert_destinations(env.observability.alerting),
+            **observability_secrets(env.observability),
             models=model_slos(
                 env.models,
                 base.serving_namespace,

@@ -40,7 +40,7 @@ from stacks.environment import (
     OnpremEnvironment,
 )
 from stacks.hub import hub_upstream
-from stacks.program import alert_destinations, stack_file
+from stacks.program import observability_secrets, stack_file
 from stacks.tiers import ONPREM
 
 
@@ -122,7 +122,7 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
         ObservabilityArgs(
             spec=env.observability,
             provider=provider,
-            alerting=alert_destinations(env.observability.alerting),
+            **observability_secrets(env.observability),
             models=model_slos(
                 env.models,
                 base.serving_namespace,

@@ -11,7 +11,7 @@ from typing import Any
 import pulumi
 
 from components.observability.alerting import AlertDestinations
-from components.specs import AlertingSpec
+from components.specs import AlertingSpec, ObservabilitySpec
 from stacks.environment import CONFIG_KEY, ConfigError, Environment, load_environment
 from stacks.tiers import TIER_PLUGINS
 
@@ -56,6 +56,14 @@ def alert_destinations(spec: AlertingSpec) -> AlertDestinations | None:
         slack_channel=spec.slack_channel,
         webhook_url=secret(spec.webhook_url_secret, "the alert webhook URL"),
     )
+
+
+def observability_secrets(spec: ObservabilitySpec) -> dict[str, Any]:
+    """The ``ObservabilityArgs`` the stack's secret config holds: alert destinations and the remote-write credential."""
+    target = spec.remote_write
+    name = target.credential_secret() if target is not None else None
+    credential = None if name is None else require_secret(name, "the remote-write credential", '"Metrics" section')
+    return {"alerting": alert_destinations(spec.alerting), "remote_write_credential": credential}
 
 
 def environment() -> Environment:

@@ -11,7 +11,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from components.catalog.charts import CHARTS
 from components.kube.helm import release
@@ -24,13 +24,16 @@ from components.observability.monitors import (
     gateway_service_monitor,
     redis_exporter_service_monitor,
 )
-from components.specs import Args, ObservabilitySpec, StrInput
+from components.specs import Args, ObservabilitySpec, RemoteWriteSpec, StrInput
 
 SYSTEM_NODES = {"inferstack.io/pool": "system"}
 OTLP_GRPC_PORT = 4317
 OTLP_HTTP_PORT = 4318
 
 
+REMOTE_WRITE_SECRET = "inferstack-remote-write"
+"""The Secret, in Prometheus's namespace, holding the remote-write credential (``remoteWrite.username`` and the
+password, or the bearer token)."""
 GRAFANA_ADMIN_SECRET = "grafana-admin"
 GRAFANA_ADMIN_USER_KEY = "admin-user"
 GRAFANA_ADMIN_PASSWORD_KEY = "admin-password"
@@ -85,7 +88,7 @@ def prometheus_values(
     if spec.retention_size_gib is not None:
         prometheus["retentionSize"] = f"{spec.retention_size_gib}GiB"
     if spec.remote_write is not None:
-        prometheus["remoteWrite"] = [{"url": spec.remote_write.url}]
+        prometheus["remoteWrite"] = [remote_write(spec.remote_write)]
     if spec.remote_write_receiver:
         # Prometheus's --web.enable-remote-write-receiver: what the sites' remoteWrite posts to (/api/v1/write).
         prometheus["enableRemoteWriteReceiver"] = True
@@ -179,6 +182,24 @@ def otlp_endpoint() -> str:
     return f"http://{pin.name}.{pin.namespace}.svc:{OTLP_GRPC_PORT}"
 
 
+def remote_write(spec: RemoteWriteSpec) -> dict[str, Any]:
+    """One ``prometheusSpec.remoteWrite`` entry (prometheus-operator ``RemoteWriteSpec``): the receiver, its private CA
+    (``tlsConfig.ca.configMap``) and its credential, read from the ``REMOTE_WRITE_SECRET`` the component writes
+    (``basicAuth``, whose username and password are both Secret references, or ``authorization`` for a bearer
+    token)."""
+    target: dict[str, Any] = {"url": spec.url}
+    if spec.username is not None:
+        target["basicAuth"] = {
+            "username": {"name": REMOTE_WRITE_SECRET, "key": "username"},
+            "password": {"name": REMOTE_WRITE_SECRET, "key": "password"},
+        }
+    elif spec.bearer_token_secret is not None:
+        target["authorization"] = {"type": "Bearer", "credentials": {"name": REMOTE_WRITE_SECRET, "key": "token"}}
+    if spec.ca_config_map is not None:
+        target["tlsConfig"] = {"ca": {"configMap": {"name": spec.ca_config_map, "key": spec.ca_key}}}
+    return target
+
+
 class ObservabilityArgs(Args):
     spec: ObservabilitySpec = ObservabilitySpec()
     provider: k8s.Provider
@@ -204,6 +225,19 @@ class ObservabilityArgs(Args):
     """``False`` on k3s, whose control plane runs inside one process (nothing to scrape as pods)."""
     alerting: AlertDestinations | None = None
     """Where Alertmanager sends alerts; ``None``: the chart's ``null`` receiver (they notify no one)."""
+    remote_write_credential: StrInput | None = None
+    """The password or bearer token ``spec.remoteWrite`` names (``passwordSecret``, ``bearerTokenSecret``)."""
+
+    @model_validator(mode="after")
+    def _credential_as_named(self) -> ObservabilityArgs:
+        target = self.spec.remote_write
+        wanted = target is not None and target.credential_secret() is not None
+        if wanted != (self.remote_write_credential is not None):
+            raise ValueError(
+                "remote_write_credential: pass the password or token exactly when spec.remote_write names one "
+                "(password_secret or bearer_token_secret)"
+            )
+        return self
 
 
 class Observability(pulumi.ComponentResource):
@@ -228,6 +262,18 @@ class Observability(pulumi.ComponentResource):
         )
         self.grafana_admin_password = pulumi.Output.secret(password.result)
         before_release: list[pulumi.Resource] = [admin]
+        target = args.spec.remote_write
+        if target is not None and args.remote_write_credential is not None:
+            credential = pulumi.Output.secret(args.remote_write_credential)
+            data = {"username": target.username, "password": credential} if target.username else {"token": credential}
+            before_release.append(
+                k8s.core.v1.Secret(
+                    f"{name}-remote-write",
+                    metadata={"name": REMOTE_WRITE_SECRET, "namespace": namespace},
+                    string_data=data,
+                    opts=pulumi.ResourceOptions(parent=self, provider=provider),
+                )
+            )
         if args.alerting is not None:
             before_release.append(
                 k8s.core.v1.Secret(
