@@ -347,10 +347,59 @@ def platform_alerts() -> list[dict[str, Any]]:
     ]
 
 
+GATEWAY_ERROR_RATIO: Final = 0.05
+"""Share of the gateway's answers that are 5xx, over 5 m, that pages: one request in twenty fails."""
+GATEWAY_MIN_RATE: Final = 0.1
+"""Requests per second below which the error ratio is not judged (two failures of three requests are noise)."""
+
+
+def gateway_alerts(namespace: str, deployment: str = "gateway") -> list[dict[str, Any]]:
+    """The front door: no ready gateway replica, or too many of its answers are server errors.
+
+    Every request enters through the gateway, so neither shows in a model's alerts: with the gateway down, the models
+    see no traffic and their SLOs hold. 5xx counts what the gateway answered (``inferstack_gateway_requests_total``'s
+    ``status``): upstream failures it could not fail over, overload 503s, budgets that ran out. 429s are the per-key
+    limits doing their job and 499s clients that left; neither counts.
+    """
+    own = (f'namespace="{namespace}"', OWN_SERIES)
+    available = selector(KSM_DEPLOYMENT_AVAILABLE, *own, f'deployment="{deployment}"')
+    desired = selector(KSM_DEPLOYMENT_SPEC, *own, f'deployment="{deployment}"')
+    total = f"sum(rate({selector(GatewayMetrics.REQUESTS_TOTAL, *own)}[5m]))"
+    server_errors = 'status=~"5.."'
+    failed = f"sum(rate({selector(GatewayMetrics.REQUESTS_TOTAL, *own, server_errors)}[5m]))"
+    who = f"{namespace}/{deployment}"
+    return [
+        _alert(
+            "InferstackGatewayUnavailable",
+            f"({available} == 0) and ({desired} > 0)",
+            "critical",
+            f"{who}: no ready gateway replica",
+            "Every client request fails: the gateway is the only way in. Its pods' events and logs say why (an image "
+            "pull, a config the gateway refused at start, a probe failing).",
+            "2m",
+        ),
+        _alert(
+            "InferstackGatewayErrors",
+            f"({failed} / {total} > {_number(GATEWAY_ERROR_RATIO)}) and ({total} > {_number(GATEWAY_MIN_RATE)})",
+            "critical",
+            f"{who}: {{{{ $value | humanizePercentage }}}} of answers are server errors",
+            f"More than {GATEWAY_ERROR_RATIO:.0%} of the gateway's answers over 5 m are 5xx: upstreams failing with no "
+            "failover left, overload (503 with Retry-After) or latency budgets running out. The cache dashboard's "
+            "requests by model, and the gateway's access log (status, upstream, detail), say which.",
+            "5m",
+        ),
+    ]
+
+
 def prometheus_rule(
-    models: Iterable[ModelSlo], *, name: str = "inferstack", namespace: str | None = None
+    models: Iterable[ModelSlo],
+    *,
+    name: str = "inferstack",
+    namespace: str | None = None,
+    gateway_namespace: str | None = None,
 ) -> dict[str, Any]:
-    """The PrometheusRule manifest: recording rules, one alert set per model, platform alerts.
+    """The PrometheusRule manifest: recording rules, one alert set per model, platform alerts, and the gateway's in
+    ``gateway_namespace`` (``None``: no gateway alerts).
 
     Models are sorted by namespace and name so the manifest does not change when the config lists them
     in another order. Two models with the same namespace and name are an error.
@@ -366,6 +415,7 @@ def prometheus_rule(
         {"name": "inferstack.recording", "rules": recording_rules(ordered)},
         {"name": "inferstack.models", "rules": [rule for slo in ordered for rule in model_alerts(slo)]},
         {"name": "inferstack.platform", "rules": platform_alerts()},
+        {"name": "inferstack.gateway", "rules": gateway_alerts(gateway_namespace) if gateway_namespace else []},
     ]
     return {
         "apiVersion": "monitoring.coreos.com/v1",

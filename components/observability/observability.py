@@ -328,7 +328,7 @@ class Observability(pulumi.ComponentResource):
             self._custom(engine_pod_monitor(engine, args.serving_namespace), after)  # type: ignore[arg-type]
         # The gateway serves /metrics on its API port.
         self._custom(gateway_service_monitor(args.gateway_namespace, port="http", tls=args.gateway_tls), after)
-        self._custom(prometheus_rule(args.models, namespace=namespace), after)
+        self._custom(prometheus_rule(args.models, namespace=namespace, gateway_namespace=args.gateway_namespace), after)
         for build in DASHBOARDS:
             manifest = dashboard_configmap(build(), namespace)
             k8s.core.v1.ConfigMap(

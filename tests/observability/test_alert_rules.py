@@ -9,7 +9,7 @@ import pytest
 
 from components.observability.alerts import FATAL_XIDS, ModelSlo, prometheus_rule
 from crdcheck import validate
-from promql import reads_own_series_only
+from promql import reads_own_series_only, selectors
 
 
 def _rules(rule: dict[str, Any], group: str) -> list[dict[str, Any]]:
@@ -176,7 +176,7 @@ def test_on_a_hub_every_rule_reads_its_own_series_only(fleet: list[ModelSlo]) ->
     pytest.importorskip("promql_parser")
     # GIVEN a hub whose Prometheus also stores what its edge sites forward, each sample labelled inferstack_site=<site>
     # (their raw series, their recorded series and their ALERTS; a site may serve a model of the same name)
-    rule = prometheus_rule(fleet)
+    rule = prometheus_rule(fleet, gateway_namespace="gateway")
     # WHEN each rule is parsed
     for group in rule["spec"]["groups"]:
         for r in group["rules"]:
@@ -184,6 +184,42 @@ def test_on_a_hub_every_rule_reads_its_own_series_only(fleet: list[ModelSlo]) ->
             # merged into its percentile, a site's redis_up does not hide the hub's missing exporter from absent(), and
             # no series a site already sends is recorded again
             assert reads_own_series_only(r["expr"]) == [], r.get("alert") or r.get("record")
+
+
+def test_the_gateway_pages_when_no_replica_is_ready_or_its_answers_fail() -> None:
+    promql_parser = pytest.importorskip("promql_parser")
+    # GIVEN a stack whose gateway runs in namespace "gateway"
+    rule = prometheus_rule([], gateway_namespace="gateway")
+    # WHEN its gateway alerts are read
+    unavailable = _alerts(rule, "InferstackGatewayUnavailable")[0]
+    errors = _alerts(rule, "InferstackGatewayErrors")[0]
+    # THEN no ready replica pages after 2 minutes (a gateway scaled to nothing on purpose stays quiet)
+    assert unavailable["expr"] == (
+        '(kube_deployment_status_replicas_available{namespace="gateway",inferstack_site="",deployment="gateway"} '
+        '== 0) and (kube_deployment_spec_replicas{namespace="gateway",inferstack_site="",deployment="gateway"} > 0)'
+    )
+    assert (unavailable["for"], unavailable["labels"]["severity"]) == ("2m", "critical")
+    # and more than 5 % of answers being 5xx for 5 minutes pages, once there is traffic to judge: 429 (the key's
+    # limits) and 499 (the client left) are not the gateway failing
+    expr = promql_parser.parse(errors["expr"])
+    assert str(expr.op) == "and"
+    ratio, traffic = expr.lhs.expr, expr.rhs.expr  # each side is parenthesised
+    assert (str(ratio.op), ratio.rhs.val) == (">", 0.05)
+    assert (str(traffic.op), traffic.rhs.val) == (">", 0.1)
+    (failed,) = selectors(ratio.lhs.lhs)
+    (answered,) = selectors(ratio.lhs.rhs)
+    assert {(m.name, m.value) for m in failed.matchers.matchers} >= {("status", "5..")}
+    assert "status" not in {m.name for m in answered.matchers.matchers}
+    assert (errors["for"], errors["labels"]["severity"]) == ("5m", "critical")
+
+
+def test_without_a_gateway_there_are_no_gateway_alerts(fleet: list[ModelSlo]) -> None:
+    # GIVEN a stack without a gateway
+    # WHEN / THEN no rule reads the gateway's series as a gateway alert
+    rule = prometheus_rule(fleet)
+    assert not [
+        r for g in rule["spec"]["groups"] for r in g["rules"] if r.get("alert", "").startswith("InferstackGateway")
+    ]
 
 
 def test_input_order_does_not_change_the_manifest(fleet: list[ModelSlo]) -> None:

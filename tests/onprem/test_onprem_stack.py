@@ -270,11 +270,14 @@ def _rules(plan: Plan) -> list[dict[str, Any]]:
 
 
 def test_every_availability_alert_reads_the_workload_that_serves_the_model(plan_of: PlanOf) -> None:
-    # GIVEN the bundled on-prem stack: two Deployments and the 405B model in a LeaderWorkerSet
+    # GIVEN the bundled on-prem stack: two model Deployments, the gateway's, and the 405B model in a LeaderWorkerSet
     plan = plan_of("onprem")
     deployments = {
-        m["metadata"]["name"] for m in by_kind(plan, "Deployment") if m["metadata"]["namespace"] == "inferstack-serving"
+        m["metadata"]["name"]
+        for m in by_kind(plan, "Deployment")
+        if m["metadata"]["namespace"] in ("inferstack-serving", "inferstack-gateway")
     }
+    assert "gateway" in deployments
     groups = {m["metadata"]["name"] for m in by_kind(plan, "LeaderWorkerSet")}
     assert "llama-405b" in groups
     # WHEN its availability alerts are rendered
