@@ -7,6 +7,8 @@ violation names the control and an allowance can be as narrow as the need.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import fnmatch
 import re
 from collections.abc import Iterator, Mapping
@@ -282,17 +284,35 @@ def _walk(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
             yield from _walk(v, f"{path}[{i}]")
 
 
+def _decoded(value: str) -> str | None:
+    """A ``binaryData`` value as text (base64 is an encoding, not a protection), or ``None`` for bytes that are
+    not UTF-8 text (an image, a compressed archive)."""
+    try:
+        return base64.b64decode(value, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+def _configmap_entries(res: Res) -> Iterator[tuple[str, str, str]]:
+    """(key, how a message names it, its text) for ``data`` and ``binaryData``. A ``binaryData`` value is scanned
+    as the text it decodes to; bytes that are not text keep their base64, which only the key's name can judge."""
+    for key, value in (res.inputs.get("data") or {}).items():
+        if isinstance(value, str) and known(value):
+            yield str(key), f"key {key}", value
+    for key, value in (res.inputs.get("binaryData") or {}).items():
+        if isinstance(value, str) and known(value):
+            yield str(key), f"binaryData key {key}", _decoded(value) or value
+
+
 def no_secret_in_configmap(res: Res) -> Iterator[Finding]:
     if res.kind != "ConfigMap":
         return
-    for key, value in (res.inputs.get("data") or {}).items():
-        if not isinstance(value, str) or not known(value):
-            continue
-        if SECRET_NAME.search(str(key)) and value.strip():
-            yield (f"{res.label} key {key} holds what its name says is a secret: move it to a Secret", None)
+    for key, where, value in _configmap_entries(res):
+        if SECRET_NAME.search(key) and value.strip():
+            yield (f"{res.label} {where} holds what its name says is a secret: move it to a Secret", None)
         elif SECRET_VALUE.search(value) or SECRET_ASSIGNMENT.search(value):
             yield (
-                f"{res.label} key {key} contains a credential in plain text: move it to a Secret and reference it",
+                f"{res.label} {where} contains a credential in plain text: move it to a Secret and reference it",
                 None,
             )
 

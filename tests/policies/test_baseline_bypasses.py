@@ -6,6 +6,7 @@ first rule looked at, and checks the pack still names it.
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
@@ -283,6 +284,31 @@ def test_flags_that_mention_tokens_and_secret_references_pass() -> None:
     args = ["--max-num-batched-tokens", "2048", "--tokenizer", "/models/t", "--api-key", "$(GATEWAY_API_KEY)"]
     plan = [deployment("llama", pod_spec(container("server", args=args)))]
     assert violations(plan, "k8s-no-secret-in-env") == []
+
+
+def b64(text: str | bytes) -> str:
+    return base64.b64encode(text.encode() if isinstance(text, str) else text).decode()
+
+
+@pytest.mark.parametrize(
+    ("binary", "says"),
+    [
+        ({"app.yaml": b64("redis:\n  password: hunter22\n")}, "binaryData key app.yaml contains a credential"),
+        ({"id_rsa": b64("-----BEGIN RSA PRIVATE KEY-----\nMIIE\n")}, "binaryData key id_rsa contains a credential"),
+        ({"api-key": b64(bytes(range(256)))}, "binaryData key api-key holds what its name says is a secret"),
+    ],
+)
+def test_a_secret_in_a_configmaps_binary_data_is_caught(binary: dict[str, str], says: str) -> None:
+    # GIVEN a ConfigMap whose credential sits in binaryData, base64 instead of text in data
+    plan = [k8s("core/v1", "ConfigMap", "cfg", binaryData=binary)]
+    # THEN the rule reads it as the text (or, for bytes that are not text, the key) it is
+    (found,) = violations(plan, "k8s-no-secret-in-configmap")
+    assert "ConfigMap apps/cfg " + says in found["message"]
+
+
+def test_binary_data_without_a_credential_passes() -> None:
+    binary = {"model.bin": b64(bytes(range(256))), "app.yaml": b64("password: ${REDIS_PASSWORD}\n"), "odd": "not b64!"}
+    assert violations([k8s("core/v1", "ConfigMap", "cfg", binaryData=binary)], "k8s-no-secret-in-configmap") == []
 
 
 @pytest.mark.parametrize("name", ["nvidia-driver-daemonset", "network-operator-helper"])
