@@ -5,8 +5,9 @@ Three kinds:
 - ``EXCEPTIONS``: (rule id, resource name pattern) → reason. The pattern is an ``fnmatch`` pattern
   over the Pulumi logical name of the resource the violation names (``llama-*``, ``gateway``). A
   matching violation is dropped, under ``pulumi preview`` and in ``inferstack plan`` alike.
-- ``POD_SECURITY_ALLOWANCES``: what a pod may have beyond Pod Security "restricted", and why. Each is
-  scoped as narrowly as the need: one capability, one host path, one container name.
+- ``POD_SECURITY_ALLOWANCES``: what a pod may have beyond Pod Security "restricted" (and a read-only root
+  filesystem), and why. Each is scoped as narrowly as the need: one capability, one host path, one container
+  name, one image.
 - ``ALLOWED_TAGS``: images that may be pinned by a tag instead of a digest, and why.
 """
 
@@ -17,7 +18,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from components.catalog.images import DIGEST_ALLOWLIST, KIT_IMAGE_TAG
+from components.catalog.images import (
+    DIGEST_ALLOWLIST,
+    KIT_IMAGE_TAG,
+    LLAMACPP_CPU,
+    LLAMACPP_CUDA,
+    TRITON_TRTLLM,
+    TRTLLM_BUILD,
+    VLLM,
+)
 
 EXCEPTIONS: Mapping[tuple[str, str], str] = MappingProxyType(
     {
@@ -46,6 +55,10 @@ class PodSecurityAllowance:
     host_network: bool = False
     requires_resource: str | None = None
     """Only when the container requests this extended resource (prefix), e.g. ``rdma/``."""
+    images: tuple[str, ...] = ()
+    """Only for these images, exact references from ``components/catalog/images.py``; empty: any image."""
+    writable_root: bool = False
+    """May write to its root filesystem (``readOnlyRootFilesystem`` not true)."""
 
 
 MODEL_CACHE_PATH = "/mnt/k8s-disks/0/inferstack/models"
@@ -78,6 +91,25 @@ POD_SECURITY_ALLOWANCES: tuple[PodSecurityAllowance, ...] = (
         reason="EFA (libfabric) registers pinned memory as RDMA does; only for pods that request the device",
         capabilities=frozenset({"IPC_LOCK"}),
         requires_resource="vpc.amazonaws.com/efa",
+    ),
+    PodSecurityAllowance(
+        name="engine-writable-root",
+        reason="the serving engines keep their caches under HOME, which the kit sets to /tmp on the container's "
+        "root filesystem: vLLM its torch.compile and kernel caches (~/.cache/vllm), CUDA its JIT cache "
+        "(~/.nv); none of the pinned images has been run read-only with those paths as volumes, so the kit "
+        "does not claim it can be",
+        containers="server",
+        images=(VLLM, TRITON_TRTLLM, LLAMACPP_CPU, LLAMACPP_CUDA),
+        writable_root=True,
+    ),
+    PodSecurityAllowance(
+        name="engine-build-writable-root",
+        reason="the TensorRT-LLM build's quantize.py loads its calibration dataset through the Hugging Face cache "
+        "under HOME (/tmp, on the root filesystem) and both steps write temporary files there; not run "
+        "read-only with the pinned image",
+        containers="trtllm-build",
+        images=(TRTLLM_BUILD,),
+        writable_root=True,
     ),
 )
 

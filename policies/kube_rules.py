@@ -39,6 +39,7 @@ def _allowances(pod: Pod, container: Mapping[str, Any]) -> list[PodSecurityAllow
         if fnmatch.fnmatchcase(pod.owner.name, a.workloads)
         and fnmatch.fnmatchcase(str(container.get("name")), a.containers)
         and (a.requires_resource is None or device_count(container, a.requires_resource) > 0)
+        and (not a.images or container.get("image") in a.images)
     ]
 
 
@@ -124,6 +125,17 @@ def pss_host_and_privileged(res: Res) -> Iterator[Finding]:
                 yield (f"{_where(pod, c)} is privileged (Pod Security baseline): remove it, {ALLOW_HINT}", None)
             if any(p.get("hostPort") for p in c.get("ports") or []):
                 yield (f"{_where(pod, c)} binds a hostPort (Pod Security baseline): use a Service", None)
+
+
+def read_only_root(res: Res) -> Iterator[Finding]:
+    for pod, c in _containers(res):
+        read_only = (c.get("securityContext") or {}).get("readOnlyRootFilesystem") is True
+        if not read_only and not any(a.writable_root for a in _allowances(pod, c)):
+            yield (
+                f"{_where(pod, c)} may write to its root filesystem: set securityContext.readOnlyRootFilesystem: "
+                f"true and mount an emptyDir where it writes (/tmp, HOME), {ALLOW_HINT}",
+                None,
+            )
 
 
 RESTRICTED_VOLUMES = frozenset(

@@ -395,6 +395,11 @@ RULES: tuple[Rule, ...] = (
         k8s.pss_volume_types,
     ),
     _resource(
+        "k8s-read-only-root-filesystem",
+        "Containers run with a read-only root filesystem, unless an allowance names the image and why.",
+        k8s.read_only_root,
+    ),
+    _resource(
         "k8s-cpu-memory-requests",
         "Every container, init and Job ones included, requests CPU and memory.",
         k8s.resource_requests,

@@ -49,6 +49,7 @@ def container(name: str = "app", image: str = "example.com/app:1.0" + DIGEST, **
             "runAsNonRoot": True,
             "runAsUser": 1000,
             "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"]},
         },
         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},

@@ -511,6 +511,8 @@ def _triton_repo_init(spec: ModelDeploySpec) -> dict[str, Any]:
             "runAsNonRoot": True,
             "runAsUser": SERVER_UID,
             "allowPrivilegeEscalation": False,
+            # sh and cp write nothing but the copies, into the model-repo volume.
+            "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"]},
         },
     }

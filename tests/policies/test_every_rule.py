@@ -208,6 +208,7 @@ CASES: dict[str, tuple[Plan, Plan, str | None]] = {
         dep(volumes=[{"name": "cache", "hostPath": {"path": "/mnt/k8s-disks/0/inferstack/models"}}]),
         None,
     ),
+    "k8s-read-only-root-filesystem": (with_container(securityContext=sc()), with_container(), None),
     "k8s-cpu-memory-requests": (
         [job("build", pod_spec(container(resources={"limits": {"nvidia.com/gpu": 1}})))],
         [job("build", pod_spec(container(resources={"limits": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": 1}})))],
@@ -491,6 +492,23 @@ def test_pod_security_allowances_are_narrow() -> None:
     rdma = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"rdma/rdma_shared_device_a": 1}}
     assert violations(with_container(securityContext=ipc), "pss-drop-all-capabilities")
     assert violations(with_container(securityContext=ipc, resources=rdma), "pss-drop-all-capabilities") == []
+
+
+def test_a_writable_root_is_allowed_only_to_the_engine_images_it_names() -> None:
+    # GIVEN the pinned vLLM image as the "server" container, its root filesystem writable (its caches live there)
+    from components.catalog.images import VLLM
+
+    writable = sc(readOnlyRootFilesystem=False)
+    engine = [deployment("llama", pod_spec(container("server", VLLM, securityContext=writable)))]
+    assert violations(engine, "k8s-read-only-root-filesystem") == []
+    # WHEN another image runs under that name, or the engine image under another name THEN it is caught
+    other = [
+        deployment("llama", pod_spec(container("server", "example.com/app:1.0" + DIGEST, securityContext=writable)))
+    ]
+    renamed = [deployment("llama", pod_spec(container("sidecar", VLLM, securityContext=writable)))]
+    (found,) = violations(other, "k8s-read-only-root-filesystem")
+    assert "container server may write to its root filesystem" in found["message"]
+    assert violations(renamed, "k8s-read-only-root-filesystem")
 
 
 def test_rules_skip_values_unknown_during_preview() -> None:
