@@ -211,7 +211,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except ConfigError as err:
         print(err, file=sys.stderr)
         return EXIT_CONFIG
-    plan.violations += check_plan(plan.resources, plan.tier, plan.environment)
+    plan.violations += check_plan(plan.resources, plan.tier, plan.environment, plan.outputs)
     seconds = time.perf_counter() - started
     print(summary(plan, seconds))
     try:

@@ -6,15 +6,17 @@
 ``inferstack plan`` and the tests run the very same rule functions offline through
 ``check_plan`` on the mock-captured (camelCase, wire-format) inputs.
 
-Three families: AWS resource rules (the security baseline, below), Kubernetes resource rules
-(``policies/kube_rules.py``) and whole-stack wiring rules (``policies/stack_rules.py``).
+Four families: AWS resource rules (the security baseline, below), Kubernetes resource rules
+(``policies/kube_rules.py``), whole-stack wiring rules (``policies/stack_rules.py``) and stack-output rules
+(below), which only ``inferstack plan`` can run: CrossGuard hands policies secrets unmarked.
 Exceptions live in ``policies/exceptions.py``; tier guarantees in ``policies/tiers.py``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -30,7 +32,7 @@ from pulumi_policy import (
 from policies import kube_rules as k8s
 from policies import stack_rules as sr
 from policies.exceptions import excepted
-from policies.model import Res, as_int, from_plan, from_policy, plain
+from policies.model import Res, as_int, from_plan, from_policy, known, plain
 from policies.tiers import TierGuarantees, declared_by_config, declared_by_resources, tier_of
 
 MANDATORY = EnforcementLevel.MANDATORY
@@ -241,17 +243,62 @@ def _cache_user_password(props: dict[str, Any], report: ReportViolation) -> None
 
 
 # ---------------------------------------------------------------------------------------------
+# Stack outputs: ``pulumi stack output`` prints a plain output to anyone who can read the stack.
+#
+# These rules run in ``inferstack plan`` only, which knows which outputs are secret. Under ``pulumi preview`` the root
+# ``pulumi:pulumi:Stack`` resource and its outputs do reach a StackValidationPolicy (the engine analyzes every new
+# resource state, outputs included), but pulumi_policy's AnalyzeStack deserializes them without keeping secrets
+# marked (pulumi/pulumi-policy#241): a secret output and a plain one look the same there, so the pack leaves them out.
+
+SECRET_REFERENCE = re.compile(r"(?i)[-_](name|arn|id|url|path)$")
+"""An output that says where a secret is kept (``api_key_secret_name``, ``..._secret_arn``) names it, not holds it;
+a URL that carries a password is still caught by its value."""
+
+
+def _output_leaves(node: Any, path: str, key: str) -> Iterator[tuple[str, str, Any]]:
+    """(path, nearest key, value) of every leaf of an output, nested dicts and lists included."""
+    if isinstance(node, Mapping):
+        for k, v in node.items():
+            yield from _output_leaves(v, f"{path}.{k}", str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _output_leaves(v, f"{path}[{i}]", key)
+    else:
+        yield path, key, node
+
+
+def plain_secret_outputs(outputs: Mapping[str, Any]) -> Iterator[Finding]:
+    """A stack output named like a secret, or holding a credential, that is not a Pulumi secret."""
+    for name, output in outputs.items():
+        for path, key, value in _output_leaves(output, str(name), str(name)):
+            if not isinstance(value, str) or not value.strip() or value == "[secret]" or not known(value):
+                continue
+            if k8s.SECRET_NAME.search(key) and not SECRET_REFERENCE.search(key):
+                what = "is named like a secret"
+            elif k8s.SECRET_VALUE.search(value):
+                what = "holds a credential"
+            else:
+                continue
+            yield (
+                f"stack output {path} {what} but is exported in plain text, which `pulumi stack output` shows to "
+                "anyone who can read the stack: export it as pulumi.Output.secret(...)",
+                None,
+            )
+
+
+# ---------------------------------------------------------------------------------------------
 # The registry: every rule once, with its id, kind, declared enforcement and what it checks.
 
 
 @dataclass(frozen=True)
 class Rule:
     id: str
-    kind: Literal["resource", "stack"]
+    kind: Literal["resource", "stack", "outputs"]
     enforcement: EnforcementLevel
     description: str
     check: Callable[[Any], Iterable[Finding]]
-    """resource rules: ``Res`` → findings; stack rules: ``stack_rules.Stack`` → findings."""
+    """resource rules: ``Res`` → findings; stack rules: ``stack_rules.Stack`` → findings; output rules: the stack's
+    outputs, secrets masked as ``[secret]`` → findings (``inferstack plan`` only, see "Stack outputs")."""
 
     @property
     def effective(self) -> EnforcementLevel:
@@ -426,6 +473,14 @@ RULES: tuple[Rule, ...] = (
         "No chart keeps a default admin password.",
         k8s.no_default_admin_credentials,
     ),
+    # The stack's outputs (inferstack plan only).
+    Rule(
+        "stack-no-plain-secret-output",
+        "outputs",
+        MANDATORY,
+        "No stack output named like a secret, or holding a credential, is exported in plain text.",
+        plain_secret_outputs,
+    ),
     # The whole stack: links between resources.
     _stack(
         "stack-storage-provisioner",
@@ -536,8 +591,9 @@ def _stack_policy(rule: Rule) -> StackValidationPolicy:
 
 
 POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
-    _resource_policy(r) if r.kind == "resource" else _stack_policy(r) for r in RULES
+    _resource_policy(r) if r.kind == "resource" else _stack_policy(r) for r in RULES if r.kind != "outputs"
 ]
+"""Every rule but the output rules, which no CrossGuard policy could judge (see "Stack outputs")."""
 
 
 def _violation(rule: Rule, message: str, urn: str | None) -> dict[str, Any]:
@@ -572,14 +628,28 @@ def check_stack(
     ]
 
 
+def check_outputs(outputs: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Run every output rule on a plan's outputs (secret ones masked as ``[secret]``, as the plan JSON has them)."""
+    return [
+        _violation(rule, message, None)
+        for rule in RULES
+        if rule.kind == "outputs"
+        for message, _ in rule.check(outputs)
+    ]
+
+
 def check_plan(
-    resources: Iterable[Any], tier: str | None = None, environment: object | None = None
+    resources: Iterable[Any],
+    tier: str | None = None,
+    environment: object | None = None,
+    outputs: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Every rule of the pack, offline: what ``inferstack plan`` reports (format in the README).
 
     ``environment``: the stack's validated config, whose declarations about an existing cluster
-    (``policies.tiers.declared_by_config``) count as that cluster's guarantees."""
+    (``policies.tiers.declared_by_config``) count as that cluster's guarantees. ``outputs``: the stack's
+    outputs, secret ones masked as ``[secret]``; without them the output rules do not run."""
     items = from_plan(resources)
     found = [v for r in items for v in check(r.type, dict(r.inputs), r.urn, r.name)]
     declared = declared_by_config(tier_of(items, tier), environment) if environment is not None else None
-    return found + check_stack(items, tier, declared)
+    return found + check_stack(items, tier, declared) + (check_outputs(outputs) if outputs is not None else [])

@@ -318,5 +318,14 @@ def without(plan: list[dict[str, Any]], name: str, type_suffix: str = "") -> lis
     return [r for r in plan if r is not target]
 
 
+ROOT_STACK = "pulumi:pulumi:Stack"
+
+
+def stack_outputs(**outputs: Any) -> dict[str, Any]:
+    """A plan's outputs (secret ones ``[secret]``), carried in a synthetic plan as its root stack resource."""
+    return res(ROOT_STACK, "inferstack-test", outputs)
+
+
 def violations(plan: list[dict[str, Any]], rule: str, tier: str | None = None) -> list[dict[str, Any]]:
-    return [v for v in check_plan(copy.deepcopy(plan), tier) if v["policy"] == rule]
+    outputs = next((r["inputs"] for r in plan if r["type"] == ROOT_STACK), None)
+    return [v for v in check_plan(copy.deepcopy(plan), tier, outputs=outputs) if v["policy"] == rule]

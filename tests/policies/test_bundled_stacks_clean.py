@@ -17,7 +17,7 @@ from policies.tiers import tier_of
 @pytest.mark.parametrize("stack", bundled_stacks())
 def test_bundled_stack_is_clean(plan_of: Callable[[str], Plan], stack: str) -> None:
     plan = plan_of(stack)
-    found = check_plan(plan.resources, plan.tier, plan.environment)
+    found = check_plan(plan.resources, plan.tier, plan.environment, plan.outputs)
     mandatory = [v for v in found if RULES_BY_ID[v["policy"]].enforcement.value == "mandatory"]
     assert mandatory == [], "\n".join(f"{v['policy']}: {v['message']}" for v in mandatory)
 

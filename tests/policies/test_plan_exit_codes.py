@@ -27,3 +27,21 @@ def test_plan_exits_3_on_a_mandatory_stack_violation(
     assert found and all(v["enforcement"] == "mandatory" for v in found)
     assert any("kube-prometheus-stack" in v["message"] and "ebs.csi.aws.com" in v["message"] for v in found)
     assert "[mandatory] stack-storage-provisioner:" in capsys.readouterr().out
+
+
+def test_plan_exits_3_on_a_secret_exported_in_plain_text(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the dev stack's program exporting one more output, a token, without pulumi.Output.secret
+    import stacks.cloud
+
+    compose = stacks.cloud.compose
+    monkeypatch.setattr(stacks.cloud, "compose", lambda env, stack: {**compose(env, stack), "hub_token": "hunter22"})
+    out = tmp_path / "plan.json"
+    # WHEN it is planned
+    code = main(["plan", "--stack", "dev", "--json", str(out)])
+    # THEN the plan fails on that output alone, reported for the stack as a whole
+    assert code == EXIT_VIOLATION
+    mandatory = [v for v in json.loads(out.read_text())["violations"] if v["enforcement"] == "mandatory"]
+    assert [(v["policy"], v["urn"]) for v in mandatory] == [("stack-no-plain-secret-output", None)]
+    assert "[mandatory] stack-no-plain-secret-output: stack output hub_token" in capsys.readouterr().out
