@@ -103,13 +103,13 @@ def _onprem_pool_rows(env: OnpremEnvironment) -> list[list[str]]:
 
 def _edge_node_rows(env: EdgeEnvironment) -> list[list[str]]:
     from components.edge.budget import node_capacity, site_demand
-    from components.kube.requests import Requests
+    from components.kube.budget import total
     from stacks.tiers import EDGE
 
     demand = site_demand(
         env.nodes, env.models, env.cache, env.gateway, env.observability, rollout_surge=EDGE.grows_nodes
     )
-    asked = sum((d.total for d in demand), Requests())
+    asked = total(demand)
     rows = [
         [n.name, str(n.cpu), f"{n.memory_gib} GiB", f"{n.gpu_count}x {n.gpu}" if n.gpu else "none",
          node_capacity(n).show()]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from components.catalog.models import MODELS
-from components.edge.budget import Demand, biggest, node_capacity, shortfall, site_demand
+from components.edge.budget import node_capacity, site_demand
+from components.kube.budget import Demand, biggest, shortfall, total
 from components.kube.requests import Requests
 from stacks.environment import CONFIG_KEY, HUB_TARGET, ConfigIssue, EdgeEnvironment
 from stacks.tiers import EDGE
@@ -75,11 +76,10 @@ def _budget(env: EdgeEnvironment) -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
     short = shortfall(demand, capacity)
     if short:
-        total = sum((d.total for d in demand), Requests())
         issues.append(
             ConfigIssue(
                 f"{CONFIG_KEY}.nodes",
-                f"pods requesting {total.show()} on a site offering {capacity.show()} after k3s's reserve "
+                f"pods requesting {total(demand).show()} on a site offering {capacity.show()} after k3s's reserve "
                 f"({', '.join(short)} short); biggest: {biggest(demand)}",
                 "every pod's requests within the nodes' cpu and memoryGib minus reservedCpu/reservedMemoryGib",
                 "add or enlarge nodes, lower replicas (gateway.maxReplicas counts), or use smaller models",

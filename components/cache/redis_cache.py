@@ -15,6 +15,7 @@ import pulumi_random as random
 from pydantic import Field
 
 from components.catalog import images as _images
+from components.kube.budget import Demand, demand
 from components.kube.objects import RESTRICTED_CONTAINER, restricted_pod
 from components.specs import Args, CacheSpec
 
@@ -67,9 +68,14 @@ class RedisCacheArgs(Args):
 
 
 def redis_resources(memory_gib: int) -> dict[str, Any]:
-    """The Redis container's requests and limits (what the edge node budget counts, too)."""
+    """The Redis container's requests and limits (what the node budgets count, too: ``redis_demand``)."""
     memory = f"{memory_gib}Gi"
     return {"requests": {"cpu": "1", "memory": memory}, "limits": {"memory": memory}}
+
+
+def redis_demand(spec: CacheSpec) -> Demand:
+    """The in-cluster Redis: one pod (its exporter is a chart that requests nothing)."""
+    return demand("redis", redis_resources(spec.memory_gib))
 
 
 def redis_args(memory_gib: int) -> list[str]:

@@ -18,6 +18,7 @@ import yaml
 from pydantic import Field
 
 from components.cache.redis_cache import CacheEndpoint
+from components.kube.budget import Demand, demand, surge_pods
 from components.kube.objects import RESTRICTED_CONTAINER, restricted_pod
 from components.specs import Args, GatewaySpec, ModelDeploySpec, StrInput
 
@@ -30,14 +31,14 @@ KEYS_PATH = "/etc/inferstack/keys/keys.yaml"
 TRITON_ENTRY_MODEL = "ensemble"
 """The Triton entry model: components/serving/_triton.py renders ensemble → pre → tensorrt_llm → post."""
 GATEWAY_RESOURCES: dict[str, Any] = {"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
-"""One gateway replica (the edge node budget counts the same numbers)."""
+"""One gateway replica (the node budgets count the same numbers: ``gateway_demand``)."""
 TLS_DIR = "/etc/inferstack/tls"
 """Where the ``gateway.tlsSecret`` Secret is mounted (its ``tls.crt`` and ``tls.key``)."""
 HUB_CA_FILE = "/etc/inferstack/hub-ca/ca.crt"
 """Where the hub's private CA (``hub.caConfigMap``) is mounted: the hub upstream's ``ca_file``."""
 GATEWAY_ROLLOUT: dict[str, Any] = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
-"""The gateway never drops below its serving count in a rollout: a CPU pod comes up first (an edge site's node budget
-holds room for it)."""
+"""The gateway never drops below its serving count in a rollout: a CPU pod comes up first (the node budgets hold room
+for it)."""
 GATEWAY_UID = 10001
 """The gateway image's user (images/gateway/Dockerfile)."""
 
@@ -58,6 +59,16 @@ class Embedder(Args):
     max_input_tokens: int | None = None
     """The longest prompt it embeds (the catalog's ``embedding_max_input_tokens``); longer ones skip the semantic
     cache rather than reach a server that refuses them."""
+
+
+def hpa_max_replicas(spec: GatewaySpec) -> int:
+    """The HorizontalPodAutoscaler's ceiling: ``maxReplicas``, never below ``replicas``."""
+    return max(spec.max_replicas, spec.replicas)
+
+
+def gateway_demand(spec: GatewaySpec) -> Demand:
+    """The gateway's pods at their peak: the HPA grows it to its ceiling, and a rollout then adds its surge pod."""
+    return demand("gateway", GATEWAY_RESOURCES, hpa_max_replicas(spec) + surge_pods(GATEWAY_ROLLOUT))
 
 
 def embedder_for(model_id: str, url: StrInput) -> Embedder | None:
@@ -454,7 +465,7 @@ class Gateway(pulumi.ComponentResource):
             spec={
                 "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
                 "minReplicas": spec.replicas,
-                "maxReplicas": max(spec.max_replicas, spec.replicas),
+                "maxReplicas": hpa_max_replicas(spec),
                 "metrics": [
                     {
                         "type": "Resource",

@@ -14,6 +14,7 @@ import pulumi_random as random
 from pydantic import Field, model_validator
 
 from components.catalog.charts import CHARTS
+from components.kube.budget import Demand, demand
 from components.kube.helm import release
 from components.kube.objects import custom_resource
 from components.observability.alerting import ALERT_RECEIVERS_SECRET, AlertDestinations, alertmanager_config
@@ -50,8 +51,8 @@ CONFIG_RELOADER_RESOURCES: dict[str, Any] = {
 }
 """The config-reloader sidecar the operator adds to the Prometheus and Alertmanager pods (chart value
 ``prometheusOperator.prometheusConfigReloader.resources``, passed on as the operator's ``--config-reloader-*`` flags).
-These are the operator's own defaults, written out so the render says what those pods request: the edge node budget
-counts them."""
+These are the operator's own defaults, written out so the render says what those pods request: the node budgets
+count them."""
 
 
 def prometheus_values(
@@ -175,6 +176,23 @@ def collector_values(spec: ObservabilitySpec, node_selector: dict[str, str] = SY
             },
         },
     }
+
+
+def observability_demand(spec: ObservabilitySpec, prometheus_resources: dict[str, Any] | None = None) -> list[Demand]:
+    """The pods of ``Observability`` that request anything, read from the values it installs.
+
+    The operator adds a config-reloader sidecar to the Prometheus and Alertmanager pods, with the resources the
+    values pass it. The operator, kube-state-metrics, node exporter and the Redis exporter are left without requests
+    by their values and charts (``tests/charts/``), and the scheduler counts them as nothing too."""
+    values = prometheus_values(spec, resources=prometheus_resources)
+    reloader = values["prometheusOperator"]["prometheusConfigReloader"]["resources"]
+    prometheus = demand("prometheus", values["prometheus"]["prometheusSpec"]["resources"])
+    return [
+        Demand(prometheus.name, prometheus.per_pod + demand("config-reloader", reloader).per_pod, 1),
+        demand("alertmanager", reloader),
+        demand("grafana", values["grafana"]["resources"]),
+        demand("opentelemetry-collector", collector_values(spec)["resources"]),
+    ]
 
 
 def otlp_endpoint() -> str:

@@ -737,11 +737,6 @@ def rollout_strategy(surge: bool) -> dict[str, Any]:
     return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
 
 
-def surge_pods(strategy: dict[str, Any]) -> int:
-    """Pods a rollout runs beyond ``replicas`` (what a node budget must hold besides the replicas)."""
-    return int(strategy.get("rollingUpdate", {}).get("maxSurge", 0))
-
-
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 """Set by the Job controller on each pod of a Job (Kubernetes "Well-Known Labels, Annotations and Taints", 1.27+)."""
 
