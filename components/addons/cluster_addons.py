@@ -15,6 +15,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
+from components.kube.budget import Demand, demand
 from components.kube.helm import release
 from components.kube.labels import GPU_NODE_SELECTOR_KEY, SYSTEM_NODES, efa_node_selector, gpu_node_affinity
 from components.specs import Args
@@ -54,8 +55,58 @@ class ClusterAddonsArgs(Args):
     system_node_selector: dict[str, str] = Field(default_factory=lambda: dict(SYSTEM_NODES))
 
 
+KEDA_RESOURCES: dict[str, Any] = {
+    "operator": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+    "metricServer": {"requests": {"cpu": "100m", "memory": "100Mi"}},
+    "webhooks": {"requests": {"cpu": "100m", "memory": "100Mi"}},
+}
+"""KEDA's three Deployments, one pod each. The metrics API server's and the admission webhooks' are the chart's own
+requests (keda 2.20.2 ``values.yaml`` ``resources``), written out so the render says what the pods request; the chart's
+limits (1 CPU, 1000Mi) stay in force, as Helm merges these values into its own."""
+LWS_RESOURCES: dict[str, Any] = {"requests": {"cpu": "1", "memory": "1Gi"}}
+"""The LeaderWorkerSet controller's one pod: the chart's own requests (lws 0.10.0 ``values.yaml`` ``resources``),
+written out so the render says what it requests."""
+METRICS_SERVER_RESOURCES: dict[str, Any] = {"requests": {"cpu": "100m", "memory": "200Mi"}}
+"""metrics-server's one pod: the chart's own requests (metrics-server 3.13.0 ``values.yaml`` ``resources``), written
+out so the render says what it requests."""
+
+
+_KEDA_DEPLOYMENTS = {
+    "operator": "keda-operator",
+    "metricServer": "keda-operator-metrics-apiserver",
+    "webhooks": "keda-admission-webhooks",
+}
+"""The Deployment each section of ``KEDA_RESOURCES`` sizes (keda 2.20.2 templates)."""
+
+
 def keda_values(on_system: dict[str, Any]) -> dict[str, Any]:
-    return {**on_system, "resources": {"operator": {"requests": {"cpu": "100m", "memory": "128Mi"}}}}
+    return {**on_system, "resources": KEDA_RESOURCES}
+
+
+def lws_values(on_system: dict[str, Any]) -> dict[str, Any]:
+    return {**on_system, "resources": LWS_RESOURCES}
+
+
+def metrics_server_values(on_system: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **on_system,
+        "args": ["--kubelet-preferred-address-types=InternalIP"],
+        "resources": METRICS_SERVER_RESOURCES,
+    }
+
+
+def controllers_demand(*, keda: bool = True, lws: bool = True, metrics_server: bool = True) -> list[Demand]:
+    """The pods of the controllers ``ClusterAddons`` places on the system nodes (its GPU daemons run elsewhere), read
+    from the values it installs."""
+    pods = []
+    if keda:
+        resources = keda_values({})["resources"]
+        pods += [demand(name, resources[part]) for part, name in _KEDA_DEPLOYMENTS.items()]
+    if lws:
+        pods.append(demand("lws-controller", lws_values({})["resources"]))
+    if metrics_server:
+        pods.append(demand("metrics-server", metrics_server_values({})["resources"]))
+    return pods
 
 
 class ClusterAddons(pulumi.ComponentResource):
@@ -74,11 +125,9 @@ class ClusterAddons(pulumi.ComponentResource):
         if args.keda:
             self.releases["keda"] = r("keda", keda_values(on_system))
         if args.lws:
-            self.releases["lws"] = r("lws", on_system)
+            self.releases["lws"] = r("lws", lws_values(on_system))
         if args.metrics_server:
-            self.releases["metrics-server"] = r(
-                "metrics-server", {**on_system, "args": ["--kubelet-preferred-address-types=InternalIP"]}
-            )
+            self.releases["metrics-server"] = r("metrics-server", metrics_server_values(on_system))
         if args.gpu_stack == "none":
             self.register_outputs({})
             return

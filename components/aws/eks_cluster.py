@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -36,6 +37,54 @@ ADDON_CONFIGURATION: dict[str, dict[str, Any]] = {
     # every NetworkPolicy the kit renders is silently ignored.
     "vpc-cni": {"enableNetworkPolicy": "true"},
 }
+
+
+def _containers(*requests: dict[str, str]) -> list[dict[str, Any]]:
+    return [{"resources": {"requests": r}} for r in requests]
+
+
+_EBS_CSI_CONTAINER = {"cpu": "10m", "memory": "40Mi"}
+"""Every container of the EBS CSI driver's pods: the chart's ``controller.resources`` / ``node.resources``, which each
+sidecar takes unless given its own (kubernetes-sigs/aws-ebs-csi-driver v1.53.0, charts/aws-ebs-csi-driver/values.yaml
+and templates/controller.yaml, _node.tpl)."""
+
+
+@dataclass(frozen=True)
+class AddonPods:
+    """Pods a pinned EKS add-on runs, as its manifest requests them: EKS renders them, the kit does not."""
+
+    name: str
+    pod: dict[str, Any]
+    """The containers and init containers, with their resources."""
+    replicas: int | None
+    """``None``: a DaemonSet, one pod on every node."""
+
+
+ADDON_PODS: dict[str, tuple[AddonPods, ...]] = {
+    # The add-ons of ADDON_VERSIONS, per Kubernetes version: recheck them when a pin moves.
+    "1.33": (
+        # vpc-cni v1.20.5 (aws/amazon-vpc-cni-k8s, config/master/aws-k8s-cni.yaml): the aws-node container and its
+        # init container request 25m CPU; the network policy agent (enableNetworkPolicy) requests nothing.
+        AddonPods(
+            "aws-node",
+            {"initContainers": _containers({"cpu": "25m"}), "containers": _containers({"cpu": "25m"}, {})},
+            None,
+        ),
+        # kube-proxy: the EKS add-on's DaemonSet requests 100m CPU, no memory (as upstream's kube-proxy manifests).
+        AddonPods("kube-proxy", {"containers": _containers({"cpu": "100m"})}, None),
+        # eks-pod-identity-agent: `resources: {}` (aws/eks-pod-identity-agent, charts/eks-pod-identity-agent): nothing.
+        # ebs-csi-node: the plugin, the node driver registrar and the liveness probe.
+        AddonPods("ebs-csi-node", {"containers": _containers(*[_EBS_CSI_CONTAINER] * 3)}, None),
+        # ebs-csi-controller: two replicas of the plugin, provisioner, attacher, snapshotter, resizer and liveness
+        # probe (the snapshotter counted: the add-on may render it whenever the snapshot API is served).
+        AddonPods("ebs-csi-controller", {"containers": _containers(*[_EBS_CSI_CONTAINER] * 6)}, 2),
+        # coredns: the add-on's defaults (replicaCount 2; requests 100m CPU, 70Mi; as kubernetes/kubernetes
+        # cluster/addons/dns/coredns/coredns.yaml.base).
+        AddonPods("coredns", {"containers": _containers({"cpu": "100m", "memory": "70Mi"})}, 2),
+    ),
+}
+"""What the pinned EKS add-ons ask of the nodes: the system node group's budget counts their Deployments and, on each
+node, their DaemonSets."""
 EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
 """The controller's service account in kube-system (aws-ebs-csi-driver chart and EKS add-on)."""
 EBS_CSI_POLICY = "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"

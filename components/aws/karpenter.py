@@ -10,6 +10,7 @@ NVMe RAID0, reservations, the AL2023 NVIDIA AMI and the GPU taint (``components.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -20,12 +21,24 @@ from components.aws._karpenter import KarpenterGpuPool, karpenter_node_class, ka
 from components.aws.efa import efa_security_group
 from components.aws.iam import NODE_POLICIES, PodIdentityRole, PodIdentityRoleArgs, assume_role_policy
 from components.catalog.charts import CHARTS
+from components.kube.budget import Demand, demand
 from components.kube.helm import release
 from components.kube.labels import SYSTEM_NODES
 from components.kube.objects import custom_resource
 from components.specs import Args, GpuPoolSpec, StrInput
 
 SERVICE_ACCOUNT = "karpenter"
+CONTROLLER_REPLICAS = 2
+"""The chart's own count (karpenter 1.14.1 ``values.yaml`` ``replicas``), written out so the render says it: one
+leader and a standby, on different system nodes (the chart's pod anti-affinity)."""
+CONTROLLER_RESOURCES: dict[str, Any] = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}
+
+
+def controller_demand() -> Demand:
+    """The controller's pods on the system nodes, as the release below installs them."""
+    return demand("karpenter", CONTROLLER_RESOURCES, CONTROLLER_REPLICAS)
+
+
 # Karpenter's interruption handling listens to these EventBridge events (karpenter.sh docs, "Interruption"; the
 # rules of upstream's v1.14.1 getting-started CloudFormation). The capacity-reservation warning (Karpenter >= 1.10)
 # is how Karpenter learns that the owner of an interruptible ODCR reclaims it, and drains those nodes in time.
@@ -332,8 +345,9 @@ class Karpenter(pulumi.ComponentResource):
                     # they end) behind this gate (karpenter.sh docs, "Utilizing ODCRs and Capacity Blocks").
                     "featureGates": {"reservedCapacity": True},
                 },
+                "replicas": CONTROLLER_REPLICAS,
                 "nodeSelector": dict(SYSTEM_NODES),
-                "controller": {"resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}},
+                "controller": {"resources": CONTROLLER_RESOURCES},
             },
             parent=self,
             provider=args.provider,

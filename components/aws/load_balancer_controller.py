@@ -9,6 +9,7 @@ it is told its region and VPC instead of discovering them.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -16,14 +17,22 @@ from pydantic import Field
 
 from components.aws.iam import PodIdentityRole, PodIdentityRoleArgs
 from components.catalog.charts import CHARTS
+from components.kube.budget import Demand, demand
 from components.kube.helm import release
 from components.kube.labels import SYSTEM_NODES
 from components.specs import Args, StrInput
 
 SERVICE_ACCOUNT = "aws-load-balancer-controller"
+CONTROLLER_REPLICAS = 2
+CONTROLLER_RESOURCES: dict[str, Any] = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}}
 POLICY_FILE = Path(__file__).parent / "policies" / "aws-load-balancer-controller-v2.14.1.json"
 """Upstream's policy, verbatim: kubernetes-sigs/aws-load-balancer-controller v2.14.1, docs/install/iam_policy.json
 (Apache-2.0), the file the EKS user guide ("Install AWS Load Balancer Controller with Helm") downloads."""
+
+
+def controller_demand() -> Demand:
+    """The controller's pods on the system nodes, as the release below installs them."""
+    return demand("aws-load-balancer-controller", CONTROLLER_RESOURCES, CONTROLLER_REPLICAS)
 
 
 class LoadBalancerControllerArgs(Args):
@@ -59,9 +68,9 @@ class LoadBalancerController(pulumi.ComponentResource):
                 "region": args.region,
                 "vpcId": args.vpc_id,
                 "serviceAccount": {"create": True, "name": SERVICE_ACCOUNT},
-                "replicaCount": 2,
+                "replicaCount": CONTROLLER_REPLICAS,
                 "nodeSelector": dict(SYSTEM_NODES),
-                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+                "resources": CONTROLLER_RESOURCES,
             },
             parent=self,
             provider=args.provider,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 from types import MappingProxyType
 
 
@@ -156,6 +157,21 @@ class SystemInstanceSpec:
         and its hard-eviction threshold (100 MiB) (amazon-eks-ami ``nodeadm/internal/kubelet/config.go``). The
         kernel keeps a little more, so a pod sized to the last MiB may still not fit."""
         return self.memory_gib * 1024 - (11 * self.max_pods + 255) - 100
+
+    @property
+    def allocatable_cpu_m(self) -> int:
+        """CPU pods may request, in millicores: the instance's, less the AMI's kubelet reserve of 6 % of the first
+        core, 1 % of the second, 0.5 % of the third and fourth and 0.25 % of the rest (amazon-eks-ami
+        ``nodeadm/internal/kubelet/config.go``, ``getCPUMillicoresToReserve``: ranges 0/1000/2000/4000 m at
+        600/100/50/25 per 10,000). No system reserve and no CPU eviction threshold."""
+        total = self.vcpus * 1000
+        bounds = (0, 1000, 2000, 4000, total)
+        reserved = sum(
+            (min(total, end) - start) * per_10k // 10_000
+            for (start, end), per_10k in zip(pairwise(bounds), (600, 100, 50, 25), strict=True)
+            if total > start
+        )
+        return total - reserved
 
 
 SYSTEM_FAMILIES: Mapping[str, int] = MappingProxyType(

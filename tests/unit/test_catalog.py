@@ -68,3 +68,10 @@ def test_system_pod_limit_and_allocatable_memory_follow_the_eks_ami() -> None:
     # amazon-eks-ami eni-max-pods.txt: m7i.xlarge 58, m7i.4xlarge 234; kubeReserved 11 x 58 + 255 MiB, eviction 100 MiB
     assert (SYSTEM_INSTANCES["m7i.xlarge"].max_pods, SYSTEM_INSTANCES["m7i.4xlarge"].max_pods) == (58, 234)
     assert SYSTEM_INSTANCES["m7i.xlarge"].allocatable_memory_mib == 16 * 1024 - (11 * 58 + 255) - 100
+
+
+def test_a_system_nodes_allocatable_cpu_is_the_eks_amis_kubelet_reserve_off_its_cores() -> None:
+    # 6 % of the first core, 1 % of the second, 0.5 % of the third and fourth, 0.25 % above (amazon-eks-ami nodeadm)
+    sizes = ("m7i.large", "m7i.xlarge", "m7i.4xlarge", "m7i.16xlarge")
+    reserved = [SYSTEM_INSTANCES[t].vcpus * 1000 - SYSTEM_INSTANCES[t].allocatable_cpu_m for t in sizes]
+    assert reserved == [70, 80, 110, 230]
