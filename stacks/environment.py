@@ -329,7 +329,13 @@ def cross_checks(env: Environment, stack: str | None = None) -> list[ConfigIssue
         from stacks.edge_checks import edge_checks
 
         return issues + edge_checks(env)
-    return issues + cloud_checks(env)
+    issues += cloud_checks(env)
+    if issues:
+        return issues
+    # Only a config that is otherwise sound is worth a budget: the budget reads every section.
+    from stacks.cloud_checks import system_pool_budget
+
+    return system_pool_budget(env)
 
 
 def hub_checks(env: Environment, hub: HubSpec | None, stack: str | None = None) -> list[ConfigIssue]:
