@@ -413,3 +413,23 @@ def no_default_admin_credentials(res: Res) -> Iterator[Finding]:
             continue
         if re.search(r"(?i)password$", key) and isinstance(node, str) and node in DEFAULT_PASSWORDS:
             yield (f"{res.label} values {path.lstrip('.')} is a well-known default password: generate one", None)
+
+
+def alerts_reach_a_person(res: Res) -> Iterator[Finding]:
+    """kube-prometheus-stack's Alertmanager has a receiver that sends somewhere.
+
+    The chart's default config routes every alert to its ``null`` receiver: the rules fire and notify no one.
+    """
+    if res.type != HELM_RELEASE or chart_name(res) != "kube-prometheus-stack":
+        return
+    alertmanager = helm_values(res).get("alertmanager") or {}
+    if alertmanager.get("enabled") is False:
+        return  # no Alertmanager here: Prometheus's alertingEndpoints name one elsewhere, or nothing alerts at all
+    receivers = (alertmanager.get("config") or {}).get("receivers") or []
+    sends = [r for r in receivers if any(k.endswith("_configs") and v for k, v in r.items())]
+    if not sends:
+        yield (
+            f"{res.label}: Alertmanager keeps the chart's null receiver, so every alert fires and notifies no one: "
+            "set observability.alerting (pagerdutyRoutingKeySecret, slackWebhookSecret or webhookUrlSecret)",
+            None,
+        )

@@ -473,6 +473,12 @@ RULES: tuple[Rule, ...] = (
         "No chart keeps a default admin password.",
         k8s.no_default_admin_credentials,
     ),
+    _resource(
+        "helm-alerts-reach-a-person",
+        "Alertmanager sends alerts somewhere (a receiver other than the chart's null one).",
+        k8s.alerts_reach_a_person,
+        ADVISORY,
+    ),
     # The stack's outputs (inferstack plan only).
     Rule(
         "stack-no-plain-secret-output",

@@ -265,6 +265,25 @@ CASES: dict[str, tuple[Plan, Plan, str | None]] = {
         [release("kube-prometheus-stack", values={"grafana": {"admin": {"existingSecret": "grafana-admin"}}})],
         None,
     ),
+    "helm-alerts-reach-a-person": (
+        [
+            release("kube-prometheus-stack", values={"grafana": {"admin": {"existingSecret": "grafana-admin"}}}),
+            release("kube-prometheus-stack", values={"alertmanager": {"config": {"receivers": [{"name": "null"}]}}}),
+        ],
+        [
+            release(
+                "kube-prometheus-stack",
+                values={
+                    "alertmanager": {
+                        "config": {"receivers": [{"name": "null"}, {"name": "slack", "slack_configs": [{}]}]}
+                    }
+                },
+            ),
+            release("kube-prometheus-stack", values={"alertmanager": {"enabled": False}}),
+            release("keda"),
+        ],
+        None,
+    ),
     # The stack's outputs
     "stack-no-plain-secret-output": (
         [stack_outputs(cluster_name="inferstack-dev", grafana_admin_password="hunter22")],
