@@ -210,7 +210,7 @@ def no_latest(res: Res) -> Iterator[Finding]:
         if not _DIGEST.search(image) and _tag(image) in (None, "latest"):
             yield (f"{where} runs {image}, which floats with :latest: pin a version and its digest", None)
     if res.type == HELM_RELEASE:
-        for path, node in _walk(helm_values(res)):
+        for path, _, node in walk(helm_values(res)):
             if isinstance(node, Mapping) and node.get("tag") == "latest" and "repository" in node:
                 yield (f"{res.label} values {path}.tag is latest: pin a version", None)
 
@@ -286,14 +286,16 @@ SECRET_ASSIGNMENT = re.compile(
 ``tokens_per_minute`` is not one), the value is a literal (not ``${VAR}``, ``$(VAR)`` or a template)."""
 
 
-def _walk(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
-    yield path, node
+def walk(node: Any, path: str = "", key: str = "") -> Iterator[tuple[str, str, Any]]:
+    """(path, nearest key, node) of ``node`` and of everything under it, maps and lists alike (a list's items keep
+    the key that holds the list)."""
+    yield path, key, node
     if isinstance(node, Mapping):
         for k, v in node.items():
-            yield from _walk(v, f"{path}.{k}")
+            yield from walk(v, f"{path}.{k}", str(k))
     elif isinstance(node, list):
         for i, v in enumerate(node):
-            yield from _walk(v, f"{path}[{i}]")
+            yield from walk(v, f"{path}[{i}]", key)
 
 
 def _decoded(value: str) -> str | None:
@@ -407,7 +409,7 @@ def no_default_admin_credentials(res: Res) -> Iterator[Finding]:
                 None,
             )
     reported = {path for name, path, _, _ in CHART_DEFAULT_CREDENTIALS if name == chart}
-    for path, node in _walk(values):
+    for path, _, node in walk(values):
         key = path.rsplit(".", 1)[-1]
         if path.lstrip(".") in reported:
             continue

@@ -255,22 +255,10 @@ SECRET_REFERENCE = re.compile(r"(?i)[-_](name|arn|id|url|path)$")
 a URL that carries a password is still caught by its value."""
 
 
-def _output_leaves(node: Any, path: str, key: str) -> Iterator[tuple[str, str, Any]]:
-    """(path, nearest key, value) of every leaf of an output, nested dicts and lists included."""
-    if isinstance(node, Mapping):
-        for k, v in node.items():
-            yield from _output_leaves(v, f"{path}.{k}", str(k))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from _output_leaves(v, f"{path}[{i}]", key)
-    else:
-        yield path, key, node
-
-
 def plain_secret_outputs(outputs: Mapping[str, Any]) -> Iterator[Finding]:
     """A stack output named like a secret, or holding a credential, that is not a Pulumi secret."""
     for name, output in outputs.items():
-        for path, key, value in _output_leaves(output, str(name), str(name)):
+        for path, key, value in k8s.walk(output, str(name), str(name)):
             if not isinstance(value, str) or not value.strip() or value == "[secret]" or not known(value):
                 continue
             if k8s.SECRET_NAME.search(key) and not SECRET_REFERENCE.search(key):
