@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from components.catalog.charts import CHARTS, prometheus_selector_labels
 from components.catalog.models import MODELS
@@ -263,21 +263,15 @@ def model_alerts(slo: ModelSlo) -> list[dict[str, Any]]:
             "10m",
         )
     )
-    own = (f'namespace="{slo.namespace}"', OWN_SERIES)
-    if slo.workload_kind == "Deployment":
-        available = selector(KSM_DEPLOYMENT_AVAILABLE, *own, f'deployment="{slo.name}"')
-        desired = selector(KSM_DEPLOYMENT_SPEC, *own, f'deployment="{slo.name}"')
-    else:
-        # The LWS controller runs one leader StatefulSet named after the LeaderWorkerSet, one leader pod per
-        # group; kube-state-metrics does not know LeaderWorkerSets themselves.
-        available = selector(KSM_STATEFULSET_READY, *own, f'statefulset="{slo.name}"')
-        desired = selector(KSM_STATEFULSET_SPEC, *own, f'statefulset="{slo.name}"')
+    # The LWS controller runs one leader StatefulSet named after the LeaderWorkerSet, one leader pod per group;
+    # kube-state-metrics does not know LeaderWorkerSets themselves.
+    kind = "deployment" if slo.workload_kind == "Deployment" else "statefulset"
     alerts.append(
         _alert(
             "InferstackModelUnavailable",
             # "desired > 0" keeps a model that scaled to zero on purpose quiet; 5 m leaves room for a cold start
             # including a GPU node boot.
-            f"({available} == 0) and ({desired} > 0)",
+            _none_ready(slo.namespace, kind, slo.name),
             "critical",
             f"{who}: no ready replica",
             f"The {slo.workload_kind} {who} wants replicas but none is ready: every request to this model "
@@ -287,6 +281,17 @@ def model_alerts(slo: ModelSlo) -> list[dict[str, Any]]:
         )
     )
     return alerts
+
+
+def _none_ready(namespace: str, kind: Literal["deployment", "statefulset"], name: str) -> str:
+    """This cluster's Deployment or StatefulSet ``name`` wants replicas and has none ready (kube-state-metrics)."""
+    available, desired = (
+        (KSM_DEPLOYMENT_AVAILABLE, KSM_DEPLOYMENT_SPEC)
+        if kind == "deployment"
+        else (KSM_STATEFULSET_READY, KSM_STATEFULSET_SPEC)
+    )
+    matchers = (f'namespace="{namespace}"', OWN_SERIES, f'{kind}="{name}"')
+    return f"({selector(available, *matchers)} == 0) and ({selector(desired, *matchers)} > 0)"
 
 
 def new_xid() -> str:
@@ -362,8 +367,6 @@ def gateway_alerts(namespace: str, deployment: str = "gateway") -> list[dict[str
     limits doing their job and 499s clients that left; neither counts.
     """
     own = (f'namespace="{namespace}"', OWN_SERIES)
-    available = selector(KSM_DEPLOYMENT_AVAILABLE, *own, f'deployment="{deployment}"')
-    desired = selector(KSM_DEPLOYMENT_SPEC, *own, f'deployment="{deployment}"')
     total = f"sum(rate({selector(GatewayMetrics.REQUESTS_TOTAL, *own)}[5m]))"
     server_errors = 'status=~"5.."'
     failed = f"sum(rate({selector(GatewayMetrics.REQUESTS_TOTAL, *own, server_errors)}[5m]))"
@@ -371,7 +374,7 @@ def gateway_alerts(namespace: str, deployment: str = "gateway") -> list[dict[str
     return [
         _alert(
             "InferstackGatewayUnavailable",
-            f"({available} == 0) and ({desired} > 0)",
+            _none_ready(namespace, "deployment", deployment),
             "critical",
             f"{who}: no ready gateway replica",
             "Every client request fails: the gateway is the only way in. Its pods' events and logs say why (an image "
