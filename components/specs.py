@@ -649,6 +649,11 @@ class ObservabilitySpec(Spec):
     alerting: AlertingSpec = AlertingSpec()
     """Where alerts go; none set: they fire in Alertmanager and notify no one (the plan says so)."""
 
+    def secret_names(self) -> tuple[str, ...]:
+        """The secret config values this section reads: alert destinations and the remote-write credential."""
+        credential = self.remote_write.credential_secret() if self.remote_write is not None else None
+        return (*self.alerting.secret_names(), *((credential,) if credential else ()))
+
     @model_validator(mode="after")
     def _retention_fits_the_disk(self) -> ObservabilitySpec:
         if self.retention_size_gib is not None and self.retention_size_gib >= self.storage_gib:

@@ -77,9 +77,7 @@ class BaseEnvironment(Spec):
 
     def secret_keys(self) -> tuple[str, ...]:
         """Pulumi secret config values this stack reads (``inferstack plan`` stands in for missing ones)."""
-        target = self.observability.remote_write
-        credential = target.credential_secret() if target is not None else None
-        return (*self.observability.alerting.secret_names(), *((credential,) if credential else ()))
+        return self.observability.secret_names()
 
 
 class CloudEnvironment(BaseEnvironment):

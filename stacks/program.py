@@ -48,7 +48,7 @@ def alert_destinations(spec: AlertingSpec) -> AlertDestinations | None:
         return None
 
     def secret(name: str | None, what: str) -> pulumi.Output[str] | None:
-        return None if name is None else require_secret(name, what, '"Alerting" section')
+        return None if name is None else require_secret(name, what, '"What to watch" section, "Where alerts go"')
 
     return AlertDestinations(
         pagerduty_routing_key=secret(spec.pagerduty_routing_key_secret, "the PagerDuty integration key"),
@@ -62,7 +62,11 @@ def observability_secrets(spec: ObservabilitySpec) -> dict[str, Any]:
     """The ``ObservabilityArgs`` the stack's secret config holds: alert destinations and the remote-write credential."""
     target = spec.remote_write
     name = target.credential_secret() if target is not None else None
-    credential = None if name is None else require_secret(name, "the remote-write credential", '"Metrics" section')
+    credential = (
+        None
+        if name is None
+        else require_secret(name, "the remote-write credential", "config reference, observability.remoteWrite")
+    )
     return {"alerting": alert_destinations(spec.alerting), "remote_write_credential": credential}
 
 

@@ -280,27 +280,26 @@ class Observability(pulumi.ComponentResource):
         )
         self.grafana_admin_password = pulumi.Output.secret(password.result)
         before_release: list[pulumi.Resource] = [admin]
-        target = args.spec.remote_write
-        if target is not None and args.remote_write_credential is not None:
-            credential = pulumi.Output.secret(args.remote_write_credential)
-            data = {"username": target.username, "password": credential} if target.username else {"token": credential}
+
+        def secret(suffix: str, secret_name: str, data: dict[str, Any]) -> None:
+            """A Secret the chart's values reference, in its namespace, written before the chart."""
             before_release.append(
                 k8s.core.v1.Secret(
-                    f"{name}-remote-write",
-                    metadata={"name": REMOTE_WRITE_SECRET, "namespace": namespace},
+                    f"{name}-{suffix}",
+                    metadata={"name": secret_name, "namespace": namespace},
                     string_data=data,
                     opts=pulumi.ResourceOptions(parent=self, provider=provider),
                 )
             )
+
+        target = args.spec.remote_write
+        if target is not None and args.remote_write_credential is not None:
+            credential = pulumi.Output.secret(args.remote_write_credential)
+            data = {"username": target.username, "password": credential} if target.username else {"token": credential}
+            secret("remote-write", REMOTE_WRITE_SECRET, data)
         if args.alerting is not None:
-            before_release.append(
-                k8s.core.v1.Secret(
-                    f"{name}-alert-receivers",
-                    metadata={"name": ALERT_RECEIVERS_SECRET, "namespace": namespace},
-                    string_data={k: pulumi.Output.secret(v) for k, v in args.alerting.secrets().items()},
-                    opts=pulumi.ResourceOptions(parent=self, provider=provider),
-                )
-            )
+            receivers = {k: pulumi.Output.secret(v) for k, v in args.alerting.secrets().items()}
+            secret("alert-receivers", ALERT_RECEIVERS_SECRET, receivers)
         self.stack_release = release(
             "kube-prometheus-stack",
             prometheus_values(

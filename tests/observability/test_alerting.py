@@ -119,7 +119,7 @@ def test_a_stack_sends_alerts_to_its_secret_destinations(tmp_path: Path) -> None
     secret = only(plan.resources, "kubernetes:core/v1:Secret", "observability-alert-receivers")
     assert secret.inputs["metadata"] == {"name": "inferstack-alert-receivers", "namespace": "monitoring"}
     assert secret.inputs["stringData"] == "[secret]"
-    release = next(r for r in plan.of_type("kubernetes:helm.sh/v3:Release") if r.name == "kube-prometheus-stack")
+    release = only(plan.resources, "kubernetes:helm.sh/v3:Release", "kube-prometheus-stack")
     config = release.inputs["values"]["alertmanager"]["config"]
     assert [r["name"] for r in config["receivers"]] == ["null", "pagerduty", "slack"]
     assert config["receivers"][2]["slack_configs"][0]["channel"] == "#inference-alerts"

@@ -87,7 +87,7 @@ def test_a_site_authenticates_to_its_receiver_with_a_secret(tmp_path: Path) -> N
     secret = only(plan.resources, "kubernetes:core/v1:Secret", "observability-remote-write")
     assert secret.inputs["metadata"] == {"name": "inferstack-remote-write", "namespace": "monitoring"}
     assert secret.inputs["stringData"] == "[secret]"
-    release = next(r for r in plan.of_type("kubernetes:helm.sh/v3:Release") if r.name == "kube-prometheus-stack")
+    release = only(plan.resources, "kubernetes:helm.sh/v3:Release", "kube-prometheus-stack")
     (target,) = release.inputs["values"]["prometheus"]["prometheusSpec"]["remoteWrite"]
     assert target["basicAuth"]["password"] == {**SECRET, "key": "password"}
     assert target["tlsConfig"]["ca"]["configMap"]["name"] == "hub-ca"
