@@ -5,6 +5,7 @@ from __future__ import annotations
 from components.aws.system_budget import node_capacity, system_demand
 from components.catalog.instances import SYSTEM_INSTANCES, SystemInstanceSpec
 from components.kube.budget import Demand, biggest, shortfall, total
+from components.kube.requests import Requests
 from stacks.environment import CONFIG_KEY, CloudEnvironment, ConfigIssue
 
 
@@ -23,10 +24,11 @@ def system_pool_budget(env: CloudEnvironment) -> list[ConfigIssue]:
     )
     pool = env.system_pool
     nodes = pool.initial_size
-    short = shortfall(demand, node_capacity(pool.spec, version) * nodes)
+    per_node = node_capacity(pool.spec, version)
+    short = shortfall(demand, per_node * nodes)
     if not short:
         return []
-    need = _nodes_needed(demand, pool.spec, version)
+    need = _nodes_needed(demand, per_node)
     size = f"desiredSize to {need}" if need <= pool.max_size else f"desiredSize and maxSize to {need}"
     larger = next((t for t in _larger(pool.spec) if not shortfall(demand, node_capacity(t, version) * nodes)), None)
     fix = f"raise systemPool.{size}"
@@ -36,7 +38,7 @@ def system_pool_budget(env: CloudEnvironment) -> list[ConfigIssue]:
         ConfigIssue(
             f"{CONFIG_KEY}.systemPool",
             f"system pods requesting {total(demand).show()} on {nodes} {pool.instance_type} nodes offering "
-            f"{(node_capacity(pool.spec, version) * nodes).show()} after EKS's kubelet reserve and each node's "
+            f"{(per_node * nodes).show()} after EKS's kubelet reserve and each node's "
             f"DaemonSets ({', '.join(short)} short); biggest: {biggest(demand)}",
             "every system pod's requests (the gateway at gateway.maxReplicas plus its rollout's surge pod) within "
             "desiredSize nodes of systemPool.instanceType",
@@ -45,8 +47,8 @@ def system_pool_budget(env: CloudEnvironment) -> list[ConfigIssue]:
     ]
 
 
-def _nodes_needed(demand: list[Demand], instance: SystemInstanceSpec, version: str) -> int:
-    asked, node = total(demand), node_capacity(instance, version)
+def _nodes_needed(demand: list[Demand], node: Requests) -> int:
+    asked = total(demand)
     return max(-(-asked.cpu_m // node.cpu_m), -(-asked.memory // node.memory))
 
 
