@@ -400,9 +400,11 @@ def prometheus_rule(
     name: str = "inferstack",
     namespace: str | None = None,
     gateway_namespace: str | None = None,
+    gateway_deployment: str = "gateway",
 ) -> dict[str, Any]:
     """The PrometheusRule manifest: recording rules, one alert set per model, platform alerts, and the gateway's in
-    ``gateway_namespace`` (``None``: no gateway alerts).
+    ``gateway_namespace`` (``None``: no gateway alerts), whose Deployment is ``gateway_deployment`` (the ``Gateway``
+    component's name).
 
     Models are sorted by namespace and name so the manifest does not change when the config lists them
     in another order. Two models with the same namespace and name are an error.
@@ -418,7 +420,10 @@ def prometheus_rule(
         {"name": "inferstack.recording", "rules": recording_rules(ordered)},
         {"name": "inferstack.models", "rules": [rule for slo in ordered for rule in model_alerts(slo)]},
         {"name": "inferstack.platform", "rules": platform_alerts()},
-        {"name": "inferstack.gateway", "rules": gateway_alerts(gateway_namespace) if gateway_namespace else []},
+        {
+            "name": "inferstack.gateway",
+            "rules": gateway_alerts(gateway_namespace, gateway_deployment) if gateway_namespace else [],
+        },
     ]
     return {
         "apiVersion": "monitoring.coreos.com/v1",

@@ -224,6 +224,8 @@ class ObservabilityArgs(Args):
     models: list[ModelSlo] = Field(default_factory=list)
     serving_namespace: str
     gateway_namespace: str
+    gateway_name: str = "gateway"
+    """The ``Gateway`` component's name, which is its Deployment's: the gateway alerts watch that Deployment."""
     gateway_tls: bool = False
     """The gateway serves HTTPS only (``gateway.tlsSecret``): its metrics are scraped over TLS."""
     cache_url: StrInput | None = None
@@ -345,7 +347,15 @@ class Observability(pulumi.ComponentResource):
             self._custom(engine_pod_monitor(engine, args.serving_namespace), after)  # type: ignore[arg-type]
         # The gateway serves /metrics on its API port.
         self._custom(gateway_service_monitor(args.gateway_namespace, port="http", tls=args.gateway_tls), after)
-        self._custom(prometheus_rule(args.models, namespace=namespace, gateway_namespace=args.gateway_namespace), after)
+        self._custom(
+            prometheus_rule(
+                args.models,
+                namespace=namespace,
+                gateway_namespace=args.gateway_namespace,
+                gateway_deployment=args.gateway_name,
+            ),
+            after,
+        )
         for build in DASHBOARDS:
             manifest = dashboard_configmap(build(), namespace)
             k8s.core.v1.ConfigMap(

@@ -71,7 +71,9 @@ def stack(
         )
     observability = Observability(
         "obs",
-        ObservabilityArgs(provider=provider, serving_namespace="ml", gateway_namespace="team-a"),
+        ObservabilityArgs(
+            provider=provider, serving_namespace="ml", gateway_namespace="team-a", gateway_name="team-a-gateway"
+        ),
         opts=after_base,
     )
     ClusterAddons("addons", ClusterAddonsArgs(provider=provider, gpu_stack="gpu-operator"))
@@ -107,3 +109,18 @@ def test_secrets_a_user_exports_stay_secret(stack: dict[str, Any], engine: MockE
     for team, gateway in stack["gateways"].items():
         assert engine.resolve(gateway.burst_api_key) == "[secret]", team
     assert engine.resolve(stack["observability"].grafana_admin_password) == "[secret]"
+
+
+def test_the_gateway_alerts_watch_the_users_gateway_by_its_name(stack: dict[str, Any]) -> None:
+    # GIVEN Observability told which Gateway it watches: "team-a-gateway", whose Deployment carries that name
+    (rule,) = [r for r in stack["resources"] if r.type == "kubernetes:monitoring.coreos.com/v1:PrometheusRule"]
+    (group,) = [g for g in rule.inputs["spec"]["groups"] if g["name"] == "inferstack.gateway"]
+    (deployment,) = [
+        r for r in kubernetes_objects(stack["resources"])
+        if r.type == "kubernetes:apps/v1:Deployment" and r.inputs["metadata"]["namespace"] == "team-a"
+    ]  # fmt: skip
+    # WHEN / THEN the alert that pages on no ready replica reads that Deployment, in its namespace
+    (unavailable,) = [r for r in group["rules"] if r["alert"] == "InferstackGatewayUnavailable"]
+    assert deployment.inputs["metadata"]["name"] == "team-a-gateway"
+    assert 'namespace="team-a",inferstack_site="",deployment="team-a-gateway"}' in unavailable["expr"]
+    assert unavailable["annotations"]["summary"].startswith("team-a/team-a-gateway:")
