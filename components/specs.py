@@ -566,6 +566,31 @@ class RemoteWriteSpec(Spec):
     """With ``username``: the secret config value holding the password."""
     bearer_token_secret: SecretConfigName | None = None
     """Instead of basic auth: the secret config value holding a bearer token (``authorization``)."""
+    forward: Literal["dashboards", "all"] = "dashboards"
+    """What leaves the site: ``dashboards``, the series the kit's dashboards read and the site's alerts (``ALERTS``),
+    so the hub draws every site with the same dashboards and lists what fires where; ``all``, every sample the site's
+    Prometheus stores (node, kubelet and cAdvisor series included: many times the volume, and as many more series
+    on the hub per site)."""
+    extra_metrics: list[str] = Field(default_factory=list, max_length=64)
+    """With ``forward: dashboards``: more metric names to forward, each a name or a regular expression (RE2) that
+    must match the whole name, e.g. ``node_load1`` or ``node_network_.*``."""
+
+    @field_validator("extra_metrics")
+    @classmethod
+    def _metric_patterns(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+                valid = pattern.strip() != "" and "\n" not in pattern
+            except re.error:
+                valid = False
+            if not valid:
+                raise config_error(
+                    f"{pattern!r} is not a metric name or a regular expression",
+                    allowed="metric names or RE2 regular expressions matched against the whole name",
+                    fix="e.g. node_load1 or node_network_.*",
+                )
+        return patterns
 
     @model_validator(mode="after")
     def _credentials_over_tls(self) -> RemoteWriteSpec:
@@ -587,6 +612,12 @@ class RemoteWriteSpec(Spec):
                 allowed="credentials and a CA only with an https:// url, so the credential never crosses the link in "
                 "clear",
                 fix="write the receiver's https:// URL, or remove the credential and caConfigMap",
+            )
+        if self.forward == "all" and self.extra_metrics:
+            raise config_error(
+                "extraMetrics with forward: all",
+                allowed="extraMetrics only with forward: dashboards (forward: all sends every sample already)",
+                fix="remove extraMetrics, or set forward: dashboards",
             )
         return self
 

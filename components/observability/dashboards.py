@@ -604,6 +604,42 @@ def gpu_dashboard() -> dict[str, Any]:
 DASHBOARDS: Final = (serving_dashboard, cache_dashboard, gpu_dashboard)
 """Every dashboard the kit ships, in render order."""
 
+
+def _metric_name(series: str) -> str:
+    return series.partition("{")[0]
+
+
+DASHBOARD_METRICS: Final[tuple[str, ...]] = tuple(
+    sorted(
+        {
+            GatewayMetrics.REQUESTS_TOTAL,
+            f"{GatewayMetrics.TTFT_SECONDS}_bucket",
+            f"{GatewayMetrics.UPSTREAM_TTFT_SECONDS}_bucket",
+            *(
+                _metric_name(series)
+                for m in ENGINE_METRICS.values()
+                for series in (m.ttft_bucket, m.itl_bucket, m.queue, m.running, m.requests_total, m.kv_used)
+                if series is not None
+            ),
+            DCGM_GPU_UTIL,
+            DCGM_FB_USED,
+            DCGM_GPU_TEMP,
+            DCGM_POWER_USAGE,
+            DCGM_XID_ERRORS,
+            KSM_DEPLOYMENT_AVAILABLE,
+            KSM_STATEFULSET_READY,
+            KSM_HPA_DESIRED,
+            REDIS_UP,
+            REDIS_MEMORY_USED,
+            REDIS_COMMANDS_TOTAL,
+            REDIS_CLIENTS,
+        }
+    )
+)
+"""Every metric the dashboards read, and nothing else: what an edge site forwards to its hub by default
+(``observability.remoteWrite.forward: dashboards``), so the hub draws each site with the same dashboards.
+``tests/observability/test_dashboards.py`` parses every panel's and variable's query and holds this list to them."""
+
 GRAFANA_DASHBOARD_LABEL: Final = {"grafana_dashboard": "1"}
 """kube-prometheus-stack's Grafana sidecar loads ConfigMaps with this label (values
 ``grafana.sidecar.dashboards.label`` / ``labelValue``)."""

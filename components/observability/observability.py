@@ -19,7 +19,7 @@ from components.kube.helm import release
 from components.kube.objects import custom_resource
 from components.observability.alerting import ALERT_RECEIVERS_SECRET, AlertDestinations, alertmanager_config
 from components.observability.alerts import ModelSlo, prometheus_rule
-from components.observability.dashboards import DASHBOARDS, dashboard_configmap
+from components.observability.dashboards import DASHBOARD_METRICS, DASHBOARDS, dashboard_configmap
 from components.observability.monitors import (
     engine_pod_monitor,
     gateway_service_monitor,
@@ -32,6 +32,9 @@ OTLP_GRPC_PORT = 4317
 OTLP_HTTP_PORT = 4318
 
 
+FORWARDED_METRICS = (*DASHBOARD_METRICS, "ALERTS")
+"""What a site forwards with ``remoteWrite.forward: dashboards``: the dashboards' series, and ``ALERTS`` (one series
+per pending or firing alert, written by the site's own rule evaluation), so the hub lists what fires at every site."""
 REMOTE_WRITE_SECRET = "inferstack-remote-write"
 """The Secret, in Prometheus's namespace, holding the remote-write credential (``remoteWrite.username`` and the
 password, or the bearer token)."""
@@ -215,6 +218,11 @@ def remote_write(spec: RemoteWriteSpec) -> dict[str, Any]:
         target["authorization"] = {"type": "Bearer", "credentials": {"name": REMOTE_WRITE_SECRET, "key": "token"}}
     if spec.ca_config_map is not None:
         target["tlsConfig"] = {"ca": {"configMap": {"name": spec.ca_config_map, "key": spec.ca_key}}}
+    if spec.forward == "dashboards":
+        # Relabelling runs on each sample as it leaves (Prometheus remote_write write_relabel_configs); the regex
+        # must match the whole name (Prometheus anchors it), so the alternatives are names and the user's patterns.
+        forwarded = [*FORWARDED_METRICS, *spec.extra_metrics]
+        target["writeRelabelConfigs"] = [{"sourceLabels": ["__name__"], "regex": "|".join(forwarded), "action": "keep"}]
     return target
 
 

@@ -155,7 +155,9 @@ def test_metrics_stay_two_days_and_go_to_the_hub(plan_of: PlanOf) -> None:
     values = releases(plan_of("edge"))["kube-prometheus-stack"]
     prometheus = values["prometheus"]["prometheusSpec"]
     assert prometheus["retention"] == "2d" and prometheus["retentionSize"] == "4GiB"
-    assert prometheus["remoteWrite"] == [{"url": "https://prometheus.dc1.example.com/api/v1/write"}]
+    (target,) = prometheus["remoteWrite"]
+    assert target["url"] == "https://prometheus.dc1.example.com/api/v1/write"
+    assert [step["action"] for step in target["writeRelabelConfigs"]] == ["keep"]  # what the hub's dashboards draw
     assert prometheus["externalLabels"] == {"inferstack_site": "edge"}
     assert values["kubeEtcd"] == {"enabled": False}
 

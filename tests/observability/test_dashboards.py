@@ -10,6 +10,7 @@ import kubernetes_validate
 import pytest
 
 from components.observability.dashboards import (
+    DASHBOARD_METRICS,
     DASHBOARDS,
     GatewayMetrics,
     cache_dashboard,
@@ -146,6 +147,43 @@ def test_on_a_hub_each_sites_series_stay_apart_and_named(build: Callable[[], dic
                 if isinstance(agg, promql_parser.AggregateExpr):
                     assert agg.modifier is not None and "inferstack_site" in agg.modifier.labels, target["expr"]
             assert "{{inferstack_site}}" in target["legendFormat"], panel["title"]
+
+
+def _metrics_read(query: str) -> set[str]:
+    """The metric names a panel query or a ``label_values(<selector>, <label>)`` variable query reads: selectors'
+    names, and the alternatives of a ``__name__=~`` matcher. A variable with no selector (a label across every series)
+    reads no metric of its own."""
+    import promql_parser
+
+    if query.startswith("label_values("):
+        inner = query.removeprefix("label_values(").removesuffix(")")
+        query = inner.rpartition(",")[0].strip() if "," in inner else ""
+        if not query or query.isidentifier():  # label_values(<label>): a label, no metric
+            return set()
+    names: set[str] = set()
+    for vs in selectors(promql_parser.parse(query.replace("$", ""))):
+        if vs.name:
+            names.add(vs.name)
+        for m in vs.matchers.matchers:
+            if m.name == "__name__":
+                names.update(m.value.split("|"))
+    return names
+
+
+def test_dashboard_metrics_lists_exactly_what_the_dashboards_read() -> None:
+    pytest.importorskip("promql_parser")
+    # GIVEN every panel and variable query of every dashboard
+    read: set[str] = set()
+    for build in DASHBOARDS:
+        dashboard = build()
+        read.update(name for expr in _exprs(dashboard) for name in _metrics_read(expr))
+        for variable in dashboard["templating"]["list"]:
+            if variable["type"] == "query":
+                read.update(_metrics_read(variable["query"]["query"]))
+    # WHEN / THEN DASHBOARD_METRICS, which an edge site forwards to its hub, is that set: none missing (a hub panel
+    # would stay empty for every site), none extra (samples sent for nothing)
+    assert read and set(DASHBOARD_METRICS) == read
+    assert list(DASHBOARD_METRICS) == sorted(DASHBOARD_METRICS)
 
 
 @pytest.mark.parametrize("build", DASHBOARDS, ids=lambda f: f.__name__)

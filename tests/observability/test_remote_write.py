@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +12,12 @@ import pulumi_kubernetes as k8s
 import pytest
 from pydantic import ValidationError
 
+from components.observability.dashboards import DASHBOARD_METRICS
 from components.observability.observability import ObservabilityArgs, prometheus_values, remote_write
 from components.specs import ObservabilitySpec, RemoteWriteSpec
+from crdcheck import validate
 from helpers import config_errors, only, plan_with
+from inferstack_cli.plan import Plan
 
 URL = "https://prometheus.dc1.example.com/api/v1/write"
 SECRET = {"name": "inferstack-remote-write"}
@@ -21,16 +26,16 @@ SECRET = {"name": "inferstack-remote-write"}
 @pytest.mark.parametrize(
     ("spec", "rendered"),
     [
-        ({"url": URL}, {"url": URL}),
+        ({"url": URL, "forward": "all"}, {"url": URL}),
         (
-            {"url": URL, "username": "site-7", "passwordSecret": "remoteWritePassword"},
+            {"url": URL, "username": "site-7", "passwordSecret": "remoteWritePassword", "forward": "all"},
             {
                 "url": URL,
                 "basicAuth": {"username": {**SECRET, "key": "username"}, "password": {**SECRET, "key": "password"}},
             },
         ),
         (
-            {"url": URL, "bearerTokenSecret": "remoteWriteToken", "caConfigMap": "hub-ca"},
+            {"url": URL, "bearerTokenSecret": "remoteWriteToken", "caConfigMap": "hub-ca", "forward": "all"},
             {
                 "url": URL,
                 "authorization": {"type": "Bearer", "credentials": {**SECRET, "key": "token"}},
@@ -54,6 +59,9 @@ def test_the_credential_and_ca_are_references(spec: dict[str, Any], rendered: di
         ({"url": "http://p/api/v1/write", "bearerTokenSecret": "t"}, "over plain HTTP"),
         ({"url": "http://p/api/v1/write", "caConfigMap": "hub-ca"}, "over plain HTTP"),
         ({"url": URL, "username": "u"}, "both username and passwordSecret"),
+        ({"url": URL, "forward": "all", "extraMetrics": ["node_load1"]}, "extraMetrics with forward: all"),
+        ({"url": URL, "extraMetrics": ["node_(load1"]}, "is not a metric name or a regular expression"),
+        ({"url": URL, "forward": "some"}, "forward"),
         ({"url": URL, "passwordSecret": "p"}, "both username and passwordSecret"),
         (
             {"url": URL, "username": "u", "passwordSecret": "p", "bearerTokenSecret": "t"},
@@ -62,7 +70,8 @@ def test_the_credential_and_ca_are_references(spec: dict[str, Any], rendered: di
     ],
 )
 def test_a_credential_that_would_leak_or_not_authenticate_is_one_line(remote: dict[str, Any], fragment: str) -> None:
-    # GIVEN the edge stack with a remoteWrite that sends a credential in clear, or half of one, or two
+    # GIVEN the edge stack with a remoteWrite that sends a credential in clear, or half of one, or two, or says what
+    # to forward in a way that cannot be
     def edit(env: dict[str, Any]) -> None:
         env["observability"]["remoteWrite"] = remote
 
@@ -109,3 +118,68 @@ def test_the_component_wants_the_credential_its_spec_names() -> None:
     assert prometheus_values(spec)["prometheus"]["prometheusSpec"]["remoteWrite"][0]["authorization"]["type"] == (
         "Bearer"
     )
+
+
+def _forwarded(target: dict[str, Any], name: str) -> bool:
+    """Whether a sample named ``name`` leaves through ``target``, as Prometheus applies its write relabelling: each
+    ``keep`` regex anchored at both ends, against the metric name."""
+    return all(
+        re.fullmatch(f"(?:{step['regex']})", name) is not None
+        for step in target.get("writeRelabelConfigs", [])
+        if step["action"] == "keep" and step["sourceLabels"] == ["__name__"]
+    )
+
+
+def test_a_site_forwards_what_the_hubs_dashboards_draw_and_its_alerts_by_default() -> None:
+    # GIVEN a remoteWrite that says nothing of what to forward
+    target = remote_write(RemoteWriteSpec(url=URL))
+    # WHEN / THEN every series a dashboard reads leaves, and the site's alerts, and so do the user's extra names
+    assert target["writeRelabelConfigs"][0]["action"] == "keep"
+    assert [m for m in (*DASHBOARD_METRICS, "ALERTS") if not _forwarded(target, m)] == []
+    # but not the node, kubelet and cAdvisor series no dashboard draws (most of a site's samples)
+    for name in ("node_cpu_seconds_total", "container_memory_working_set_bytes", "kubelet_running_pods", "up"):
+        assert not _forwarded(target, name), name
+    # a pattern matches whole names only (Prometheus anchors relabel regexes), and names a user adds leave too
+    assert not _forwarded(target, "redis_up_total")
+    extra = remote_write(RemoteWriteSpec(url=URL, extra_metrics=["node_load1", "node_network_.*"]))
+    assert all(_forwarded(extra, n) for n in ("node_load1", "node_network_receive_bytes_total", "redis_up"))
+    assert not _forwarded(extra, "node_load15")
+    # and forward: all sends everything
+    assert _forwarded(remote_write(RemoteWriteSpec(url=URL, forward="all")), "node_cpu_seconds_total")
+
+
+def test_the_bundled_edge_site_forwards_only_what_the_hub_draws(tmp_path: Path) -> None:
+    # GIVEN the bundled edge stack, which forwards to the on-prem hub
+    release = only(plan_with(tmp_path, "edge", lambda env: None).resources, "kubernetes:helm.sh/v3:Release",
+                   "kube-prometheus-stack")  # fmt: skip
+    # WHEN its Prometheus's remote write is read
+    (target,) = release.inputs["values"]["prometheus"]["prometheusSpec"]["remoteWrite"]
+    # THEN it keeps the dashboards' series and the alerts, nothing more
+    assert target["writeRelabelConfigs"] == remote_write(RemoteWriteSpec(url=URL))["writeRelabelConfigs"]
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod", "onprem", "edge"])
+def test_each_bundled_prometheus_spec_is_one_the_operator_accepts(
+    stack: str, plan_of: Callable[[str], Plan], tmp_path: Path
+) -> None:
+    # GIVEN a bundled stack's kube-prometheus-stack values (the edge site's with a credential and a private CA, so
+    # that every remoteWrite field the kit writes is there)
+    def authenticated(env: dict[str, Any]) -> None:
+        env["observability"]["remoteWrite"].update(
+            username="site-7", passwordSecret="remoteWritePassword", caConfigMap="hub-ca", extraMetrics=["node_load1"]
+        )
+
+    plan = plan_with(tmp_path, stack, authenticated) if stack == "edge" else plan_of(stack)
+    release = only(plan.resources, "kubernetes:helm.sh/v3:Release", "kube-prometheus-stack")
+    # WHEN its prometheusSpec becomes the Prometheus resource the chart renders (templates/prometheus/prometheus.yaml
+    # passes each key through by name, except storageSpec, which it writes as the resource's storage)
+    spec = dict(release.inputs["values"]["prometheus"]["prometheusSpec"])
+    spec["storage"] = spec.pop("storageSpec")
+    prometheus = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "Prometheus",
+        "metadata": {"name": "kube-prometheus-stack-prometheus", "namespace": "monitoring"},
+        "spec": spec,
+    }
+    # THEN the upstream CRD (prometheus-operator v0.93.0) accepts it, strictly: a misspelled field would be pruned
+    assert validate(prometheus) == []
