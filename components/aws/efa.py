@@ -10,7 +10,7 @@ device 1 carries an ``efa-only`` interface, and every other EFA-capable card get
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import pulumi
 import pulumi_aws as aws
@@ -49,13 +49,16 @@ def efa_security_group(
     cluster security group has only that): NCCL then fails with "Unresponsive receiver" (awslabs/
     awsome-distributed-ai #546). The ``0.0.0.0/0`` egress keeps the node's ordinary outbound traffic.
     """
-    every = {"protocol": "-1", "from_port": 0, "to_port": 0}
+    every: dict[str, Any] = {"protocol": "-1", "from_port": 0, "to_port": 0}
     return aws.ec2.SecurityGroup(
         name,
         vpc_id=vpc_id,
         description=f"EFA traffic between {pool} nodes",
-        ingress=[{**every, "self": True}],
-        egress=[{**every, "self": True}, {**every, "cidr_blocks": ["0.0.0.0/0"]}],
+        ingress=[aws.ec2.SecurityGroupIngressArgs(**every, self=True)],
+        egress=[
+            aws.ec2.SecurityGroupEgressArgs(**every, self=True),
+            aws.ec2.SecurityGroupEgressArgs(**every, cidr_blocks=["0.0.0.0/0"]),
+        ],
         tags={**tags, "Name": name},
         opts=opts,
     )

@@ -265,7 +265,7 @@ def model_alerts(slo: ModelSlo) -> list[dict[str, Any]]:
     )
     # The LWS controller runs one leader StatefulSet named after the LeaderWorkerSet, one leader pod per group;
     # kube-state-metrics does not know LeaderWorkerSets themselves.
-    kind = "deployment" if slo.workload_kind == "Deployment" else "statefulset"
+    kind: Literal["deployment", "statefulset"] = "deployment" if slo.workload_kind == "Deployment" else "statefulset"
     alerts.append(
         _alert(
             "InferstackModelUnavailable",

@@ -449,7 +449,7 @@ class Gateway:
         message = await receive()  # a body that came with the headers is here at once: no timer on that path
         if message["type"] == "http.disconnect":
             raise ClientGone
-        first = message.get("body", b"")
+        first: bytes = message.get("body", b"")
         if len(first) > limit:
             raise _too_large(limit)
         if not message.get("more_body", False):

@@ -6,6 +6,7 @@ import argparse
 import gc
 import ssl
 import sys
+from typing import Any
 
 from inferstack_gateway.config import ConfigError, load_config
 
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.config}: ok ({models} model{'s' * (models != 1)}, {upstreams} upstream{'s' * (upstreams != 1)})")
         return 0
 
-    tls = {}
+    tls: dict[str, Any] = {}
     if config.server.tls_cert_file is not None and config.server.tls_key_file is not None:
         cert, key = config.server.tls_cert_file, config.server.tls_key_file
         try:  # what uvicorn would load, checked first: a missing or mismatched file is one line, not a traceback
@@ -60,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         port=config.server.port,
         loop="uvloop",
         # uvicorn's httptools protocol: a response head leaves with its first bytes; a request's head has a deadline
-        http=http_protocol(config.server),
+        # uvicorn calls `http` to build each connection's protocol: a factory serves as well as the class it types
+        http=http_protocol(config.server),  # type: ignore[arg-type]
         ws="none",
         lifespan="on",
         access_log=False,  # the gateway writes its own structured access log

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import orjson
 
@@ -301,7 +301,7 @@ def parse_completion(body: dict[str, Any]) -> ParsedRequest:
     )
 
 
-def _token_ids(value: Any) -> bool:
+def _token_ids(value: Any) -> TypeGuard[list[int]]:
     return isinstance(value, list) and bool(value) and all(type(t) is int for t in value)  # bool is not a token id
 
 
