@@ -16,6 +16,7 @@ from pydantic import Field
 
 from components.catalog import images as _images
 from components.kube.budget import Demand, demand
+from components.kube.labels import SYSTEM_NODES
 from components.kube.objects import RESTRICTED_CONTAINER, restricted_pod
 from components.specs import Args, CacheSpec
 
@@ -61,7 +62,7 @@ class RedisCacheArgs(Args):
     monitoring_namespace: str = "monitoring"
     protect: bool = True
     """Keep the data volume's StatefulSet from being deleted by ``pulumi destroy``."""
-    system_node_selector: dict[str, str] = Field(default_factory=lambda: {"inferstack.io/pool": "system"})
+    system_node_selector: dict[str, str] = Field(default_factory=lambda: dict(SYSTEM_NODES))
     """Where Redis runs: the cloud's system pool by default."""
     storage_class: str | None = None
     """The data claim's StorageClass; ``None``: the cluster's default."""

@@ -19,6 +19,7 @@ from pydantic import Field
 
 from components.cache.redis_cache import CacheEndpoint
 from components.kube.budget import Demand, demand, surge_pods
+from components.kube.labels import SYSTEM_NODES
 from components.kube.objects import RESTRICTED_CONTAINER, restricted_pod
 from components.specs import Args, GatewaySpec, ModelDeploySpec, StrInput
 
@@ -226,7 +227,7 @@ class GatewayArgs(Args):
     provider: k8s.Provider
     image: StrInput
     otlp_endpoint: str | None = None
-    system_node_selector: dict[str, str] = Field(default_factory=lambda: {"inferstack.io/pool": "system"})
+    system_node_selector: dict[str, str] = Field(default_factory=lambda: dict(SYSTEM_NODES))
     """Where the gateway runs: the cloud's system pool by default."""
     service_annotations: dict[str, str] | None = None
     """With ``loadBalancer: internal``: what the tier's load balancer reads (MetalLB's pool, ...). ``None``: the

@@ -6,6 +6,7 @@ TTFT burn or a queue build-up shows within one evaluation window.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pulumi
@@ -16,6 +17,7 @@ from pydantic import Field, model_validator
 from components.catalog.charts import CHARTS
 from components.kube.budget import Demand, demand
 from components.kube.helm import release
+from components.kube.labels import SYSTEM_NODES
 from components.kube.objects import custom_resource
 from components.observability.alerting import ALERT_RECEIVERS_SECRET, AlertDestinations, alertmanager_config
 from components.observability.alerts import ModelSlo, prometheus_rule
@@ -27,7 +29,6 @@ from components.observability.monitors import (
 )
 from components.specs import Args, ObservabilitySpec, RemoteWriteSpec, StrInput
 
-SYSTEM_NODES = {"inferstack.io/pool": "system"}
 OTLP_GRPC_PORT = 4317
 OTLP_HTTP_PORT = 4318
 
@@ -60,7 +61,7 @@ count them."""
 
 def prometheus_values(
     spec: ObservabilitySpec,
-    node_selector: dict[str, str] = SYSTEM_NODES,
+    node_selector: Mapping[str, str] = SYSTEM_NODES,
     storage_class: str | None = None,
     namespace: str = "monitoring",
     *,
@@ -137,7 +138,7 @@ def prometheus_values(
     return values
 
 
-def collector_values(spec: ObservabilitySpec, node_selector: dict[str, str] = SYSTEM_NODES) -> dict[str, Any]:
+def collector_values(spec: ObservabilitySpec, node_selector: Mapping[str, str] = SYSTEM_NODES) -> dict[str, Any]:
     """An OTel collector receiving OTLP from vLLM (``--otlp-traces-endpoint``) and the gateway.
 
     Spans become RED metrics through the spanmetrics connector, exported to Prometheus; with
