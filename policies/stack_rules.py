@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from policies.kube_rules import walk
 from policies.model import (
     HELM_RELEASE,
     NodePool,
@@ -178,7 +179,7 @@ def _claims(stack: Stack) -> Iterator[tuple[str, str | None, Res]]:
                 what = f"{pod.label} ephemeral volume {volume.get('name')}"
                 yield what, (template.get("spec") or {}).get("storageClassName"), pod.owner
     for r in stack.by_type[HELM_RELEASE]:
-        for path, node in _walk(helm_values(r)):
+        for path, _, node in walk(helm_values(r)):
             if path.endswith(".volumeClaimTemplate") and isinstance(node, Mapping):
                 yield f"{r.label} values {path.lstrip('.')}", (node.get("spec") or {}).get("storageClassName"), r
             elif path.endswith(".persistence") and isinstance(node, Mapping) and node.get("enabled") is True:
@@ -187,13 +188,6 @@ def _claims(stack: Stack) -> Iterator[tuple[str, str | None, Res]]:
                     node.get("storageClassName") or node.get("storageClass"),
                     r,
                 )
-
-
-def _walk(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
-    yield path, node
-    if isinstance(node, Mapping):
-        for k, v in node.items():
-            yield from _walk(v, f"{path}.{k}")
 
 
 def storage_provisioner(stack: Stack) -> Iterator[Finding]:

@@ -718,3 +718,16 @@ def test_a_kms_key_the_preview_cannot_know_yet_counts_as_set() -> None:
     assert rule(cluster({"keyArn": UNKNOWN})) == []
     # a key that is really absent is still caught, on both paths
     assert crossguard(cluster({})) and rule(cluster({}))
+
+
+def test_a_chart_volume_template_inside_a_list_of_values_is_a_claim_too() -> None:
+    """A chart's claim template can sit in a list (a volume under ``extraVolumes``), not only under a map's key."""
+    from policies.rules import check_plan
+
+    # GIVEN the fixed cloud plan plus a chart whose values carry an ephemeral volume asking for a class nobody makes
+    volume = {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {"storageClassName": "nope"}}}}
+    plan = [*fixed_cloud_plan(), release("scratchy", values={"server": {"extraVolumes": [volume]}})]
+    # WHEN the stack rules run
+    found = [v["message"] for v in check_plan(plan, "cloud") if v["policy"] == "stack-storage-provisioner"]
+    # THEN the claim is found in the list, by its path, and refused
+    assert any("values server.extraVolumes[0].ephemeral.volumeClaimTemplate" in m and "nope" in m for m in found)
