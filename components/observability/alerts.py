@@ -40,6 +40,7 @@ from components.observability.dashboards import (
     MODEL_LABEL,
     OWN_SERIES,
     REDIS_UP,
+    SITE_LABEL,
     Engine,
     GatewayMetrics,
     itl_quantile,
@@ -394,6 +395,38 @@ def gateway_alerts(namespace: str, deployment: str = "gateway") -> list[dict[str
     ]
 
 
+SITE_LAST_SEEN: Final = f"{SITE_LABEL}:last_sample_timestamp_seconds"
+"""Hub recording: per site, the time of the newest heartbeat its Prometheus forwarded."""
+SITE_SILENT_AFTER_S: Final = 600
+"""A site whose heartbeat is this much older than the hub's clock is silent."""
+SITE_REMEMBERED: Final = "1d"
+"""How long a hub remembers a site that fell silent: its alert clears after this (a site taken down for good)."""
+
+
+def site_rules() -> list[dict[str, Any]]:
+    """A hub's only rules that read its sites' series: each site's heartbeat, and an alert when one stops.
+
+    The heartbeat is kube-prometheus-stack's ``Watchdog`` (``defaultRules.rules.general``, on in the chart and never
+    turned off by the kit), which fires for as long as the site's Prometheus evaluates rules; a site forwards its
+    ``ALERTS`` (``remoteWrite.forward: dashboards``). Its absence means the uplink, the site's Prometheus or the site
+    is down. The recorded series is one per site, so remembering a day of them costs little.
+    """
+    heartbeat = f'ALERTS{{alertname="Watchdog",{SITE_LABEL}!=""}}'
+    return [
+        {"record": SITE_LAST_SEEN, "expr": f"max by ({SITE_LABEL}) (timestamp({heartbeat}))"},
+        _alert(
+            "InferstackSiteSilent",
+            f"time() - max_over_time({SITE_LAST_SEEN}[{SITE_REMEMBERED}]) > {SITE_SILENT_AFTER_S}",
+            "warning",
+            f"Site {{{{ $labels.{SITE_LABEL} }}}} has forwarded nothing for {{{{ $value | humanizeDuration }}}}",
+            "The hub has received no sample from this edge site's Prometheus (its Watchdog heartbeat) for over "
+            f"{SITE_SILENT_AFTER_S // 60} minutes: the uplink, the site's Prometheus or the site is down. The site "
+            "keeps answering from its local model and cache, but requests that need the hub fail, and its alerts "
+            f"reach no one here. A site silent for a day ({SITE_REMEMBERED}) is forgotten and the alert clears.",
+        ),
+    ]
+
+
 def prometheus_rule(
     models: Iterable[ModelSlo],
     *,
@@ -401,10 +434,12 @@ def prometheus_rule(
     namespace: str | None = None,
     gateway_namespace: str | None = None,
     gateway_deployment: str = "gateway",
+    receives_sites: bool = False,
 ) -> dict[str, Any]:
     """The PrometheusRule manifest: recording rules, one alert set per model, platform alerts, and the gateway's in
     ``gateway_namespace`` (``None``: no gateway alerts), whose Deployment is ``gateway_deployment`` (the ``Gateway``
-    component's name).
+    component's name). A hub that ``receives_sites`` (``observability.remoteWriteReceiver``) also watches each site's
+    heartbeat (``site_rules``).
 
     Models are sorted by namespace and name so the manifest does not change when the config lists them
     in another order. Two models with the same namespace and name are an error.
@@ -424,6 +459,7 @@ def prometheus_rule(
             "name": "inferstack.gateway",
             "rules": gateway_alerts(gateway_namespace, gateway_deployment) if gateway_namespace else [],
         },
+        *([{"name": "inferstack.sites", "rules": site_rules()}] if receives_sites else []),
     ]
     return {
         "apiVersion": "monitoring.coreos.com/v1",

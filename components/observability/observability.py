@@ -362,6 +362,7 @@ class Observability(pulumi.ComponentResource):
                 namespace=namespace,
                 gateway_namespace=args.gateway_namespace,
                 gateway_deployment=args.gateway_name,
+                receives_sites=args.spec.remote_write_receiver,
             ),
             after,
         )

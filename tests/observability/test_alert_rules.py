@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 
 from components.observability.alerts import FATAL_XIDS, ModelSlo, prometheus_rule
+from components.observability.observability import FORWARDED_METRICS
 from crdcheck import validate
+from inferstack_cli.plan import Plan
 from promql import reads_own_series_only, selectors
 
 
@@ -176,14 +178,55 @@ def test_on_a_hub_every_rule_reads_its_own_series_only(fleet: list[ModelSlo]) ->
     pytest.importorskip("promql_parser")
     # GIVEN a hub whose Prometheus also stores what its edge sites forward, each sample labelled inferstack_site=<site>
     # (their raw series, their recorded series and their ALERTS; a site may serve a model of the same name)
-    rule = prometheus_rule(fleet, gateway_namespace="gateway")
-    # WHEN each rule is parsed
+    rule = prometheus_rule(fleet, gateway_namespace="gateway", receives_sites=True)
+    # WHEN each rule is parsed (but the sites' heartbeat, whose subject is the sites: below)
     for group in rule["spec"]["groups"]:
+        if group["name"] == "inferstack.sites":
+            continue
         for r in group["rules"]:
             # THEN every series it reads is the cluster's own: no site's model is measured against the hub's target or
             # merged into its percentile, a site's redis_up does not hide the hub's missing exporter from absent(), and
             # no series a site already sends is recorded again
             assert reads_own_series_only(r["expr"]) == [], r.get("alert") or r.get("record")
+
+
+def test_a_hub_warns_when_a_site_stops_forwarding_and_forgets_it_after_a_day(fleet: list[ModelSlo]) -> None:
+    promql_parser = pytest.importorskip("promql_parser")
+    # GIVEN a hub that receives its sites' samples, and a cluster that does not
+    hub, alone = prometheus_rule(fleet, receives_sites=True), prometheus_rule(fleet)
+    # WHEN their site rules are read
+    assert "inferstack.sites" not in {g["name"] for g in alone["spec"]["groups"]}
+    record, alert = _rules(hub, "inferstack.sites")
+    # THEN the hub records, per site, when the site's Watchdog heartbeat (its ALERTS, which every site forwards) last
+    # arrived, reading the sites' series only and never its own (the hub's own Watchdog says nothing of a site)
+    assert record["record"] == "inferstack_site:last_sample_timestamp_seconds"
+    recorded = promql_parser.parse(record["expr"])
+    assert recorded.modifier is not None and list(recorded.modifier.labels) == ["inferstack_site"]
+    (heartbeat,) = selectors(recorded)
+    matchers = {(m.name, str(m.op), m.value) for m in heartbeat.matchers.matchers}
+    assert heartbeat.name == "ALERTS" and ("alertname", "MatchOp.Equal", "Watchdog") in matchers
+    assert ("inferstack_site", "MatchOp.NotEqual", "") in matchers
+    assert "ALERTS" in FORWARDED_METRICS
+    # and warns when the newest heartbeat is over 10 minutes old, remembering a silent site for one day
+    assert alert["alert"] == "InferstackSiteSilent" and alert["labels"]["severity"] == "warning"
+    assert alert["expr"] == "time() - max_over_time(inferstack_site:last_sample_timestamp_seconds[1d]) > 600"
+    assert "{{ $labels.inferstack_site }}" in alert["annotations"]["summary"]
+    # and the manifest is one the operator accepts
+    assert validate(hub) == []
+
+
+@pytest.mark.parametrize(("stack", "watches_sites"), [("onprem", True), ("prod", False), ("edge", False)])
+def test_the_bundled_hub_watches_its_sites(stack: str, watches_sites: bool, plan_of: Callable[[str], Plan]) -> None:
+    # GIVEN a bundled stack: onprem receives the edge site's samples (observability.remoteWriteReceiver)
+    plan = plan_of(stack)
+    (rule,) = [r for r in plan.resources if r.type == "kubernetes:monitoring.coreos.com/v1:PrometheusRule"]
+    # WHEN / THEN only the hub watches sites' heartbeats
+    groups = {g["name"] for g in rule.inputs["spec"]["groups"]}
+    assert ("inferstack.sites" in groups) is watches_sites
+    # and no stack turns off the chart's Watchdog, every site's heartbeat (defaultRules.rules.general, on by default)
+    (release,) = [r for r in plan.resources if r.name == "kube-prometheus-stack"]
+    rules = release.inputs["values"].get("defaultRules", {})
+    assert rules.get("create", True) and rules.get("rules", {}).get("general", True)
 
 
 def test_the_gateway_pages_when_no_replica_is_ready_or_its_answers_fail() -> None:
