@@ -1,4 +1,5 @@
-"""The hub's site rules evaluated by Prometheus itself (``promtool test rules``), on made-up series over time.
+"""The kit's rules read by Prometheus itself: every bundled stack's loads (``promtool check rules``), and the hub's
+site rules evaluated over time on made-up series (``promtool test rules``).
 
 promtool ships with Prometheus, not on PyPI: these tests run where it is on PATH (Debian: ``apt install
 prometheus``) and are skipped elsewhere. The rules' text is checked without it in ``test_alert_rules.py``.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import pytest
 import yaml
 
 from components.observability.alerts import site_rules
+from inferstack_cli.plan import Plan
 
 pytestmark = [
     pytest.mark.promtool,
@@ -68,4 +71,18 @@ def test_a_site_that_stops_forwarding_is_reported_after_10_minutes_and_forgotten
     result = subprocess.run(
         ["promtool", "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True, check=False
     )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod", "onprem", "edge"])
+def test_every_bundled_rule_is_one_prometheus_loads(stack: str, plan_of: Callable[[str], Plan], tmp_path: Path) -> None:
+    # GIVEN a bundled stack's PrometheusRule (the hub's site rules included on onprem)
+    (rule,) = [r for r in plan_of(stack).resources if r.type == "kubernetes:monitoring.coreos.com/v1:PrometheusRule"]
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rule.inputs["spec"]["groups"]}))
+    # WHEN / THEN Prometheus's own parser loads every group. (Its lint is off: it calls one alert name with the same
+    # static labels a duplicate, which is what one SLO alert per model is; each reads its own model's series.)
+    result = subprocess.run(
+        ["promtool", "check", "rules", "--lint=none", "rules.yaml"],
+        cwd=tmp_path, capture_output=True, text=True, check=False,
+    )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
