@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.observability.alerts import site_rules
+from components.observability.alerts import gateway_alerts, site_rules
 from inferstack_cli.plan import Plan
 
 pytestmark = [
@@ -86,3 +86,83 @@ def test_every_bundled_rule_is_one_prometheus_loads(stack: str, plan_of: Callabl
         cwd=tmp_path, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _promtool_test(tmp_path: Path, groups: list[dict[str, Any]], tests: list[dict[str, Any]]) -> None:
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+    document = {"rule_files": ["rules.yaml"], "evaluation_interval": "30s", "tests": tests}
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    result = subprocess.run(
+        ["promtool", "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _requests(status: str, per_minute: int) -> dict[str, str]:
+    """The gateway's request counter for one status, growing by ``per_minute`` (30 minutes of it)."""
+    labels = f'namespace="gateway",route="chat",status="{status}",cache="miss",model="chat",upstream_kind="local"'
+    return {"series": f"inferstack_gateway_requests_total{{{labels}}}", "values": f"0+{per_minute}x30"}
+
+
+def _fires(name: str, at: str, summary: str | None) -> dict[str, Any]:
+    """An alert check: ``summary`` is the rendered summary of the alert expected to fire, ``None`` for none."""
+    (rule,) = [r for r in gateway_alerts("gateway") if r["alert"] == name]
+    annotations = {"summary": summary, "description": rule["annotations"]["description"]}
+    expected = [] if summary is None else [{"exp_labels": {"severity": "critical"}, "exp_annotations": annotations}]
+    return {"eval_time": at, "alertname": name, "exp_alerts": expected}
+
+
+@pytest.mark.parametrize(
+    ("traffic", "fires"),
+    [
+        # 1 answer in 11 fails (9.091 %), at 0.18 req/s
+        ({"200": 10, "503": 1}, "gateway/gateway: 9.091% of answers are server errors"),
+        ({"200": 10, "429": 5, "499": 5}, None),  # a key's limits and clients that left are not the gateway failing
+        ({"503": 1, "200": 2}, None),  # a third fails, but at 0.05 req/s: too little traffic to judge
+        ({"200": 100, "500": 4}, None),  # under 5 %
+    ],
+    ids=["failing", "limits-and-disconnects", "too-little-traffic", "under-five-percent"],
+)
+def test_the_gateway_error_alert_judges_its_5xx_share_over_enough_traffic(
+    traffic: dict[str, int], fires: str | None, tmp_path: Path
+) -> None:
+    # GIVEN the gateway's alerts, and its answers by status, per minute, for 30 minutes
+    groups = [{"name": "inferstack.gateway", "rules": gateway_alerts("gateway")}]
+    series = [_requests(status, n) for status, n in traffic.items()]
+    # WHEN Prometheus evaluates them THEN the 5xx alert fires, held 5 minutes, exactly when a share over 5 % of
+    # enough traffic fails
+    checks = [_fires("InferstackGatewayErrors", "20m", fires), _fires("InferstackGatewayErrors", "3m", None)]
+    _promtool_test(tmp_path, groups, [{"interval": "1m", "input_series": series, "alert_rule_test": checks}])
+
+
+def test_the_gateway_pages_after_2_minutes_with_no_ready_replica_unless_scaled_to_none(tmp_path: Path) -> None:
+    # GIVEN the gateway's Deployment in "gateway" wanting 2 replicas with none available from minute 10, and one in
+    # "idle" scaled to none on purpose
+    def deployment(namespace: str, available: str, wanted: str) -> list[dict[str, str]]:
+        labels = f'namespace="{namespace}",deployment="gateway"'
+        return [
+            {"series": f"kube_deployment_status_replicas_available{{{labels}}}", "values": available},
+            {"series": f"kube_deployment_spec_replicas{{{labels}}}", "values": wanted},
+        ]
+
+    series = [*deployment("gateway", "2x9 0x20", "2x30"), *deployment("idle", "0x30", "0x30")]
+    groups = [
+        {"name": f"inferstack.gateway.{ns}", "rules": [gateway_alerts(ns)[0]]} for ns in ("gateway", "idle")
+    ]  # fmt: skip
+    # WHEN Prometheus evaluates them THEN "gateway" pages from minute 12 on, and "idle" never
+    checks = [
+        {"eval_time": at, "alertname": "InferstackGatewayUnavailable", "exp_alerts": expected}
+        for at, expected in (
+            ("11m", []),
+            (
+                "13m",
+                [
+                    {
+                        "exp_labels": {"severity": "critical", "namespace": "gateway", "deployment": "gateway"},
+                        "exp_annotations": gateway_alerts("gateway")[0]["annotations"],
+                    }
+                ],
+            ),
+        )
+    ]
+    _promtool_test(tmp_path, groups, [{"interval": "1m", "input_series": series, "alert_rule_test": checks}])
