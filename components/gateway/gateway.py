@@ -15,7 +15,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 import yaml
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from components.cache.redis_cache import CacheEndpoint
 from components.kube.budget import Demand, demand, surge_pods
@@ -245,6 +245,19 @@ class GatewayArgs(Args):
     """Hub side: generate the key other stacks burst with (``spec.burst_tenant``); its SHA-256 joins the keys file
     and the plaintext is only ``burst_api_key`` (a secret)."""
 
+    @model_validator(mode="after")
+    def _an_upstream_per_model(self) -> GatewayArgs:
+        from components.catalog.models import MODELS
+
+        missing = [m.name for m in self.models if not MODELS[m.model].is_embedding and m.name not in self.upstream_urls]
+        if missing:
+            raise ValueError(
+                f"upstream_urls: no URL for {', '.join(repr(n) for n in missing)} (models[].name); got "
+                f"{', '.join(repr(k) for k in self.upstream_urls) or 'none'}. Map each chat model's name to its "
+                "server's OpenAI base URL, e.g. pulumi.Output.concat(server.endpoint, '/v1')"
+            )
+        return self
+
 
 class Gateway(pulumi.ComponentResource):
     service_name: str
@@ -272,6 +285,10 @@ class Gateway(pulumi.ComponentResource):
             urls["$embeddings"] = args.embedder.url
         if args.hub is not None:
             urls[HUB] = args.hub.url
+        # Refuse a config the gateway would refuse (a route to a model it does not serve, ...) now: an error inside the
+        # apply below would surface only at `pulumi up`. A URL that is an Output is not known yet: a stand-in takes its
+        # place (https for the hub, whose private CA only an https:// upstream may name).
+        render({key: url if isinstance(url, str) else _validation_url(key) for key, url in urls.items()})
         config_text = pulumi.Output.all(**urls).apply(render)
         config_map = k8s.core.v1.ConfigMap(
             f"{name}-config",
@@ -512,6 +529,11 @@ class Gateway(pulumi.ComponentResource):
             scheme, port = ("https", TLS_PORT) if aws else ("https" if tls else "http", spec.load_balancer_port)
             self.burst_url = pulumi.Output.all(lb.status, self.url).apply(lambda a: _lb_url(a[0], a[1], scheme, port))
         self.register_outputs({"url": self.url, "burst_url": self.burst_url})
+
+
+def _validation_url(upstream: str) -> str:
+    """What stands in for an upstream's URL that is not known yet when the config is validated."""
+    return f"{'https' if upstream == HUB else 'http'}://validation.invalid/v1"
 
 
 def _lb_url(status: Any, fallback: str, scheme: str, port: int) -> str:

@@ -1,0 +1,60 @@
+"""A user's own Gateway: a mistake in what it is given is refused when it is built, naming what to fix."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from components.cache.redis_cache import RedisCache, RedisCacheArgs
+from components.gateway.gateway import Gateway, GatewayArgs
+from components.kube.existing_cluster import ExistingCluster
+from components.specs import GatewaySpec, ModelDeploySpec, RouteSpec
+from inferstack_cli.plan import MockEngine
+from inferstack_gateway.config import ConfigError
+
+LLAMA = ModelDeploySpec(name="llama-8b", model="meta-llama/Llama-3.1-8B-Instruct", engine="vllm", pool="h100")
+
+
+@pytest.fixture
+def gateway_args(cluster: ExistingCluster) -> Callable[..., GatewayArgs]:
+    """``GatewayArgs`` of a gateway in ``gw`` in front of ``llama-8b``, with ``overrides``."""
+    cache = RedisCache("cache", RedisCacheArgs(namespace="cache", provider=cluster.k8s_provider, client_namespace="gw"))
+
+    def make(**overrides: Any) -> GatewayArgs:
+        fields: dict[str, Any] = {
+            "spec": GatewaySpec(),
+            "models": [LLAMA],
+            "upstream_urls": {"llama-8b": "http://llama-8b.ml.svc:8000/v1"},
+            "cache": cache.endpoint,
+            "namespace": "gw",
+            "provider": cluster.k8s_provider,
+            "image": "registry.example/gateway:1",
+        }
+        return GatewayArgs(**{**fields, **overrides})
+
+    return make
+
+
+def test_a_model_without_an_upstream_url_is_refused_by_name(gateway_args: Callable[..., GatewayArgs]) -> None:
+    # GIVEN a model the gateway serves, and its URL forgotten (it was a TypeError, or a KeyError, raised inside the
+    # config's apply at `pulumi up`)
+    # WHEN the arguments are built THEN the field, the model and the fix are named
+    with pytest.raises(ValidationError) as caught:
+        gateway_args(upstream_urls={"llama-70b": "http://llama-70b.ml.svc:8000/v1"})
+    (error,) = caught.value.errors()
+    assert "upstream_urls: no URL for 'llama-8b' (models[].name); got 'llama-70b'" in error["msg"]
+    assert "pulumi.Output.concat(server.endpoint, '/v1')" in error["msg"]
+
+
+def test_a_config_the_gateway_would_refuse_fails_when_the_component_is_built(
+    engine: MockEngine, gateway_args: Callable[..., GatewayArgs]
+) -> None:
+    # GIVEN a route whose complex prompts go to a model the gateway does not serve
+    spec = GatewaySpec(routes=(RouteSpec(alias="chat", small="llama-8b", large="llama-70b"),))
+    # WHEN the Gateway is built THEN the gateway's own schema refuses it there, not inside an apply at `pulumi up`
+    with pytest.raises(ConfigError, match=re.escape("models.chat.complexity.0.tier: 'llama-70b' is not defined")):
+        Gateway("gateway", gateway_args(spec=spec))
