@@ -231,8 +231,13 @@ class ObservabilityArgs(Args):
     spec: ObservabilitySpec = ObservabilitySpec()
     provider: k8s.Provider
     models: list[ModelSlo] = Field(default_factory=list)
+    """The served models' SLOs (``model_slos``): their alerts, and where their engines and gateways are scraped."""
     serving_namespace: str
+    """Where the models' pods run. Every ``models[].namespace`` is scraped too: one Observability per cluster watches
+    models in several namespaces."""
     gateway_namespace: str
+    """Where the gateway runs: its metrics are scraped and its alerts read there. Every ``models[].gateway_namespace``
+    is scraped too (a second gateway in its own namespace)."""
     gateway_name: str = "gateway"
     """The ``Gateway`` component's name, which is its Deployment's: the gateway alerts watch that Deployment."""
     gateway_tls: bool = False
@@ -352,10 +357,15 @@ class Observability(pulumi.ComponentResource):
 
         # vLLM and Triton always (their monitors predate the llama.cpp engine); llama.cpp where a model runs on it.
         engines = ["vllm", "triton", *(["llamacpp"] if any(m.engine == "llamacpp" for m in args.models) else [])]
-        for engine in engines:
-            self._custom(engine_pod_monitor(engine, args.serving_namespace), after)  # type: ignore[arg-type]
-        # The gateway serves /metrics on its API port.
-        self._custom(gateway_service_monitor(args.gateway_namespace, port="http", tls=args.gateway_tls), after)
+        # A monitor selects pods in its own namespace only: one per namespace a model or a gateway runs in, or the
+        # models elsewhere had alert rules over series nobody scraped, which never fire.
+        for serving in sorted({args.serving_namespace, *(m.namespace for m in args.models)}):
+            for engine in engines:
+                self._custom(engine_pod_monitor(engine, serving), after)  # type: ignore[arg-type]
+        gateways = {args.gateway_namespace, *(m.gateway_namespace for m in args.models if m.gateway_namespace)}
+        for gateway in sorted(gateways):
+            # The gateway serves /metrics on its API port.
+            self._custom(gateway_service_monitor(gateway, port="http", tls=args.gateway_tls), after)
         self._custom(
             prometheus_rule(
                 args.models,

@@ -1,0 +1,45 @@
+"""One Observability in a user's own cluster, watching models and gateways in more than one namespace."""
+
+from __future__ import annotations
+
+from components.kube.existing_cluster import ExistingCluster
+from components.observability.alerts import ModelSlo
+from components.observability.observability import Observability, ObservabilityArgs
+from inferstack_cli.plan import MockEngine
+
+
+def slo(namespace: str, gateway_namespace: str) -> ModelSlo:
+    return ModelSlo(
+        name="llama-8b",
+        engine="vllm",
+        ttft_p99_ms=100,
+        itl_p99_ms=20,
+        namespace=namespace,
+        gateway_namespace=gateway_namespace,
+    )
+
+
+def test_every_namespace_a_model_or_gateway_runs_in_is_scraped_once(
+    engine: MockEngine, cluster: ExistingCluster
+) -> None:
+    # GIVEN a team's model and gateway in team-a-ml/team-a-gw, another team's in team-b-ml/team-b-gw
+    Observability(
+        "obs",
+        ObservabilityArgs(
+            provider=cluster.k8s_provider,
+            models=[slo("team-a-ml", "team-a-gw"), slo("team-b-ml", "team-b-gw")],
+            serving_namespace="team-a-ml",
+            gateway_namespace="team-a-gw",
+        ),
+    )
+    monitors = [
+        (r.inputs["kind"], r.inputs["metadata"]["namespace"], r.inputs["metadata"]["name"])
+        for r in engine.settle()
+        if r.inputs.get("kind") in ("PodMonitor", "ServiceMonitor")
+    ]
+    # THEN both teams' engines and gateways are scraped (team-b's alert rules read series that exist), each once
+    assert sorted(monitors) == [
+        ("PodMonitor", ns, f"inferstack-{engine_name}")
+        for ns in ("team-a-ml", "team-b-ml")
+        for engine_name in ("triton", "vllm")
+    ] + [("ServiceMonitor", ns, "inferstack-gateway") for ns in ("team-a-gw", "team-b-gw")]
