@@ -113,8 +113,11 @@ class InferenceServerArgs(Args):
     one. Only where a node autoscaler adds the GPU that pod asks for (``rollout_strategy``)."""
     fabric: Fabric = "efa"
     """How multi-node groups talk: EFA (cloud), RDMA over InfiniBand (on-prem) or plain TCP."""
-    gateway_namespace: str = "inferstack-gateway"
+    gateway_namespace: str | tuple[str, ...] = "inferstack-gateway"
+    """Where the Gateway in front of this model runs: the model's NetworkPolicy admits the gateway's pods from there
+    only. A model behind several gateways (one per team, each in its own namespace) lists every one."""
     monitoring_namespace: str = "monitoring"
+    """Where Prometheus runs: the only namespace admitted to the metrics port besides the gateways."""
     otlp_traces_endpoint: str | None = None
     prometheus_url: str | None = None
     """Where KEDA reads the queue depth; ``None`` leaves the model at its fixed ``replicas``."""
@@ -713,11 +716,10 @@ def network_policy(args: InferenceServerArgs) -> dict[str, Any]:
     def ns(name: str) -> dict[str, Any]:
         return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
 
+    gateways = (args.gateway_namespace,) if isinstance(args.gateway_namespace, str) else args.gateway_namespace
+    gateway_pods = {"podSelector": {"matchLabels": {APP_LABEL: "inferstack-gateway"}}}
     ingress = [
-        {
-            "from": [{**ns(args.gateway_namespace), "podSelector": {"matchLabels": {APP_LABEL: "inferstack-gateway"}}}],
-            "ports": serving,
-        },
+        {"from": [{**ns(gateway), **gateway_pods} for gateway in gateways], "ports": serving},
         {"from": [ns(args.monitoring_namespace)], "ports": metrics},
     ]
     # Ranks of a multi-node group talk to each other (Ray, NCCL bootstrap) on any port.

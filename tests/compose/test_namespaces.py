@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from components.cache.redis_cache import RedisCacheArgs
 from components.kube.existing_cluster import ExistingCluster
-from components.serving.inference_server import InferenceServerArgs
+from components.serving.inference_server import InferenceServer, InferenceServerArgs
 from inferstack_cli.plan import MockEngine
 
 
@@ -33,3 +33,21 @@ def test_an_output_namespace_is_refused_by_name_not_deep_inside_the_cache(
     with pytest.raises(ValidationError) as caught:
         RedisCacheArgs(namespace=pulumi.Output.from_input("cache"), provider=cluster.k8s_provider)
     assert [e["loc"] for e in caught.value.errors()] == [("namespace",)]
+
+
+def test_a_model_behind_two_gateways_admits_both_gateways_pods(
+    engine: MockEngine, serve: Callable[..., InferenceServer]
+) -> None:
+    # GIVEN one model that team-a's and team-b's gateways (each in its own namespace) both send requests to
+    serve("llama-8b", gateway_namespace=("team-a", "team-b"))
+    (policy,) = [r.inputs["spec"] for r in engine.settle() if r.type == "kubernetes:networking.k8s.io/v1:NetworkPolicy"]
+    # THEN its NetworkPolicy admits the gateway pods of both namespaces to the serving port (it took one namespace:
+    # the other gateway's requests were dropped)
+    serving = policy["ingress"][0]
+    assert [peer["namespaceSelector"]["matchLabels"] for peer in serving["from"]] == [
+        {"kubernetes.io/metadata.name": "team-a"},
+        {"kubernetes.io/metadata.name": "team-b"},
+    ]
+    assert {peer["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for peer in serving["from"]} == {
+        "inferstack-gateway"
+    }

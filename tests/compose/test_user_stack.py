@@ -47,12 +47,14 @@ def stack(
     provider = cluster.k8s_provider
     base = ServingBase("serving", ServingBaseArgs(provider=provider, tier="onprem"))
     after_base = pulumi.ResourceOptions(depends_on=[base])
-    servers = {name: serve(name, after_base) for name in MODELS}
+    teams = ("team-a", "team-b")
+    # Both teams' gateways send requests to every model: each model admits both.
+    servers = {name: serve(name, after_base, gateway_namespace=teams) for name in MODELS}
     models = [
         ModelDeploySpec(name=n, model="meta-llama/Llama-3.1-8B-Instruct", engine="vllm", pool="h100") for n in MODELS
     ]
     gateways = {}
-    for team in ("team-a", "team-b"):
+    for team in teams:
         cache = RedisCache(
             f"{team}-cache", RedisCacheArgs(namespace=f"{team}-cache", provider=provider, client_namespace=team)
         )
