@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from components.autoscaling.keda import scaled_object
 from components.catalog import images as _images
@@ -137,6 +137,18 @@ class InferenceServerArgs(Args):
     gpu_runtime_class: str | None = None
     """``runtimeClassName`` of GPU pods, e.g. k3s's ``nvidia`` (its containerd's default runtime is runc, so
     NVML finds no GPU without it: NVIDIA/k8s-device-plugin#406, k3s-io/k3s#4070). ``None``: the default runtime."""
+
+    @model_validator(mode="after")
+    def _the_pool_the_model_names(self) -> InferenceServerArgs:
+        # The server is placed and sized on pool, while its pods' inferstack.io/pool label, model_slos (the workload
+        # its alerts read) and the edge node budget go by spec.pool: two names put the model on one pool's servers
+        # and everything else looking at the other's.
+        if self.spec.pool != self.pool.name:
+            raise ValueError(
+                f"pool: {self.pool.name!r} is not the pool spec.pool names ({self.spec.pool!r}); pass the pool named "
+                "spec.pool, or set spec.pool to the pool's name"
+            )
+        return self
 
 
 def labels(spec: ModelDeploySpec) -> dict[str, str]:

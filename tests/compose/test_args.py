@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pulumi
 import pytest
 from pydantic import ValidationError
 
 from components.kube.existing_cluster import ExistingClusterArgs
+from components.serving.inference_server import InferenceServerArgs
+from components.specs import ModelDeploySpec
 
 
 def test_an_unset_kubeconfig_is_refused_not_replaced_by_the_ambient_one() -> None:
@@ -38,3 +42,14 @@ def test_misspelled_argument_is_refused_by_name() -> None:
         ExistingClusterArgs(kubeconfig="apiVersion: v1", contxt="dc1")
     assert caught.value.errors()[0]["loc"] == ("contxt",)
     assert caught.value.errors()[0]["type"] == "extra_forbidden"
+
+
+def test_a_pool_other_than_the_one_the_model_names_is_refused(server_args: Callable[..., InferenceServerArgs]) -> None:
+    # GIVEN a model whose spec names pool h200, given the h100 pool's spec
+    # WHEN the server's arguments are built THEN both names and the fix are given (the pods were placed on h100 and
+    # labelled h200)
+    spec = ModelDeploySpec(name="llama-8b", model="meta-llama/Llama-3.1-8B-Instruct", engine="vllm", pool="h200")
+    with pytest.raises(ValidationError) as caught:
+        InferenceServerArgs(**{**dict(server_args("llama-8b")), "spec": spec})
+    (error,) = caught.value.errors()
+    assert "pool: 'h100' is not the pool spec.pool names ('h200')" in error["msg"]
