@@ -161,5 +161,6 @@ class ElastiCacheValkey(pulumi.ComponentResource):
             username="gateway",
             exporter_secret_name=exporter_secret,
             exporter_username="exporter",
+            client_namespaces=(args.gateway_namespace,),
         )
         self.register_outputs({"host": self.endpoint.host})

@@ -41,6 +41,9 @@ class CacheEndpoint:
     exporter_secret_name: str | None = None
     """The Redis exporter's own Secret (in the monitoring namespace); ``None``: it shares ``secret_name``."""
     exporter_username: str | None = None
+    client_namespaces: tuple[str, ...] | None = None
+    """The namespaces a gateway can use the cache from: its password Secret is there and the cache admits their
+    clients. ``None``: not known (an endpoint built by hand for a cache the kit does not own)."""
 
     def url(self) -> pulumi.Output[str]:
         scheme = "rediss" if self.tls else "redis"
@@ -200,5 +203,12 @@ class RedisCache(pulumi.ComponentResource):
             opts=k8s_opts,
         )
         host = pulumi.Output.concat(service.id.apply(lambda _: name), ".", args.namespace, ".svc.cluster.local")
-        self.endpoint = CacheEndpoint(host=host, port=REDIS_PORT, tls=False, secret_name=secret_name)
+        self.endpoint = CacheEndpoint(
+            host=host,
+            port=REDIS_PORT,
+            tls=False,
+            secret_name=secret_name,
+            # The NetworkPolicy admits client_namespace only, and only where the Secret is written can a pod read it.
+            client_namespaces=(args.client_namespace,) if args.client_namespace in {args.namespace, *readers} else (),
+        )
         self.register_outputs({"host": host})

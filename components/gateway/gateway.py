@@ -246,6 +246,17 @@ class GatewayArgs(Args):
     and the plaintext is only ``burst_api_key`` (a secret)."""
 
     @model_validator(mode="after")
+    def _where_the_cache_admits_it(self) -> GatewayArgs:
+        admitted = self.cache.client_namespaces
+        if admitted is not None and self.namespace not in admitted:
+            raise ValueError(
+                f"namespace: {self.namespace!r} is not where the cache admits its gateway and writes its password "
+                f"Secret ({', '.join(repr(n) for n in admitted) or 'nowhere'}); give the cache this namespace "
+                "(RedisCacheArgs.client_namespace, ElastiCacheValkeyArgs.gateway_namespace), or run the Gateway there"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _an_upstream_per_model(self) -> GatewayArgs:
         from components.catalog.models import MODELS
 

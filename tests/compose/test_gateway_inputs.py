@@ -58,3 +58,19 @@ def test_a_config_the_gateway_would_refuse_fails_when_the_component_is_built(
     # WHEN the Gateway is built THEN the gateway's own schema refuses it there, not inside an apply at `pulumi up`
     with pytest.raises(ConfigError, match=re.escape("models.chat.complexity.0.tier: 'llama-70b' is not defined")):
         Gateway("gateway", gateway_args(spec=spec))
+
+
+def test_a_gateway_outside_the_namespace_its_cache_admits_is_refused(
+    gateway_args: Callable[..., GatewayArgs],
+) -> None:
+    # GIVEN the cache made for a gateway in `gw` WHEN a gateway in `team-b` is given it THEN both namespaces and the
+    # fix are named (its pod waited for a password Secret that was never written there, behind a NetworkPolicy that
+    # did not admit it)
+    with pytest.raises(ValidationError) as caught:
+        gateway_args(namespace="team-b")
+    (error,) = caught.value.errors()
+    assert (
+        "namespace: 'team-b' is not where the cache admits its gateway and writes its password Secret ('gw')"
+        in (error["msg"])
+    )
+    assert "RedisCacheArgs.client_namespace" in error["msg"]
