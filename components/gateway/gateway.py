@@ -75,7 +75,13 @@ def gateway_demand(spec: GatewaySpec) -> Demand:
 def embedder_for(model_id: str, url: StrInput) -> Embedder | None:
     """The semantic cache's embedder for a catalog model served at ``url`` (``/v1``); ``None`` for a chat model."""
     from components.catalog.models import MODELS
+    from components.specs import did_you_mean
 
+    if model_id not in MODELS:
+        raise ValueError(
+            f"model_id: {model_id!r} is not in the model catalog{did_you_mean(model_id, list(MODELS))}; use a catalog "
+            "model id (components/catalog/models.py), as ModelDeploySpec.model is"
+        )
     spec = MODELS[model_id]
     if spec.embedding_dimensions is None:
         return None

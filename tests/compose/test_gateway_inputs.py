@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from components.cache.redis_cache import RedisCache, RedisCacheArgs
-from components.gateway.gateway import Gateway, GatewayArgs
+from components.gateway.gateway import Gateway, GatewayArgs, embedder_for
 from components.kube.existing_cluster import ExistingCluster
 from components.specs import GatewaySpec, ModelDeploySpec, RouteSpec
 from inferstack_cli.plan import MockEngine
@@ -74,3 +74,9 @@ def test_a_gateway_outside_the_namespace_its_cache_admits_is_refused(
         in (error["msg"])
     )
     assert "RedisCacheArgs.client_namespace" in error["msg"]
+
+
+def test_an_embedder_for_a_model_outside_the_catalog_is_refused_by_name() -> None:
+    # (it was a KeyError from the catalog lookup)
+    with pytest.raises(ValueError, match=re.escape("model_id: 'BAAI/bge-small' is not in the model catalog")):
+        embedder_for("BAAI/bge-small", "http://embeddings.ml.svc:8080/v1")
