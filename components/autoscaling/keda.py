@@ -116,6 +116,7 @@ def scaled_object(
     behavior: ScalingBehavior | None = None,
     server_address: str | None = None,
     wake_aliases: Sequence[str] = (),
+    gateway_namespaces: Sequence[str] = (),
 ) -> dict[str, Any]:
     """A KEDA ScaledObject that sizes one model on its queue depth.
 
@@ -132,6 +133,9 @@ def scaled_object(
     ``wake_aliases``: the gateway's route aliases that may send requests to this model. The gateway counts a request
     under the alias the client asked for (``model`` label), so a request for a route alias (``chat``) that routes to
     this model would never show under its own name: the wake trigger reads the model's name and these aliases.
+
+    ``gateway_namespaces``: where the gateways in front of this model run; the wake trigger counts their requests
+    only, so a same-named model behind another team's gateway does not wake this one. Empty: every gateway's.
 
     ``target_kind="LeaderWorkerSet"`` scales whole leader+worker groups (``target_name`` defaults to the
     model name).
@@ -192,6 +196,15 @@ def scaled_object(
         # first requests get a clear 503 from the gateway until a replica is ready (a cold start).
         for alias in wake_aliases:
             check_name("wake_aliases[]", alias)
+        for gateway in gateway_namespaces:
+            check_name("gateway_namespaces[]", gateway)
+        # The gateway's series carry its own namespace (its ServiceMonitor's target).
+        gateways = sorted(set(gateway_namespaces))
+        gateway_matcher = ""
+        if gateways:
+            gateway_matcher = (
+                f'namespace="{gateways[0]}"' if len(gateways) == 1 else f'namespace=~"{"|".join(gateways)}"'
+            )
         names = sorted({model, *wake_aliases})
         # Either route of an alias wakes the model: a request the alias sends to its other model wakes this one too
         # (a cold start that was not needed), where matching the model's own name alone never woke it at all.
@@ -201,6 +214,7 @@ def scaled_object(
             g.MODEL_REQUESTS_TOTAL,
             f'{g.MODEL_LABEL}="{model}"' if len(names) == 1 else f'{g.MODEL_LABEL}=~"{"|".join(names)}"',
             OWN_SERIES,
+            gateway_matcher,
         )
         triggers.append(
             {

@@ -716,7 +716,13 @@ def autoscaler(args: InferenceServerArgs, placement: Placement, workload_kind: s
         target_name=spec.name,
         server_address=args.prometheus_url,
         wake_aliases=args.gateway_aliases,
+        gateway_namespaces=gateway_namespaces(args),
     )
+
+
+def gateway_namespaces(args: InferenceServerArgs) -> tuple[str, ...]:
+    """Where the gateways in front of the model run (``gateway_namespace``, one or several)."""
+    return (args.gateway_namespace,) if isinstance(args.gateway_namespace, str) else args.gateway_namespace
 
 
 def network_policy(args: InferenceServerArgs) -> dict[str, Any]:
@@ -728,10 +734,9 @@ def network_policy(args: InferenceServerArgs) -> dict[str, Any]:
     def ns(name: str) -> dict[str, Any]:
         return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
 
-    gateways = (args.gateway_namespace,) if isinstance(args.gateway_namespace, str) else args.gateway_namespace
     gateway_pods = {"podSelector": {"matchLabels": {APP_LABEL: "inferstack-gateway"}}}
     ingress = [
-        {"from": [{**ns(gateway), **gateway_pods} for gateway in gateways], "ports": serving},
+        {"from": [{**ns(gateway), **gateway_pods} for gateway in gateway_namespaces(args)], "ports": serving},
         {"from": [ns(args.monitoring_namespace)], "ports": metrics},
     ]
     # Ranks of a multi-node group talk to each other (Ray, NCCL bootstrap) on any port.

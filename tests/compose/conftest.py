@@ -52,7 +52,8 @@ def cluster(engine: MockEngine) -> Iterator[ExistingCluster]:
 @pytest.fixture
 def serve(cluster: ExistingCluster) -> Callable[..., InferenceServer]:
     def make(name: str, opts: pulumi.ResourceOptions | None = None, **overrides: Any) -> InferenceServer:
-        return InferenceServer(name, _server_args(model(name), cluster.k8s_provider, **overrides), opts)
+        spec = overrides.pop("spec", None) or model(name)
+        return InferenceServer(name, _server_args(spec, cluster.k8s_provider, **overrides), opts)
 
     return make
 

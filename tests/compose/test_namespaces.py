@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from components.cache.redis_cache import RedisCacheArgs
 from components.kube.existing_cluster import ExistingCluster
 from components.serving.inference_server import InferenceServer, InferenceServerArgs
+from components.specs import AutoscalingSpec, ModelDeploySpec
 from inferstack_cli.plan import MockEngine
 
 
@@ -51,3 +52,30 @@ def test_a_model_behind_two_gateways_admits_both_gateways_pods(
     assert {peer["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for peer in serving["from"]} == {
         "inferstack-gateway"
     }
+
+
+def test_a_scaled_to_zero_model_wakes_on_its_own_gateways_requests_only(
+    engine: MockEngine, serve: Callable[..., InferenceServer]
+) -> None:
+    # GIVEN team-a's llama-8b, scaled to zero behind team-a's gateway, and team-b's same-named model behind its own
+    for team in ("team-a", "team-b"):
+        spec = ModelDeploySpec(
+            name="llama-8b",
+            model="meta-llama/Llama-3.1-8B-Instruct",
+            engine="vllm",
+            pool="h100",
+            replicas=0,
+            autoscaling=AutoscalingSpec(scale_to_zero=True),
+        )
+        serve(f"{team}-llama", spec=spec, namespace=f"{team}-ml", gateway_namespace=team)
+    wake = {
+        r.inputs["metadata"]["namespace"]: next(
+            t["metadata"]["query"] for t in r.inputs["spec"]["triggers"] if t["name"] == "gateway-requests"
+        )
+        for r in engine.settle()
+        if r.type == "kubernetes:keda.sh/v1alpha1:ScaledObject"
+    }
+    # THEN each wakes on requests its own team's gateway counted (it read every gateway's: a request to team-b's
+    # llama-8b woke team-a's too, a GPU cold start for nothing)
+    assert 'namespace="team-a"' in wake["team-a-ml"] and "team-b" not in wake["team-a-ml"]
+    assert 'namespace="team-b"' in wake["team-b-ml"] and "team-a" not in wake["team-b-ml"]

@@ -244,7 +244,7 @@ def test_a_scale_to_zero_model_behind_a_route_alias_wakes_on_that_alias(tmp_path
     (wake,) = [t for t in scaler["spec"]["triggers"] if t["name"] == "gateway-requests"]
     # THEN the gateway's requests for "chat" wake it, not only requests that name llama-70b itself
     assert (
-        'inferstack_gateway_model_requests_total{model=~"chat|llama-70b",inferstack_site=""}'
+        'inferstack_gateway_model_requests_total{model=~"chat|llama-70b",inferstack_site="",namespace="inferstack-gateway"}'
         in wake["metadata"]["query"]
     )
 
