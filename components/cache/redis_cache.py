@@ -211,4 +211,4 @@ class RedisCache(pulumi.ComponentResource):
             # The NetworkPolicy admits client_namespace only, and only where the Secret is written can a pod read it.
             client_namespaces=(args.client_namespace,) if args.client_namespace in {args.namespace, *readers} else (),
         )
-        self.register_outputs({"host": host})
+        self.register_outputs({"host": host, "port": REDIS_PORT, "secret_name": secret_name})

@@ -545,7 +545,14 @@ class Gateway(pulumi.ComponentResource):
             aws = args.service_annotations is None
             scheme, port = ("https", TLS_PORT) if aws else ("https" if tls else "http", spec.load_balancer_port)
             self.burst_url = pulumi.Output.all(lb.status, self.url).apply(lambda a: _lb_url(a[0], a[1], scheme, port))
-        self.register_outputs({"url": self.url, "burst_url": self.burst_url})
+        self.register_outputs(
+            {
+                "service_name": self.service_name,
+                "url": self.url,
+                "burst_url": self.burst_url,
+                **({"burst_api_key": self.burst_api_key} if self.burst_api_key is not None else {}),
+            }
+        )
 
 
 def _validation_url(upstream: str) -> str:

@@ -383,7 +383,13 @@ class Observability(pulumi.ComponentResource):
             )
         self.prometheus_url = f"http://{CHARTS['kube-prometheus-stack'].name}-prometheus.{namespace}.svc:9090"
         self.otlp_endpoint = otlp_endpoint()
-        self.register_outputs({})
+        self.register_outputs(
+            {
+                "prometheus_url": self.prometheus_url,
+                "otlp_endpoint": self.otlp_endpoint,
+                "grafana_admin_password": self.grafana_admin_password,
+            }
+        )
 
     def _custom(self, manifest: dict[str, Any], opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource:
         meta = manifest["metadata"]

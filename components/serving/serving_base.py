@@ -121,4 +121,15 @@ class ServingBase(pulumi.ComponentResource):
         self.service_account = MODEL_LOADER_SERVICE_ACCOUNT
         self.build_service_account = ENGINE_BUILDER_SERVICE_ACCOUNT
         self.namespaces = namespaces
-        self.register_outputs({})
+        self.register_outputs(
+            {
+                "serving_namespace": self.serving_namespace,
+                "gateway_namespace": self.gateway_namespace,
+                "cache_namespace": self.cache_namespace,
+                "monitoring_namespace": self.monitoring_namespace,
+                "priority_class": self.priority_class,
+                "group_priority_class": self.group_priority_class,
+                "service_account": self.service_account,
+                "build_service_account": self.build_service_account,
+            }
+        )

@@ -56,4 +56,4 @@ class S3CompatibleStore(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider),
         )
         self.loader_env = loader_env(args.spec, args.secret_name)
-        self.register_outputs({})
+        self.register_outputs({"secret_name": args.secret_name})

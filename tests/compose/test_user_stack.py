@@ -39,6 +39,20 @@ def providers(engine: MockEngine) -> dict[str, str]:
 
 
 @pytest.fixture
+def registered_outputs(engine: MockEngine) -> dict[str, set[str]]:
+    """Component type → the names of the outputs it registered (``register_outputs``), as the state records them."""
+    seen: dict[str, set[str]] = {}
+    register = engine.monitor.RegisterResourceOutputs
+
+    def record(request: Any) -> Any:
+        seen[request.urn.rsplit("::", 2)[1].rsplit("$", 1)[-1]] = set(request.outputs.fields)
+        return register(request)
+
+    engine.monitor.RegisterResourceOutputs = record  # type: ignore[method-assign]
+    return seen
+
+
+@pytest.fixture
 def stack(
     providers: dict[str, str], engine: MockEngine, cluster: ExistingCluster, serve: Callable[..., InferenceServer]
 ) -> dict[str, Any]:
@@ -126,3 +140,26 @@ def test_the_gateway_alerts_watch_the_users_gateway_by_its_name(stack: dict[str,
     assert deployment.inputs["metadata"]["name"] == "team-a-gateway"
     assert 'namespace="team-a",inferstack_site="",deployment="team-a-gateway"}' in unavailable["expr"]
     assert unavailable["annotations"]["summary"].startswith("team-a/team-a-gateway:")
+
+
+def test_what_a_user_wires_between_components_is_a_registered_output(
+    registered_outputs: dict[str, set[str]], stack: dict[str, Any]
+) -> None:
+    # THEN the URLs, Secret names and namespaces the README says each component hands on are in its state, where
+    # `pulumi stack export` shows them (ServingBase and Observability registered none, RedisCache only its host)
+    assert registered_outputs["inferstack:serving_base:ServingBase"] >= {
+        "serving_namespace",
+        "gateway_namespace",
+        "cache_namespace",
+        "monitoring_namespace",
+        "priority_class",
+        "service_account",
+    }
+    assert registered_outputs["inferstack:inference_server:InferenceServer"] == {"service_name", "endpoint"}
+    assert registered_outputs["inferstack:redis_cache:RedisCache"] == {"host", "port", "secret_name"}
+    assert registered_outputs["inferstack:gateway:Gateway"] == {"service_name", "url", "burst_url", "burst_api_key"}
+    assert registered_outputs["inferstack:observability:Observability"] == {
+        "prometheus_url",
+        "otlp_endpoint",
+        "grafana_admin_password",
+    }
