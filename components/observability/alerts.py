@@ -93,6 +93,13 @@ class ModelSlo:
     def __post_init__(self) -> None:
         for field in ("name", "namespace", "gateway_namespace"):
             value = getattr(self, field)
+            if value is not None and not isinstance(value, str):
+                # A pulumi.Output (a Namespace resource's metadata.name) is known only at deploy time; the rules need
+                # the name now (as InferenceServerArgs.namespace does).
+                raise ValueError(
+                    f"ModelSlo.{field}: expected a name (str), got {type(value).__name__}; pass the name itself, and "
+                    "order the Namespace first with depends_on"
+                )
             if value is not None and not _DNS_LABEL.match(value):
                 raise ValueError(
                     f"ModelSlo.{field}: {value!r} is not a DNS-1123 label; use lowercase letters, digits and '-'"
@@ -102,7 +109,10 @@ class ModelSlo:
         if self.workload_kind not in ("Deployment", "LeaderWorkerSet"):
             raise ValueError(f"ModelSlo.workload_kind: {self.workload_kind!r}; allowed: Deployment, LeaderWorkerSet")
         for field in ("ttft_p99_ms", "itl_p99_ms", "queue_alert_per_replica"):
-            if not getattr(self, field) > 0:
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"ModelSlo.{field}: expected a number, got {type(value).__name__} {value!r}")
+            if not value > 0:
                 raise ValueError(f"ModelSlo.{field}: {getattr(self, field)!r} must be > 0")
 
     @property

@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from components.kube.existing_cluster import ExistingClusterArgs
+from components.observability.alerts import ModelSlo
 from components.serving.inference_server import InferenceServerArgs
 from components.specs import ModelDeploySpec
 
@@ -53,3 +54,9 @@ def test_a_pool_other_than_the_one_the_model_names_is_refused(server_args: Calla
         InferenceServerArgs(**{**dict(server_args("llama-8b")), "spec": spec})
     (error,) = caught.value.errors()
     assert "pool: 'h100' is not the pool spec.pool names ('h200')" in error["msg"]
+
+
+def test_an_slo_target_that_is_not_a_number_is_refused_by_name() -> None:
+    # (a target read from config as a string was a TypeError: '>' not supported between 'str' and 'int')
+    with pytest.raises(ValueError, match=r"ModelSlo\.ttft_p99_ms: expected a number, got str '100'"):
+        ModelSlo(name="llama-8b", engine="vllm", ttft_p99_ms="100", itl_p99_ms=20, namespace="ml")  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from components.cache.redis_cache import RedisCacheArgs
 from components.kube.existing_cluster import ExistingCluster
+from components.observability.alerts import ModelSlo
 from components.serving.inference_server import InferenceServer, InferenceServerArgs
 from components.specs import AutoscalingSpec, ModelDeploySpec
 from inferstack_cli.plan import MockEngine
@@ -79,3 +80,12 @@ def test_a_scaled_to_zero_model_wakes_on_its_own_gateways_requests_only(
     # llama-8b woke team-a's too, a GPU cold start for nothing)
     assert 'namespace="team-a"' in wake["team-a-ml"] and "team-b" not in wake["team-a-ml"]
     assert 'namespace="team-b"' in wake["team-b-ml"] and "team-a" not in wake["team-b-ml"]
+
+
+def test_an_output_namespace_is_refused_by_name_not_deep_inside_the_alert_rules(engine: MockEngine) -> None:
+    # GIVEN the SLOs of a user's models, their namespace the Output of a Namespace resource's name
+    # WHEN they are built THEN the field and the fix are named (it was a TypeError from the name check's regex)
+    with pytest.raises(ValueError, match=r"ModelSlo\.namespace: expected a name \(str\), got Output"):
+        ModelSlo(
+            name="llama-8b", engine="vllm", ttft_p99_ms=100, itl_p99_ms=20, namespace=pulumi.Output.from_input("ml")
+        )
