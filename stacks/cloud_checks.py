@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from components.aws.system_budget import node_capacity, system_demand
 from components.catalog.instances import SYSTEM_INSTANCES, SystemInstanceSpec
-from components.kube.budget import Demand, biggest, shortfall, total
-from components.kube.requests import Requests
+from components.kube.budget import biggest, nodes_needed, shortfall, total
 from stacks.environment import CONFIG_KEY, CloudEnvironment, ConfigIssue
 
 
@@ -28,7 +27,7 @@ def system_pool_budget(env: CloudEnvironment) -> list[ConfigIssue]:
     short = shortfall(demand, per_node * nodes)
     if not short:
         return []
-    need = _nodes_needed(demand, per_node)
+    need = nodes_needed(demand, per_node)
     size = f"desiredSize to {need}" if need <= pool.max_size else f"desiredSize and maxSize to {need}"
     larger = next((t for t in _larger(pool.spec) if not shortfall(demand, node_capacity(t, version) * nodes)), None)
     fix = f"raise systemPool.{size}"
@@ -45,11 +44,6 @@ def system_pool_budget(env: CloudEnvironment) -> list[ConfigIssue]:
             fix + ", or lower gateway.maxReplicas",
         )
     ]
-
-
-def _nodes_needed(demand: list[Demand], node: Requests) -> int:
-    asked = total(demand)
-    return max(-(-asked.cpu_m // node.cpu_m), -(-asked.memory // node.memory))
 
 
 def _larger(instance: SystemInstanceSpec) -> list[SystemInstanceSpec]:

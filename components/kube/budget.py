@@ -57,6 +57,12 @@ def shortfall(demand: list[Demand], capacity: Requests) -> list[str]:
     return short
 
 
+def nodes_needed(demand: list[Demand], node: Requests) -> int:
+    """How many nodes of ``node``'s capacity hold ``demand`` as one pool (CPU and memory; ``node`` offers both)."""
+    asked = total(demand)
+    return max(-(-asked.cpu_m // node.cpu_m), -(-asked.memory // node.memory))
+
+
 def biggest(demand: list[Demand], n: int = 3) -> str:
     """The ``n`` largest consumers, by their share of CPU and memory requested."""
     asked = total(demand)
