@@ -152,3 +152,43 @@ def explain(release: str, chart: ChartDefaults, paths: list[str]) -> str:
         "in the component that builds these "
         "values (compare tests/charts/), or, if the chart moved it, vendor the new values.yaml with the pin bump."
     )
+
+
+SUBCHART_SWITCHES: Mapping[str, str] = {"node-feature-discovery": "nfd"}
+"""The parent's section whose ``enabled`` installs a subchart, where it is not the subchart's own: the GPU and Network
+Operators' NFD (``condition: nfd.enabled`` in their ``Chart.yaml`` at the pinned tags)."""
+
+
+def default_requests(values: Mapping[str, Any], path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """Paths of ``resources`` blocks whose chart default requests something, in sections that are not disabled
+    (``enabled: false``; NFD's sections say ``enable: false``)."""
+    if values.get("enabled") is False or values.get("enable") is False:
+        return
+    for key, value in values.items():
+        if not isinstance(value, Mapping):
+            continue
+        if key == "resources" and value.get("requests"):
+            yield (*path, key)
+        elif key == "resources":
+            yield from ((*path, key, k) for k, v in value.items() if isinstance(v, Mapping) and v.get("requests"))
+        else:
+            yield from default_requests(value, (*path, key))
+
+
+def unstated_requests(values: Mapping[str, Any], chart: ChartDefaults) -> list[str]:
+    """The ``resources`` blocks whose chart default requests something and that ``values`` leaves unsaid, in the chart
+    and in each subchart it installs: a node budget that reads the values would miss those pods' requests."""
+    paths = [*default_requests(chart.values)]
+    for section, sub in chart.subcharts.items():
+        switch = SUBCHART_SWITCHES.get(section, section)
+        installed = (values.get(switch) or {}).get("enabled", (chart.values.get(switch) or {}).get("enabled"))
+        if installed is not False:
+            paths += default_requests(sub, (section,))
+    unstated = []
+    for path in paths:
+        node: Any = values
+        for key in path:
+            node = node.get(key, {}) if isinstance(node, Mapping) else {}
+        if not node.get("requests"):
+            unstated.append(".".join(path))
+    return unstated

@@ -75,6 +75,18 @@ def refused_by_plan(tmp_path: Path, stack: str, edit: Callable[[dict[str, Any]],
     return line
 
 
+def releases_placed_on(plan: Plan, selector: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The planned Helm releases whose values put a pod on the nodes ``selector`` picks: name -> values."""
+
+    def placed(values: Any) -> bool:
+        if isinstance(values, dict):
+            return values.get("nodeSelector") == selector or any(placed(v) for v in values.values())
+        return isinstance(values, list) and any(placed(v) for v in values)
+
+    releases = plan.of_type("kubernetes:helm.sh/v3:Release")
+    return {r.name: r.inputs["values"] for r in releases if placed(r.inputs.get("values") or {})}
+
+
 def config_errors(edit: Callable[[dict[str, Any]], None], stack: str = "prod") -> list[str]:
     """Edit a bundled stack's environment; return the ConfigError lines, each checked for the common shape."""
     import copy

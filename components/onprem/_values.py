@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from components.catalog.charts import prometheus_selector_labels
+from components.kube.budget import Demand, demand
 
 MIG_STRATEGIES = ("none", "single", "mixed")
 """GPU Operator ``mig.strategy`` values: how MIG slices are advertised (``nvidia.com/gpu`` vs
@@ -28,8 +29,37 @@ def _placed(system: Mapping[str, str] | None, *sections: str) -> dict[str, Any]:
     return {section: {"nodeSelector": dict(system)} for section in sections} if system else {}
 
 
+def _pods(system: Mapping[str, str] | None, resources: Mapping[str, Any], placed: tuple[str, ...]) -> dict[str, Any]:
+    """Chart sections, each with its pods' ``resources``; those ``placed`` run on the cluster's system nodes."""
+    on = {"nodeSelector": dict(system)} if system else {}
+    return {section: {**(on if section in placed else {}), "resources": r} for section, r in resources.items()}
+
+
 NFD_CLUSTER_PODS = ("master", "gc")
 """NFD's cluster-wide pods (its ``worker`` DaemonSet labels every node, so it is never placed)."""
+NFD_RESOURCES: Mapping[str, dict[str, Any]] = {
+    "master": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+    "gc": {"requests": {"cpu": "10m", "memory": "128Mi"}},
+    "worker": {"requests": {"cpu": "5m", "memory": "64Mi"}},
+}
+"""Node Feature Discovery's pods: the master and the garbage collector, one pod each, and the worker's on every node.
+The requests of both NFD subcharts (``master``/``gc``/``worker.resources`` of node-feature-discovery 0.19.0 under the
+GPU Operator, and of the Network Operator's own 0.2.1), written out so the render says what the pods request; the
+charts' limits (4Gi, 1Gi, 512Mi) stay in force, as Helm merges these values into its own."""
+GPU_OPERATOR_RESOURCES: dict[str, Any] = {"requests": {"cpu": "200m", "memory": "100Mi"}}
+"""The GPU Operator's own Deployment, one pod: the chart's requests (gpu-operator v26.7.0 ``values.yaml``
+``operator.resources``), written out so the render says what it requests (its limits, 500m and 350Mi, stay). The
+operands (driver, toolkit, device plugin, validators) are DaemonSets on the GPU nodes."""
+NETWORK_OPERATOR_RESOURCES: dict[str, Any] = {"requests": {"cpu": "5m", "memory": "64Mi"}}
+"""The Network Operator's own Deployment, one pod: the chart's requests (network-operator 26.4.1 ``values.yaml``
+``operator.resources``), written out so the render says what it requests (its limits, 500m and 128Mi, stay)."""
+
+
+def nfd_demand(values: Mapping[str, Any]) -> tuple[list[Demand], list[Demand]]:
+    """NFD's pods as its ``node-feature-discovery`` values request them: (the master's and garbage collector's, the
+    worker pod each node runs)."""
+    pods = {section: demand(f"nfd-{section}", values[section]["resources"]) for section in NFD_RESOURCES}
+    return [pods[section] for section in NFD_CLUSTER_PODS], [pods["worker"]]
 
 
 def gpu_operator_values(
@@ -83,10 +113,9 @@ def gpu_operator_values(
         "mig": {"strategy": mig_strategy},
         "dcgmExporter": {"enabled": True, "serviceMonitor": service_monitor} if dcgm_exporter else {"enabled": False},
     }
-    values |= _placed(system_node_selector, "operator")
-    nfd = _placed(system_node_selector, *NFD_CLUSTER_PODS)
-    if nfd and not rdma:
-        values["node-feature-discovery"] = nfd
+    values |= _pods(system_node_selector, {"operator": GPU_OPERATOR_RESOURCES}, ("operator",))
+    if not rdma:
+        values["node-feature-discovery"] = _pods(system_node_selector, NFD_RESOURCES, NFD_CLUSTER_PODS)
     return values
 
 
@@ -104,9 +133,12 @@ def network_operator_values(system_node_selector: Mapping[str, str] | None = Non
         # on); its NodeFeatureRules label the Mellanox NICs the NicClusterPolicy selects. Both are the
         # chart defaults, set so that the split with the GPU Operator is visible here.
         "nfd": {"enabled": True, "deployNodeFeatureRules": True},
-        "node-feature-discovery": {"enableNodeFeatureApi": True, **_placed(system_node_selector, *NFD_CLUSTER_PODS)},
+        "node-feature-discovery": {
+            "enableNodeFeatureApi": True,
+            **_pods(system_node_selector, NFD_RESOURCES, NFD_CLUSTER_PODS),
+        },
         "sriovNetworkOperator": {"enabled": False},
-        **_placed(system_node_selector, "operator"),
+        **_pods(system_node_selector, {"operator": NETWORK_OPERATOR_RESOURCES}, ("operator",)),
     }
 
 

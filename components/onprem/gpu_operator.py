@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from components.kube.budget import Demand, demand
 from components.onprem import _values
 from components.onprem.specs import FabricSpec, GpuOperatorSpec
 
@@ -26,3 +27,14 @@ def gpu_operator_values(
         dcgm_service_monitor=False,
         system_node_selector=system_node_selector,
     )
+
+
+def operator_demand(spec: GpuOperatorSpec, fabric: FabricSpec) -> tuple[list[Demand], list[Demand]]:
+    """The GPU Operator's pods off the GPU nodes, read from the values it installs: (its Deployment's pod and, where it
+    runs the cluster's NFD (no RDMA fabric), NFD's master and garbage collector; NFD's worker pod on each node)."""
+    values = gpu_operator_values(spec, fabric)
+    pods = [demand("gpu-operator", values["operator"]["resources"])]
+    if "node-feature-discovery" not in values:
+        return pods, []
+    cluster, daemons = _values.nfd_demand(values["node-feature-discovery"])
+    return pods + cluster, daemons

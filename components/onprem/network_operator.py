@@ -18,15 +18,38 @@ from pydantic import Field
 
 from components.catalog.charts import CHARTS
 from components.catalog.images import NETWORK_OPERATOR_COMPONENTS, NETWORK_OPERATOR_REPOSITORY
+from components.kube.budget import Demand, demand
 from components.kube.helm import release
 from components.kube.objects import MANAGED_BY, custom_resource
-from components.onprem._values import network_operator_values
+from components.onprem._values import network_operator_values, nfd_demand
 from components.onprem.specs import FabricSpec, NetworkOperatorSpec
 from components.specs import Args
 
 NIC_CLUSTER_POLICY: Final = "nic-cluster-policy"
 MELLANOX_VENDOR: Final = "15b3"
 IPOIB_NETWORK: Final = "ib-fabric"
+
+SECONDARY_NETWORK_PODS: Final[dict[str, dict[str, Any]]] = {
+    "kube-multus": {"requests": {"cpu": "100m", "memory": "50Mi"}},
+    "cni-plugins": {"requests": {"cpu": "100m", "memory": "50Mi"}},
+    "ipoib-cni": {"requests": {"cpu": "100m", "memory": "50Mi"}},
+    "nv-ipam-node": {"requests": {"cpu": "100m", "memory": "50Mi"}},
+}
+"""The pods a secondary network's DaemonSets run on every node (the kit's policy sets no ``nodeAffinity``), as the
+operator renders them when the policy sets no ``containerResources`` (Mellanox/network-operator v26.4.1
+``manifests/state-multus-cni``, ``state-container-networking-plugins``, ``state-ipoib-cni``, ``state-nv-ipam-cni``;
+multus's init container asks less). The RDMA shared device plugin and the DOCA driver request nothing, and nv-ipam's
+controller (two pods) prefers the control-plane nodes."""
+
+
+def operator_demand(fabric: FabricSpec) -> tuple[list[Demand], list[Demand]]:
+    """The Network Operator's pods off the GPU servers, read from the values it installs: (its Deployment's pod, NFD's
+    master and garbage collector; the pods each node runs: NFD's worker and, with a secondary network, its CNI)."""
+    values = network_operator_values()
+    cluster, daemons = nfd_demand(values["node-feature-discovery"])
+    if fabric.secondary_network is not None:
+        daemons += [demand(name, resources) for name, resources in SECONDARY_NETWORK_PODS.items()]
+    return [demand("network-operator", values["operator"]["resources"]), *cluster], daemons
 
 
 def rdma_plugin_config(fabric: FabricSpec) -> str:

@@ -207,7 +207,7 @@ def test_controllers_and_cache_run_on_the_configured_system_nodes(plan_of: PlanO
     assert network["operator"]["nodeSelector"] == system
     nfd = network["node-feature-discovery"]
     assert (nfd["master"]["nodeSelector"], nfd["gc"]["nodeSelector"]) == (system, system)
-    assert "worker" not in nfd
+    assert "nodeSelector" not in nfd["worker"]
     metallb = release_values(plan, "metallb")
     assert metallb["controller"]["nodeSelector"] == system
     assert "nodeSelector" not in metallb["speaker"]

@@ -17,7 +17,7 @@ from components.onprem._values import (
     metallb_values,
     network_operator_values,
 )
-from helm_values import explain, load_defaults, unknown_paths
+from helm_values import explain, load_defaults, unknown_paths, unstated_requests
 
 
 def _gpu_operator_cases() -> list[dict[str, Any]]:
@@ -65,6 +65,13 @@ def test_every_key_exists_in_the_pinned_chart(name: str, values: dict[str, Any])
     # WHEN / THEN every key path is one the pinned chart's values.yaml has
     unknown = unknown_paths(values, defaults)
     assert unknown == [], explain(name, defaults, unknown)
+
+
+@pytest.mark.parametrize(("name", "values"), BUILT)
+def test_what_a_charts_pods_request_by_default_is_written_out(name: str, values: dict[str, Any]) -> None:
+    # GIVEN values a builder renders, and the requests the pinned chart's defaults give the pods it installs
+    # WHEN / THEN the values state each of them, so the system nodes' budget reads what the pods request from the render
+    assert unstated_requests(values, load_defaults(chart(name))) == []
 
 
 def test_local_static_provisioner_class_keys_are_the_charts() -> None:
@@ -175,10 +182,13 @@ def test_named_system_nodes_take_the_gpu_operator_and_its_nfd_master_but_not_the
         driver_managed=True, rdma=False, mig_strategy="single", dcgm_service_monitor=False, system_node_selector=system
     )
     # THEN the operator, NFD's master and its garbage collector run on the system nodes; NFD's worker everywhere
-    assert values["operator"] == {"nodeSelector": system}
-    assert values["node-feature-discovery"] == {"master": {"nodeSelector": system}, "gc": {"nodeSelector": system}}
+    assert values["operator"]["nodeSelector"] == system
+    nfd = values["node-feature-discovery"]
+    assert {pod: section.get("nodeSelector") for pod, section in nfd.items()} == {
+        "master": system, "gc": system, "worker": None,
+    }  # fmt: skip
     # AND with RDMA the GPU Operator's NFD is off, so its values say nothing of it
     rdma = gpu_operator_values(
         driver_managed=True, rdma=True, mig_strategy="single", dcgm_service_monitor=False, system_node_selector=system
     )
-    assert "node-feature-discovery" not in rdma and rdma["operator"] == {"nodeSelector": system}
+    assert "node-feature-discovery" not in rdma and rdma["operator"]["nodeSelector"] == system

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,14 +15,13 @@ from components.catalog.instances import SYSTEM_INSTANCES
 from components.kube.budget import Demand, shortfall, total
 from components.kube.labels import SYSTEM_NODES
 from components.kube.requests import Requests, container_requests
-from helm_values import load_defaults
-from helpers import config_errors, raw_environment, refused_by_plan
+from helm_values import load_defaults, unstated_requests
+from helpers import config_errors, raw_environment, refused_by_plan, releases_placed_on
 from inferstack_cli.plan import Plan
 from stacks.environment import CloudEnvironment, load_environment
 
 PlanOf = Callable[[str], Plan]
 SOURCE = "stacks/Pulumi.prod.yaml"
-RELEASE = "kubernetes:helm.sh/v3:Release"
 
 
 def demand_of(stack: str) -> list[Demand]:
@@ -94,20 +92,9 @@ def test_every_pinned_kubernetes_version_says_what_its_addons_request() -> None:
     assert set(ADDON_PODS) == set(ADDON_VERSIONS)
 
 
-def _system_releases(plan: Plan) -> dict[str, dict[str, Any]]:
-    """Releases whose values put a pod on the system nodes."""
-
-    def placed(values: Any) -> bool:
-        if isinstance(values, dict):
-            return values.get("nodeSelector") == SYSTEM_NODES or any(placed(v) for v in values.values())
-        return isinstance(values, list) and any(placed(v) for v in values)
-
-    return {r.name: r.inputs["values"] for r in plan.of_type(RELEASE) if placed(r.inputs.get("values") or {})}
-
-
 def test_every_system_release_is_counted_with_what_its_values_request(plan_of: PlanOf) -> None:
     # GIVEN the Helm releases prod places on the system nodes, as planned
-    releases = _system_releases(plan_of("prod"))
+    releases = releases_placed_on(plan_of("prod"), SYSTEM_NODES)
     by_name = {d.name: d for d in demand_of("prod")}
 
     def counted(name: str) -> tuple[Requests, int]:
@@ -131,34 +118,13 @@ def test_every_system_release_is_counted_with_what_its_values_request(plan_of: P
     }  # fmt: skip
 
 
-def _default_requests(values: Mapping[str, Any], path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
-    """Paths of ``resources`` blocks whose chart default requests something, in sections that are not disabled."""
-    if values.get("enabled") is False:
-        return
-    for key, value in values.items():
-        if not isinstance(value, Mapping):
-            continue
-        if key == "resources" and value.get("requests"):
-            yield (*path, key)
-        elif key == "resources":
-            yield from ((*path, key, k) for k, v in value.items() if isinstance(v, Mapping) and v.get("requests"))
-        else:
-            yield from _default_requests(value, (*path, key))
-
-
 def test_a_system_charts_own_default_requests_are_written_out_in_its_values(plan_of: PlanOf) -> None:
     # GIVEN the charts prod runs on the system nodes and the requests their default values.yaml sets
-    releases = _system_releases(plan_of("prod"))
-    hidden = []
-    for name, values in releases.items():
-        defaults = load_defaults(CHARTS[name])
-        paths = [*_default_requests(defaults.values)]
-        paths += [p for section, sub in defaults.subcharts.items() for p in _default_requests(sub, (section,))]
-        for path in paths:
-            node: Any = values
-            for key in path:
-                node = node.get(key, {}) if isinstance(node, Mapping) else {}
-            # THEN the kit's values state them, so the budget reads what the pods request from the render
-            if not node.get("requests"):
-                hidden.append(f"{name}: {'.'.join(path)}")
+    releases = releases_placed_on(plan_of("prod"), SYSTEM_NODES)
+    hidden = [
+        f"{name}: {path}"
+        for name, values in releases.items()
+        for path in unstated_requests(values, load_defaults(CHARTS[name]))
+    ]
+    # THEN the kit's values state them, so the budget reads what the pods request from the render
     assert hidden == []
