@@ -320,9 +320,11 @@ def cross_checks(env: Environment, stack: str | None = None) -> list[ConfigIssue
     """Rules that span sections or fields; run after the structure is valid."""
     issues = common_checks(env, stack)
     if isinstance(env, OnpremEnvironment):
-        from stacks.onprem_checks import onprem_checks
+        from stacks.onprem_checks import onprem_checks, system_nodes_budget
 
-        return issues + onprem_checks(env)
+        issues += onprem_checks(env)
+        # As on the cloud: only a config that is otherwise sound is worth a budget.
+        return issues or system_nodes_budget(env)
     if isinstance(env, EdgeEnvironment):
         from stacks.edge_checks import edge_checks
 

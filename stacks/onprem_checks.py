@@ -1,4 +1,5 @@
-"""Cross-section rules of the on-prem tier: a fixed fleet, a fabric that needs its operator, a store to read."""
+"""Cross-section rules of the on-prem tier: a fixed fleet, a fabric that needs its operator, a store to read, and the
+system nodes' budget."""
 
 from __future__ import annotations
 
@@ -204,6 +205,7 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
                     "remove `source`, or use modelStore.kind: s3",
                 )
             )
+    issues += _system_nodes_checks(env)
     lb = env.load_balancer
     if lb.kind == "metallb" and lb.metallb is None:
         issues.append(
@@ -224,3 +226,83 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
             )
         )
     return issues
+
+
+def _system_nodes_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
+    """Described system nodes: the selector that confines the system pods to them, and a cache one of them holds."""
+    from components.cache.redis_cache import redis_demand
+    from components.onprem.system_budget import node_capacity
+
+    cluster = env.cluster
+    nodes = cluster.system_nodes
+    if nodes is None:
+        return []
+    if not cluster.system_node_selector:
+        return [
+            ConfigIssue(
+                f"{CONFIG_KEY}.cluster.systemNodeSelector",
+                "nothing with cluster.systemNodes",
+                'labels that pick the servers systemNodes describes, e.g. {node-role.inferstack.io/system: "true"}',
+                "label those servers and set systemNodeSelector, so the system pods run where their budget was "
+                "counted, or remove cluster.systemNodes",
+            )
+        ]
+    node = node_capacity(nodes, env.gpu_operator, env.network_operator, env.fabric)
+    if redis_demand(env.cache).per_pod.memory <= node.memory:
+        return []
+    for_pods = node.memory / 2**30
+    return [
+        ConfigIssue(
+            f"{CONFIG_KEY}.cache.memoryGib",
+            f"{env.cache.memory_gib} (the in-cluster Redis runs on one system node: each has {nodes.memory_gib} GiB, "
+            f"{for_pods:.1f} GiB of it for the kit's pods after reservedMemoryGib and the node's DaemonSets)",
+            f"at most {int(for_pods)} GiB on these system nodes (cluster.systemNodes)",
+            "lower cache.memoryGib, or run the system pods on servers with more memory (cluster.systemNodeSelector "
+            "and cluster.systemNodes.memoryGib)",
+        )
+    ]
+
+
+def system_nodes_budget(env: OnpremEnvironment) -> list[ConfigIssue]:
+    """Every system pod at its most (the gateway at its HPA ceiling plus its rollout's surge pod) against the servers
+    ``cluster.systemNodes`` describes: a fixed fleet, so pods that do not fit stay Pending. Nothing where it describes
+    none."""
+    from components.kube.budget import biggest, nodes_needed, shortfall, total
+    from components.onprem.system_budget import node_capacity, system_demand
+
+    nodes = env.cluster.system_nodes
+    if nodes is None:
+        return []
+    gateway = env.gateway if env.gateway.enabled and env.models else None
+    sections = (env.gpu_operator, env.network_operator, env.fabric)
+    demand = system_demand(gateway, env.cache, env.observability, *sections)
+    per_node = node_capacity(nodes, *sections)
+    short = shortfall(demand, per_node * nodes.count)
+    if not short:
+        return []
+    asked = total(demand)
+    fixes = []
+    if per_node.cpu_m > 0 and per_node.memory > 0:
+        need = nodes_needed(demand, per_node)
+        fixes.append(f"raise cluster.systemNodes.count to {need} (and label {need} servers with systemNodeSelector)")
+    # A server that holds its share of the pods on top of what it keeps (its reserve and the DaemonSets).
+    kept_m = nodes.cpu * 1000 - per_node.cpu_m
+    kept = nodes.memory_gib * 2**30 - per_node.memory
+    cpu = max(nodes.cpu, math.ceil((asked.cpu_m / nodes.count + kept_m) / 1000))
+    memory_gib = max(nodes.memory_gib, math.ceil((asked.memory / nodes.count + kept) / 2**30))
+    plural = "s" if nodes.count > 1 else ""
+    fixes.append(
+        f"run the system pods on {nodes.count} server{plural} of at least {cpu} cores and {memory_gib} GiB "
+        "(cluster.systemNodes.cpu and memoryGib)"
+    )
+    return [
+        ConfigIssue(
+            f"{CONFIG_KEY}.cluster.systemNodes",
+            f"system pods requesting {asked.show()} on {nodes.count} system node{plural} offering "
+            f"{(per_node * nodes.count).show()} after reservedCpu/reservedMemoryGib and each node's DaemonSets "
+            f"({', '.join(short)} short); biggest: {biggest(demand)}",
+            "every system pod's requests (the gateway at gateway.maxReplicas plus its rollout's surge pod) within "
+            "count servers of cpu cores and memoryGib, less the reserved share and DaemonSets of each",
+            ", or ".join(fixes) + ", or lower gateway.maxReplicas",
+        )
+    ]

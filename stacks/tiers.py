@@ -197,6 +197,7 @@ EDGE = TierPlugin(
         Unsupported("cluster.adminRoleArns", "IAM roles are AWS; access comes from your kubeconfig", "remove it"),
         Unsupported("cluster.logTypes", "EKS control-plane logs are AWS", "remove it"),
         Unsupported("cluster.systemNodeSelector", "a site's pods share its nodes", "remove it"),
+        Unsupported("cluster.systemNodes", "a site's pods share its nodes", "remove it; describe the site in nodes[]"),
         Unsupported("fabric", "no InfiniBand at the edge; models fit one node", "remove `fabric`"),
         Unsupported("gpuOperator", "k3s finds the NVIDIA runtime itself; the device plugin serves GPUs", "remove it"),
         Unsupported("networkOperator", "no InfiniBand at the edge", "remove `networkOperator`"),

@@ -29,6 +29,38 @@ from components.specs import (
 )
 
 
+class SystemNodesSpec(Spec):
+    """The CPU servers ``systemNodeSelector`` picks, so the plan can refuse system pods that do not fit them."""
+
+    count: int = Field(ge=1)
+    """Required: how many servers the selector picks (``kubectl get nodes -l <selector>``)."""
+    cpu: int = Field(ge=2)
+    """Required: CPU cores of each (``kubectl get node <name> -o jsonpath='{.status.capacity.cpu}'``)."""
+    memory_gib: int = Field(ge=4)
+    """Required: RAM of each, in GiB."""
+    reserved_cpu: float = Field(default=2.0, ge=0)
+    """Cores each keeps from the kit's pods: the kubelet's reserves (capacity less allocatable) and what the cluster's
+    own pods there request (a CNI agent, kube-proxy, CoreDNS, a control plane's static pods)."""
+    reserved_memory_gib: float = Field(default=4.0, ge=0)
+    """Memory each keeps from the kit's pods, in GiB: the kubelet's reserves and eviction threshold, and what the
+    cluster's own pods there request."""
+
+    @field_validator("reserved_cpu", "reserved_memory_gib")
+    @classmethod
+    def _leaves_room(cls, value: float, info: ValidationInfo) -> float:
+        cpu = info.field_name == "reserved_cpu"
+        key, unit = ("cpu", "cores") if cpu else ("memoryGib", "GiB")
+        whole = info.data.get("cpu" if cpu else "memory_gib")
+        if whole is not None and value >= whole:
+            raise config_error(
+                f"all of each server's {whole} {unit}",
+                allowed=f"less than {key} ({whole} {unit}): the rest is what the kit's pods get",
+                fix=f"set it to what the kubelet and the cluster's own pods take (kubectl describe node), or raise "
+                f"{key}",
+            )
+        return value
+
+
 class OnpremClusterSpec(Spec):
     """How the kit reaches the existing cluster. The kubeconfig itself is a Pulumi secret, never a file path."""
 
@@ -39,6 +71,9 @@ class OnpremClusterSpec(Spec):
     system_node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     """Labels of the CPU nodes that run controllers, the gateway, the cache and observability; ``{}``: any
     node without the GPU taint."""
+    system_nodes: SystemNodesSpec | None = None
+    """The servers ``systemNodeSelector`` picks. Set, the plan refuses system pods that do not fit them and a cache
+    larger than one of them; unset, their capacity is not checked."""
 
 
 class OnpremGpuPoolSpec(Spec):

@@ -37,6 +37,12 @@ def test_cloud_gpu_pools_on_the_edge_tier_are_refused_by_name() -> None:
     assert "describe the site in nodes[]" in line
 
 
+def test_on_prem_system_nodes_on_the_edge_tier_are_refused_by_name() -> None:
+    (line,) = errors(lambda e: e.setdefault("cluster", {}).update(systemNodes={"count": 1, "cpu": 8, "memoryGib": 32}))
+    assert "inferstack:environment.cluster.systemNodes: got" in line and "on tier edge" in line
+    assert "describe the site in nodes[]" in line
+
+
 def test_a_model_that_does_not_fit_the_sites_gpu() -> None:
     def edit(env: dict[str, Any]) -> None:
         env["nodes"][0]["gpu"] = "RTX4000Ada"
