@@ -578,16 +578,21 @@ class RemoteWriteSpec(Spec):
     @field_validator("extra_metrics")
     @classmethod
     def _metric_patterns(cls, patterns: list[str]) -> list[str]:
+        import re2  # Google's RE2, the syntax of Go's regexp, which Prometheus compiles relabel regexes with
+
+        options = re2.Options()
+        options.log_errors = False  # the error is in the message below, not on stderr
         for pattern in patterns:
             try:
-                re.compile(pattern)
-                valid = pattern.strip() != "" and "\n" not in pattern
-            except re.error:
-                valid = False
-            if not valid:
+                re2.compile(pattern, options)
+                why = "" if pattern.strip() and "\n" not in pattern else ": empty, or more than one line"
+            except re2.error as exc:
+                why = f": {exc.args[0].decode() if isinstance(exc.args[0], bytes) else exc}"
+            if why:
                 raise config_error(
-                    f"{pattern!r} is not a metric name or a regular expression",
-                    allowed="metric names or RE2 regular expressions matched against the whole name",
+                    f"{pattern!r} is not a metric name or an RE2 regular expression{why}",
+                    allowed="metric names or RE2 regular expressions matched against the whole name (RE2 has no "
+                    "lookaround and no backreferences)",
                     fix="e.g. node_load1 or node_network_.*",
                 )
         return patterns

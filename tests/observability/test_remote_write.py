@@ -60,7 +60,9 @@ def test_the_credential_and_ca_are_references(spec: dict[str, Any], rendered: di
         ({"url": "http://p/api/v1/write", "caConfigMap": "hub-ca"}, "over plain HTTP"),
         ({"url": URL, "username": "u"}, "both username and passwordSecret"),
         ({"url": URL, "forward": "all", "extraMetrics": ["node_load1"]}, "extraMetrics with forward: all"),
-        ({"url": URL, "extraMetrics": ["node_(load1"]}, "is not a metric name or a regular expression"),
+        ({"url": URL, "extraMetrics": ["node_(load1"]}, "is not a metric name or an RE2 regular expression"),
+        # Python's re accepts a lookahead; Go's RE2, which Prometheus compiles the regex with, does not
+        ({"url": URL, "extraMetrics": ["node_(?!cpu).*"]}, "invalid perl operator"),
         ({"url": URL, "forward": "some"}, "forward"),
         ({"url": URL, "passwordSecret": "p"}, "both username and passwordSecret"),
         (
