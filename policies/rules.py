@@ -29,6 +29,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from policies import kube_names as names
 from policies import kube_rules as k8s
 from policies import stack_rules as sr
 from policies.exceptions import excepted
@@ -457,6 +458,11 @@ RULES: tuple[Rule, ...] = (
     ),
     _resource("helm-chart-pinned", "Helm charts are pinned to one exact version.", k8s.helm_chart_pinned),
     _resource(
+        "k8s-names-valid",
+        "Names, namespaces, labels and annotation keys are ones the API server accepts.",
+        names.names_valid,
+    ),
+    _resource(
         "helm-no-default-admin-credentials",
         "No chart keeps a default admin password.",
         k8s.no_default_admin_credentials,
@@ -505,6 +511,11 @@ RULES: tuple[Rule, ...] = (
         "stack-object-store-permissions",
         "Each pod's role allows the object-store actions its command performs.",
         sr.object_store_access,
+    ),
+    _stack(
+        "stack-kube-objects-unique",
+        "No two resources create the same Kubernetes object or Helm release.",
+        names.objects_unique,
     ),
     _stack(
         "stack-service-account-exists",

@@ -19,6 +19,7 @@ from components.serving.serving_base import ServingBase, ServingBaseArgs
 from components.specs import GatewaySpec, ModelDeploySpec
 from inferstack_cli.mocks import Registration
 from inferstack_cli.plan import MockEngine
+from policies.rules import check_plan
 
 MODELS = ("llama-8b", "llama-8b-canary")
 
@@ -109,6 +110,9 @@ def test_two_of_a_component_in_one_program_collide_neither_in_urns_nor_in_the_cl
         if "metadata" in r.inputs
     )
     assert [key for key, n in names.items() if n > 1] == []
+    # the policy pack's rules for the same, which `inferstack plan` and `pulumi preview` run
+    rules = ("k8s-names-valid", "stack-kube-objects-unique")
+    assert [v["message"] for v in check_plan(resources) if v["policy"] in rules] == []
 
 
 def test_every_kubernetes_object_uses_the_users_provider_never_the_default(

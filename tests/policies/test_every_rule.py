@@ -337,6 +337,12 @@ CASES: dict[str, tuple[Plan, Plan, str | None]] = {
         fixed_cloud_plan(),
         None,
     ),
+    "k8s-names-valid": ([deployment("Llama_8B")], [deployment("llama-8b")], None),
+    "stack-kube-objects-unique": (
+        plan_edit(lambda p: [*p, deployment("llama", ns="serving")]),
+        plan_edit(lambda p: [*p, deployment("llama", ns="serving-canary")]),
+        None,
+    ),
     "stack-service-account-exists": (
         plan_edit(lambda p: without(p, "engine-builder", "ServiceAccount")),
         fixed_cloud_plan(),

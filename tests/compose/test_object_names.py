@@ -1,0 +1,40 @@
+"""Components composed by hand: one object made twice is found at plan time (the policy pack's
+stack-kube-objects-unique rule), not halfway through `pulumi up`. (A component refuses a bad name or namespace in its
+arguments itself: components/kube/objects.py's check_name.)"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from components.serving.inference_server import InferenceServer
+from inferstack_cli.plan import MockEngine
+from policies.rules import check_plan
+
+from .conftest import model
+
+RULES = ("k8s-names-valid", "stack-kube-objects-unique")
+
+
+def findings(engine: MockEngine) -> list[str]:
+    return [f"{v['policy']}: {v['message']}" for v in check_plan(engine.settle()) if v["policy"] in RULES]
+
+
+def test_two_servers_of_one_model_in_one_namespace_are_one_object_made_twice(
+    engine: MockEngine, serve: Callable[..., InferenceServer]
+) -> None:
+    # Two Pulumi names (so no URN clash for the engine to catch), one ModelDeploySpec name, one namespace.
+    serve("llama-blue", spec=model("llama-8b"))
+    serve("llama-green", spec=model("llama-8b"))
+    found = findings(engine)
+    assert any(
+        f.startswith("stack-kube-objects-unique: Deployment ml/llama-8b is created by 2 resources") for f in found
+    ), found
+    assert any(f.startswith("stack-kube-objects-unique: Service ml/llama-8b") for f in found), found
+
+
+def test_the_same_model_in_two_namespaces_is_two_objects(
+    engine: MockEngine, serve: Callable[..., InferenceServer]
+) -> None:
+    serve("llama-blue", spec=model("llama-8b"))
+    serve("llama-green", spec=model("llama-8b"), namespace="ml-canary")
+    assert findings(engine) == []

@@ -1,0 +1,145 @@
+"""Kubernetes names the API server would refuse, and objects two resources would both create, found at plan time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from policy_builders import deployment, k8s, release, res, service, violations
+
+NAMES = "k8s-names-valid"
+UNIQUE = "stack-kube-objects-unique"
+
+
+def messages(plan: list[dict[str, Any]], rule: str) -> list[str]:
+    return [v["message"] for v in violations(plan, rule)]
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected"),
+    [
+        (deployment("Llama_8B"), "metadata.name 'Llama_8B' is not a DNS-1123 subdomain"),
+        (deployment("llama-"), "is not a DNS-1123 subdomain"),
+        (deployment("l" * 254), "is 254 characters, over the 253 allowed"),
+        (service("8b-web"), "metadata.name '8b-web' is not a DNS-1035 label"),
+        (service("web.internal"), "is not a DNS-1035 label"),
+        (k8s("core/v1", "Namespace", "team.a", ns=None), "metadata.name 'team.a' is not a DNS-1123 label"),
+        (k8s("apps/v1", "StatefulSet", "s" * 53, {}), "is 53 characters, over the 52 allowed"),
+        (k8s("batch/v1", "CronJob", "c" * 53, {}), "is 53 characters, over the 52 allowed"),
+        (k8s("batch/v1", "Job", "j" * 64, {}), "is 64 characters, over the 63 allowed"),
+        (k8s("monitoring.coreos.com/v1", "ServiceMonitor", "Llama", {}), "metadata.name 'Llama' is not a DNS-1123"),
+        (k8s("rbac.authorization.k8s.io/v1", "Role", "a/b", ns="apps"), "may not be '.' or '..' or contain '/'"),
+        (deployment("web", ns="Team_A"), "metadata.namespace 'Team_A' is not a DNS-1123 label"),
+        (deployment("web", labels={"app": "x" * 64}), "spec.template.metadata.labels.app value 'xxx"),
+        (deployment("web", ns="Team_A"), "use 'team-a'"),
+        (deployment("web", labels={"bad key!": "x"}), "key 'bad key!' is not a qualified name"),
+        (deployment("web", labels={"Example.COM/app": "x"}), "has the prefix 'Example.COM'"),
+        (
+            k8s("core/v1", "ConfigMap", "cfg", meta={"annotations": {"a/b/c": "x"}}),
+            "metadata.annotations key 'a/b/c' has the prefix 'a/b'",
+        ),
+    ],
+)
+def test_a_name_the_api_server_refuses_is_named_with_its_rule(obj: dict[str, Any], expected: str) -> None:
+    found = messages([obj], NAMES)
+    assert any(expected in m for m in found), found
+    assert all(m.startswith(obj["inputs"]["kind"] + " ") for m in found)  # each names the object it is about
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        deployment("llama-3.1-8b"),  # dots: a subdomain
+        service("web"),
+        k8s("core/v1", "Namespace", "team-a", ns=None),
+        k8s("apps/v1", "StatefulSet", "s" * 52, {}),
+        k8s("batch/v1", "CronJob", "c" * 52, {}),
+        k8s("rbac.authorization.k8s.io/v1", "ClusterRole", "system:inferstack:reader", ns=None),
+        deployment("web", labels={"app.kubernetes.io/name": "web", "inferstack.io/pool": ""}),
+        k8s("core/v1", "ConfigMap", "cfg", meta={"annotations": {"inferstack.io/checksum": "x" * 300}}),
+        # an alerting rule's labels are Prometheus labels, not Kubernetes ones
+        k8s(
+            "monitoring.coreos.com/v1",
+            "PrometheusRule",
+            "alerts",
+            {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "1", "labels": {"summary key": "{{ x }}"}}]}]},
+        ),
+    ],
+)
+def test_valid_names_pass(obj: dict[str, Any]) -> None:
+    assert messages([obj], NAMES) == []
+
+
+def test_an_auto_named_object_is_checked_with_pulumis_suffix() -> None:
+    # No metadata.name: Pulumi names the object "<resource name>-<8 hex digits>".
+    bad = res("kubernetes:apps/v1:StatefulSet", "Cache_Primary", {"kind": "StatefulSet", "metadata": {}})
+    (message,) = messages([bad], NAMES)
+    assert "the resource name 'Cache_Primary' auto-names the object Cache_Primary-<8 random hex digits>" in message
+    assert "'cache-primary'" in message
+    long = res("kubernetes:apps/v1:StatefulSet", "c" * 44, {"kind": "StatefulSet", "metadata": {}})
+    (message,) = messages([long], NAMES)
+    assert "makes 53 with Pulumi's suffix, over the 52 allowed" in message
+    fits = res("kubernetes:apps/v1:StatefulSet", "c" * 43, {"kind": "StatefulSet", "metadata": {}})
+    assert messages([fits], NAMES) == []
+    generated = res("kubernetes:batch/v1:Job", "Build", {"kind": "Job", "metadata": {"generateName": "build-"}})
+    assert messages([generated], NAMES) == []
+
+
+def test_a_helm_release_name_is_at_most_53_characters() -> None:
+    bad = release("r", "kube-prometheus-stack", {})
+    bad["inputs"]["name"] = "r" * 54
+    (message,) = messages([bad], NAMES)
+    assert "the release name" in message and "is 54 characters, over the 53 allowed" in message
+    bad["inputs"]["name"] = "r" * 53
+    assert messages([bad], NAMES) == []
+
+
+def test_unknown_names_are_left_to_the_engine() -> None:
+    # An Output not yet resolved reaches the rules as the engine's unknown sentinel.
+    from policies.model import UNKNOWN
+
+    unknown = deployment("web")
+    unknown["inputs"]["metadata"]["name"] = UNKNOWN
+    unknown["inputs"]["metadata"]["namespace"] = UNKNOWN
+    assert messages([unknown], NAMES) == []
+    assert messages([unknown, deployment("web")], UNIQUE) == []
+
+
+def test_two_resources_creating_one_object_are_both_named() -> None:
+    first, second = deployment("llama", ns="serving"), deployment("llama", ns="serving")
+    second["name"], second["urn"] = "llama-canary", second["urn"] + "-canary"
+    (message,) = messages([first, second], UNIQUE)
+    assert message.startswith("Deployment serving/llama is created by 2 resources (llama, llama-canary)")
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        deployment("llama", ns="canary"),  # another namespace
+        service("llama", ns="serving"),  # another kind
+        k8s("example.com/v1", "Deployment", "llama", {}, ns="serving"),  # another API group
+    ],
+)
+def test_the_same_name_elsewhere_is_another_object(other: dict[str, Any]) -> None:
+    other["urn"] += "-other"
+    assert messages([deployment("llama", ns="serving"), other], UNIQUE) == []
+
+
+def test_one_object_under_two_api_versions_or_a_patch() -> None:
+    v1 = k8s("autoscaling/v2", "HorizontalPodAutoscaler", "gw", {}, ns="apps")
+    v2 = k8s("autoscaling/v1", "HorizontalPodAutoscaler", "gw", {}, ns="apps")
+    v2["urn"] += "-v1"
+    assert len(messages([v1, v2], UNIQUE)) == 1
+    patch = res("kubernetes:apps/v1:DeploymentPatch", "web-patch", {"kind": "Deployment", "metadata": {"name": "web",
+                "namespace": "apps"}})  # fmt: skip
+    assert messages([deployment("web"), patch], UNIQUE) == []
+
+
+def test_two_helm_releases_of_one_name_in_one_namespace() -> None:
+    a, b = release("a", "redis", {}), release("b", "redis", {})
+    for r in (a, b):
+        r["inputs"].update(name="cache", namespace="cache")
+    assert "Helm release cache/cache is created by 2 resources (a, b)" in messages([a, b], UNIQUE)[0]
+    b["inputs"]["namespace"] = "cache-b"
+    assert messages([a, b], UNIQUE) == []
