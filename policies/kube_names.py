@@ -140,6 +140,8 @@ def _name_problems(res: Res, name: str, what: str, suffix: int) -> Iterator[Find
             problem = problem.replace(f"is {len(name)} characters", f"makes {len(name)} with Pulumi's suffix")
             problem = f"auto-names the object {name[:-8]}<8 random hex digits>, which {problem}"
         shown = suggest(name[: len(name) - suffix] if suffix else name, rule[1] - suffix)
+        if rule is SERVICE and not shown[0].isalpha():  # a DNS-1035 label starts with a letter
+            shown = suggest(f"svc-{shown}", rule[1] - suffix)
         yield (
             f"{res.label}: {what} {problem}, so the API server refuses it at `pulumi up`: rename it (for example "
             f"{shown!r})",

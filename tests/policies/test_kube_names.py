@@ -23,6 +23,7 @@ def messages(plan: list[dict[str, Any]], rule: str) -> list[str]:
         (deployment("llama-"), "is not a DNS-1123 subdomain"),
         (deployment("l" * 254), "is 254 characters, over the 253 allowed"),
         (service("8b-web"), "metadata.name '8b-web' is not a DNS-1035 label"),
+        (service("8b-web"), "(for example 'svc-8b-web')"),
         (service("web.internal"), "is not a DNS-1035 label"),
         (k8s("core/v1", "Namespace", "team.a", ns=None), "metadata.name 'team.a' is not a DNS-1123 label"),
         (k8s("apps/v1", "StatefulSet", "s" * 53, {}), "is 53 characters, over the 52 allowed"),
