@@ -210,6 +210,24 @@ def pods(res: Res) -> list[Pod]:
     return [Pod(res, template.get("spec") or {}, "spec.template.spec", replicas, _labels(template))]
 
 
+def label_selector_matches(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
+    """Whether a Kubernetes label selector (``matchLabels`` and ``matchExpressions``) matches these labels; an empty
+    selector matches everything."""
+    if any(str(labels.get(k)) != str(v) for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = str(e.get("key")), e.get("operator"), [str(v) for v in e.get("values") or []]
+        present = key in labels
+        if (
+            (op == "In" and (not present or str(labels[key]) not in values))
+            or (op == "NotIn" and present and str(labels[key]) in values)
+            or (op == "Exists" and not present)
+            or (op == "DoesNotExist" and present)
+        ):
+            return False
+    return True
+
+
 def _labels(template: Mapping[str, Any]) -> Mapping[str, Any]:
     return (template.get("metadata") or {}).get("labels") or {}
 

@@ -518,6 +518,11 @@ RULES: tuple[Rule, ...] = (
         names.objects_unique,
     ),
     _stack(
+        "stack-workload-selectors-disjoint",
+        "No workload's selector matches another workload's pods.",
+        sr.workload_selectors_disjoint,
+    ),
+    _stack(
         "stack-service-account-exists",
         "Every pod's service account is created by the stack.",
         sr.service_accounts_exist,

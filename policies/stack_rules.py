@@ -32,6 +32,7 @@ from policies.model import (
     helm_placements,
     helm_values,
     known,
+    label_selector_matches,
     node_pools,
     pods,
     resolve,
@@ -683,20 +684,7 @@ def _guarded(stack: Stack, pod: Pod) -> str | None:
 
 def _selects(policy: Res, labels: Mapping[str, Any]) -> bool:
     """Whether a NetworkPolicy's podSelector matches pods with these labels (its own namespace only)."""
-    selector = (policy.inputs.get("spec") or {}).get("podSelector") or {}
-    if any(str(labels.get(k)) != str(v) for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for e in selector.get("matchExpressions") or []:
-        key, op, values = str(e.get("key")), e.get("operator"), [str(v) for v in e.get("values") or []]
-        present = key in labels
-        if (
-            (op == "In" and (not present or str(labels[key]) not in values))
-            or (op == "NotIn" and present and str(labels[key]) in values)
-            or (op == "Exists" and not present)
-            or (op == "DoesNotExist" and present)
-        ):
-            return False
-    return True
+    return label_selector_matches((policy.inputs.get("spec") or {}).get("podSelector") or {}, labels)
 
 
 def _open_ingress(policy: Res) -> str | None:
@@ -976,3 +964,38 @@ def autoscaler_max_fits(stack: Stack) -> Iterator[Finding]:
                 f"{cap // max(_gpus(pod), 1)} or grow the pool",
                 so,
             )
+
+
+SELECTOR_KINDS = frozenset({"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet"})
+
+
+def workload_selectors_disjoint(stack: Stack) -> Iterator[Finding]:
+    """No workload's selector matches another workload's pods in its namespace.
+
+    The Kubernetes docs on Deployments: controllers with overlapping selectors "fight with each other and won't
+    behave correctly". Each counts the other's pods as its own (scaling one down deletes the other's), and a Service
+    meant for one selects both: two gateways in one namespace answered each other's requests with the other's
+    keys and models."""
+    workloads = [
+        r
+        for kind in sorted(SELECTOR_KINDS)
+        for r in stack.by_kind[kind]
+        if r.type != HELM_RELEASE and known(r.metadata.get("name"))
+    ]
+    for owner in workloads:
+        selector = (owner.inputs.get("spec") or {}).get("selector")
+        if not isinstance(selector, Mapping) or not selector or not known(selector):
+            continue
+        for other in workloads:
+            if other is owner or other.namespace != owner.namespace:
+                continue
+            for pod in pods(other):
+                if known(pod.labels) and label_selector_matches(selector, pod.labels):
+                    shown = ", ".join(f"{k}={v}" for k, v in (selector.get("matchLabels") or {}).items())
+                    yield (
+                        f"{owner.label}'s selector ({shown or 'its matchExpressions'}) also matches the pods of "
+                        f"{other.label}: the two controllers take each other's pods for their own, and a Service "
+                        "for one sends its requests to both. Give each workload a label of its own in its selector "
+                        "and pod template (two of one component: put each in its own namespace)",
+                        other,
+                    )

@@ -83,6 +83,7 @@ def deployment(
         name,
         {
             "replicas": replicas,
+            "selector": {"matchLabels": labels or {"app": name}},
             "template": {"metadata": {"labels": labels or {"app": name}}, "spec": spec or pod_spec()},
         },
         ns=ns,

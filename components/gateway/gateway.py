@@ -230,6 +230,8 @@ class GatewayArgs(Args):
     """Model name → OpenAI base URL (``…/v1``) of its InferenceServer."""
     cache: CacheEndpoint
     namespace: str
+    """The gateway's own namespace: one gateway per namespace (its pods' labels are the same in every gateway, so two
+    in one namespace select each other's pods; the policy pack's stack-workload-selectors-disjoint refuses that)."""
     provider: k8s.Provider
     image: StrInput
     otlp_endpoint: str | None = None

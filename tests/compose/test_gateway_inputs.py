@@ -80,3 +80,21 @@ def test_an_embedder_for_a_model_outside_the_catalog_is_refused_by_name() -> Non
     # (it was a KeyError from the catalog lookup)
     with pytest.raises(ValueError, match=re.escape("model_id: 'BAAI/bge-small' is not in the model catalog")):
         embedder_for("BAAI/bge-small", "http://embeddings.ml.svc:8080/v1")
+
+
+def test_two_gateways_in_one_namespace_are_found_at_plan_time(
+    engine: MockEngine, gateway_args: Callable[..., GatewayArgs]
+) -> None:
+    # GIVEN two gateways of a user's program in one namespace: their Deployments select the same pod labels, so each
+    # takes the other's pods for its own and each Service sends requests to both, with the other's keys and models
+    from policies.rules import check_plan
+
+    Gateway("gateway-a", gateway_args())
+    Gateway("gateway-b", gateway_args())
+    # WHEN the stack is planned THEN the policy pack names both Deployments and the fix
+    found = [v["message"] for v in check_plan(engine.settle()) if v["policy"] == "stack-workload-selectors-disjoint"]
+    assert any(
+        m.startswith("Deployment gw/gateway-a's selector (app.kubernetes.io/name=inferstack-gateway) also matches the "
+                     "pods of Deployment gw/gateway-b") and "own namespace" in m
+        for m in found
+    ), found  # fmt: skip

@@ -343,6 +343,11 @@ CASES: dict[str, tuple[Plan, Plan, str | None]] = {
         plan_edit(lambda p: [*p, deployment("llama", ns="serving-canary")]),
         None,
     ),
+    "stack-workload-selectors-disjoint": (
+        [deployment("gw-a", labels={"app": "gw"}), deployment("gw-b", labels={"app": "gw"})],
+        [deployment("gw-a", labels={"app": "gw-a"}), deployment("gw-b", labels={"app": "gw-b"})],
+        None,
+    ),
     "stack-service-account-exists": (
         plan_edit(lambda p: without(p, "engine-builder", "ServiceAccount")),
         fixed_cloud_plan(),
