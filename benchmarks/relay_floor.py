@@ -15,6 +15,11 @@ than guessed. Every path relays the same upstream stand-in (gateway_bench's, 20 
   gateway       `inferstack-gateway` itself, with Redis and the exact cache on, on a request no cache covers
                 (temperature 1): minus gwproto+own, the gateway's own work on the path
 
+With --granian, two more rows put the same relay (the gateway's client) on Granian, a Rust HTTP server for Python
+apps, in place of uvicorn: `granian-rsgi+own` on its own RSGI interface and `granian-asgi+own` on ASGI (one worker,
+uvloop). Granian is installed from PyPI into benchmarks/.granian (git-ignored) on first use, never a dependency of
+the kit; if pip cannot, the rows are left out and the reason printed.
+
 The client is the official openai package (AsyncOpenAI on aiohttp, streaming, uvloop), one request at a time; TTFT
 is the first chunk with content. Each round warms every path up (20 requests), then sends --requests requests to
 each path, one path after another request by request, so that a slow moment of the shared machine falls on every
@@ -24,6 +29,7 @@ for ever measures nothing).
 
     python benchmarks/relay_floor.py                 # 7 rounds of 200 requests per path (about 8 min on 2 cores)
     python benchmarks/relay_floor.py --rounds 3 --requests 100
+    python benchmarks/relay_floor.py --granian       # with the two Granian rows
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import os
 import shutil
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -46,6 +53,8 @@ import yaml
 RESULTS = bench.RESULTS
 API_KEY = "sk-relay-floor"
 STALL_S = 30.0
+GRANIAN = "granian==2.8.7"
+GRANIAN_LIB = Path(__file__).parent / ".granian"
 
 
 def serve_pipe(port: int, upstream_port: int) -> None:
@@ -176,10 +185,69 @@ def serve_raw(port: int, upstream: str) -> None:
     uvloop.run(main())
 
 
+_granian_http: Any = None
+
+
+def _granian_relay() -> tuple[Any, Any]:
+    """The relay's client and target in a Granian worker, made on its first request (inside the worker's loop)."""
+    global _granian_http
+    from inferstack_gateway.http_client import HttpClient, Target
+
+    if _granian_http is None:
+        _granian_http = HttpClient(limit_per_origin=1024, keepalive_s=4, connect_timeout_s=1)
+    return _granian_http, Target.parse(os.environ["RELAY_TO"] + "/chat/completions")
+
+
+async def granian_rsgi(scope: Any, protocol: Any) -> None:
+    """The relay on Granian's RSGI interface: the body in one await, each chunk sent as it is read."""
+    http, target = _granian_relay()
+    body = await protocol()
+    response = await http.request(b"POST", target, {"content-type": "application/json"}, body)
+    try:
+        content_type = response.headers.get(b"content-type", b"application/json").decode("latin-1")
+        transport = protocol.response_stream(response.status, [("content-type", content_type)])
+        while chunk := await response.readany():
+            await transport.send_bytes(chunk)
+    finally:
+        response.close()
+
+
+async def granian_asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The relay of `uvicorn+own`, served by Granian's ASGI interface."""
+    if scope["type"] != "http":
+        return
+    http, target = _granian_relay()
+    body = await bench.read_body(receive)
+    response = await http.request(b"POST", target, {"content-type": "application/json"}, body)
+    try:
+        content_type = response.headers.get(b"content-type", b"application/json")
+        await send({"type": "http.response.start", "status": response.status,
+                    "headers": [(b"content-type", content_type)]})  # fmt: skip
+        while chunk := await response.readany():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    finally:
+        response.close()
+    await send({"type": "http.response.body", "body": b""})
+
+
+def ensure_granian() -> str | None:
+    """Granian in benchmarks/.granian, installed from PyPI on first use; None (the reason printed) if pip cannot."""
+    if not (GRANIAN_LIB / "granian").is_dir():
+        print(f"Installing {GRANIAN} into {GRANIAN_LIB} (once)...", flush=True)
+        try:
+            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(GRANIAN_LIB), GRANIAN],
+                           check=True, timeout=600)  # fmt: skip
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+            print(f"Granian rows left out: pip could not install {GRANIAN} ({exc})", flush=True)
+            return None
+    return str(GRANIAN_LIB)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--granian", action="store_true", help="add the relay on Granian (RSGI and ASGI)")
     parser.add_argument("--serve", choices=["pipe", "own", "gwproto", "raw"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--to", help=argparse.SUPPRESS)
@@ -195,7 +263,10 @@ def main() -> int:
         serve_raw(args.port, args.to)
         return 0
 
-    names = ("direct", "pipe", "uvicorn+aiohttp", "uvicorn+own", "gwproto+own", "raw+own", "gateway")
+    names = ["direct", "pipe", "uvicorn+aiohttp", "uvicorn+own", "gwproto+own", "raw+own", "gateway"]
+    granian_lib = ensure_granian() if args.granian else None
+    if granian_lib is not None:
+        names += ["granian-rsgi+own", "granian-asgi+own"]
     ports = {name: bench.free_port() for name in names}
     redis_port = bench.free_port()
     upstream = f"http://127.0.0.1:{ports['direct']}/v1"
@@ -208,6 +279,16 @@ def main() -> int:
         "gwproto+own": [*here, "--serve", "gwproto", "--port", str(ports["gwproto+own"]), "--to", upstream],
         "raw+own": [*here, "--serve", "raw", "--port", str(ports["raw+own"]), "--to", upstream],
     }
+    environments: dict[str, dict[str, str]] = {}
+    if granian_lib is not None:
+        gateway_src = Path(__file__).resolve().parent.parent / "images" / "gateway" / "src"
+        search_path = os.pathsep.join([granian_lib, str(Path(__file__).resolve().parent), str(gateway_src)])
+        for interface in ("rsgi", "asgi"):
+            name = f"granian-{interface}+own"
+            commands[name] = [sys.executable, "-m", "granian", "--interface", interface, "--loop", "uvloop",
+                              "--workers", "1", "--host", "127.0.0.1", "--port", str(ports[name]),
+                              "--log-level", "warning", "--no-ws", f"relay_floor:granian_{interface}"]  # fmt: skip
+            environments[name] = {**os.environ, "PYTHONPATH": search_path, "RELAY_TO": upstream}
     import uvloop
 
     workdir = Path(tempfile.mkdtemp(prefix="relay-floor-"))
@@ -223,7 +304,7 @@ def main() -> int:
     load_before = os.getloadavg()  # before the servers start: the run's own load is not "before"
     try:
         for name, command in commands.items():
-            servers.start(command, ports[name])
+            servers.start(command, ports[name], env=environments.get(name))
         servers.start([*bench.redis_command(), "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
                        "--appendonly", "no", "--dir", str(workdir)], redis_port)  # fmt: skip
         servers.start(
