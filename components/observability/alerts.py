@@ -382,6 +382,9 @@ def gateway_alerts(namespace: str, deployment: str = "gateway") -> list[dict[str
     server_errors = 'status=~"5.."'
     failed = f"sum(rate({selector(GatewayMetrics.REQUESTS_TOTAL, *own, server_errors)}[5m]))"
     who = f"{namespace}/{deployment}"
+    # Which gateway: the error ratio is a sum with no labels left, so without these two gateways' alerts would be one
+    # alert to Alertmanager (same name, same labels), the second hidden behind the first.
+    own_labels = {"namespace": namespace, "deployment": deployment}
     return [
         _alert(
             "InferstackGatewayUnavailable",
@@ -391,6 +394,7 @@ def gateway_alerts(namespace: str, deployment: str = "gateway") -> list[dict[str
             "Every client request fails: the gateway is the only way in. Its pods' events and logs say why (an image "
             "pull, a config the gateway refused at start, a probe failing).",
             "2m",
+            own_labels,
         ),
         _alert(
             "InferstackGatewayErrors",
@@ -401,6 +405,7 @@ def gateway_alerts(namespace: str, deployment: str = "gateway") -> list[dict[str
             "failover left, overload (503 with Retry-After) or latency budgets running out. The cache dashboard's "
             "requests by model, and the gateway's access log (status, upstream, detail), say which.",
             "5m",
+            own_labels,
         ),
     ]
 
@@ -442,14 +447,12 @@ def prometheus_rule(
     *,
     name: str = "inferstack",
     namespace: str | None = None,
-    gateway_namespace: str | None = None,
-    gateway_deployment: str = "gateway",
+    gateways: Sequence[tuple[str, str]] = (),
     receives_sites: bool = False,
 ) -> dict[str, Any]:
-    """The PrometheusRule manifest: recording rules, one alert set per model, platform alerts, and the gateway's in
-    ``gateway_namespace`` (``None``: no gateway alerts), whose Deployment is ``gateway_deployment`` (the ``Gateway``
-    component's name). A hub that ``receives_sites`` (``observability.remoteWriteReceiver``) also watches each site's
-    heartbeat (``site_rules``).
+    """The PrometheusRule manifest: recording rules, one alert set per model, platform alerts, and one set per gateway
+    of ``gateways``, each (namespace, Deployment name: the ``Gateway`` component's name). A hub that
+    ``receives_sites`` (``observability.remoteWriteReceiver``) also watches each site's heartbeat (``site_rules``).
 
     Models are sorted by namespace and name so the manifest does not change when the config lists them
     in another order. Two models with the same namespace and name are an error.
@@ -467,7 +470,7 @@ def prometheus_rule(
         {"name": "inferstack.platform", "rules": platform_alerts()},
         {
             "name": "inferstack.gateway",
-            "rules": gateway_alerts(gateway_namespace, gateway_deployment) if gateway_namespace else [],
+            "rules": [rule for namespace, name in sorted(gateways) for rule in gateway_alerts(namespace, name)],
         },
         *([{"name": "inferstack.sites", "rules": site_rules()}] if receives_sites else []),
     ]

@@ -18,7 +18,7 @@ from components.catalog.charts import CHARTS
 from components.kube.budget import Demand, demand
 from components.kube.helm import release
 from components.kube.labels import SYSTEM_NODES
-from components.kube.objects import custom_resource
+from components.kube.objects import check_name, custom_resource
 from components.observability.alerting import ALERT_RECEIVERS_SECRET, AlertDestinations, alertmanager_config
 from components.observability.alerts import ModelSlo, prometheus_rule
 from components.observability.dashboards import DASHBOARD_METRICS, DASHBOARDS, dashboard_configmap
@@ -240,6 +240,10 @@ class ObservabilityArgs(Args):
     is scraped too (a second gateway in its own namespace)."""
     gateway_name: str = "gateway"
     """The ``Gateway`` component's name, which is its Deployment's: the gateway alerts watch that Deployment."""
+    extra_gateways: list[tuple[str, str]] = Field(default_factory=list)
+    """(namespace, name) of each further ``Gateway`` the cluster runs (one per namespace, e.g. one per team): each is
+    scraped and has its own gateway alerts, as the first. A gateway not listed here nor as ``gateway_namespace`` has
+    no alert that fires when it is down."""
     gateway_tls: bool = False
     """The gateway serves HTTPS only (``gateway.tlsSecret``): its metrics are scraped over TLS."""
     cache_url: StrInput | None = None
@@ -261,6 +265,20 @@ class ObservabilityArgs(Args):
     """Where Alertmanager sends alerts; ``None``: the chart's ``null`` receiver (they notify no one)."""
     remote_write_credential: StrInput | None = None
     """The password or bearer token ``spec.remoteWrite`` names (``passwordSecret``, ``bearerTokenSecret``)."""
+
+    @model_validator(mode="after")
+    def _one_gateway_per_namespace(self) -> ObservabilityArgs:
+        seen = {self.gateway_namespace: f"gateway_namespace ({self.gateway_name})"}
+        for i, (namespace, name) in enumerate(self.extra_gateways):
+            check_name(f"extra_gateways[{i}] namespace", namespace)
+            check_name(f"extra_gateways[{i}] name", name)
+            if namespace in seen:
+                raise ValueError(
+                    f"extra_gateways[{i}]: {namespace!r} already has a gateway ({seen[namespace]}); one Gateway per "
+                    "namespace (two there select each other's pods)"
+                )
+            seen[namespace] = f"extra_gateways[{i}] ({name})"
+        return self
 
     @model_validator(mode="after")
     def _credential_as_named(self) -> ObservabilityArgs:
@@ -362,7 +380,8 @@ class Observability(pulumi.ComponentResource):
         for serving in sorted({args.serving_namespace, *(m.namespace for m in args.models)}):
             for engine in engines:
                 self._custom(engine_pod_monitor(engine, serving), after)  # type: ignore[arg-type]
-        gateways = {args.gateway_namespace, *(m.gateway_namespace for m in args.models if m.gateway_namespace)}
+        named = [(args.gateway_namespace, args.gateway_name), *args.extra_gateways]
+        gateways = {ns for ns, _ in named} | {m.gateway_namespace for m in args.models if m.gateway_namespace}
         for gateway in sorted(gateways):
             # The gateway serves /metrics on its API port.
             self._custom(gateway_service_monitor(gateway, port="http", tls=args.gateway_tls), after)
@@ -370,8 +389,7 @@ class Observability(pulumi.ComponentResource):
             prometheus_rule(
                 args.models,
                 namespace=namespace,
-                gateway_namespace=args.gateway_namespace,
-                gateway_deployment=args.gateway_name,
+                gateways=named,
                 receives_sites=args.spec.remote_write_receiver,
             ),
             after,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+from pydantic import ValidationError
+
 from components.kube.existing_cluster import ExistingCluster
 from components.observability.alerts import ModelSlo
 from components.observability.observability import Observability, ObservabilityArgs
@@ -43,3 +46,17 @@ def test_every_namespace_a_model_or_gateway_runs_in_is_scraped_once(
         for ns in ("team-a-ml", "team-b-ml")
         for engine_name in ("triton", "vllm")
     ] + [("ServiceMonitor", ns, "inferstack-gateway") for ns in ("team-a-gw", "team-b-gw")]
+
+
+def test_a_second_gateway_in_a_namespace_that_has_one_is_refused_by_name(cluster: ExistingCluster) -> None:
+    fields = {"provider": cluster.k8s_provider, "serving_namespace": "ml", "gateway_namespace": "team-a"}
+    with pytest.raises(
+        ValidationError, match=r"extra_gateways\[0\]: 'team-a' already has a gateway \(gateway_namespace"
+    ):
+        ObservabilityArgs(**fields, extra_gateways=[("team-a", "other")])
+    with pytest.raises(
+        ValidationError, match=r"extra_gateways\[1\]: 'team-b' already has a gateway \(extra_gateways\[0\]"
+    ):
+        ObservabilityArgs(**fields, extra_gateways=[("team-b", "gw"), ("team-b", "gw-2")])
+    with pytest.raises(ValidationError, match=r"extra_gateways\[0\] name: 'Team_B' is not a DNS-1123 label"):
+        ObservabilityArgs(**fields, extra_gateways=[("team-b", "Team_B")])

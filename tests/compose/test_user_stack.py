@@ -89,7 +89,11 @@ def stack(
     observability = Observability(
         "obs",
         ObservabilityArgs(
-            provider=provider, serving_namespace="ml", gateway_namespace="team-a", gateway_name="team-a-gateway"
+            provider=provider,
+            serving_namespace="ml",
+            gateway_namespace="team-a",
+            gateway_name="team-a-gateway",
+            extra_gateways=[("team-b", "team-b-gateway")],
         ),
         opts=after_base,
     )
@@ -131,19 +135,23 @@ def test_secrets_a_user_exports_stay_secret(stack: dict[str, Any], engine: MockE
     assert engine.resolve(stack["observability"].grafana_admin_password) == "[secret]"
 
 
-def test_the_gateway_alerts_watch_the_users_gateway_by_its_name(stack: dict[str, Any]) -> None:
-    # GIVEN Observability told which Gateway it watches: "team-a-gateway", whose Deployment carries that name
+@pytest.mark.parametrize("team", ["team-a", "team-b"])
+def test_the_gateway_alerts_watch_each_of_the_users_gateways_by_its_name(stack: dict[str, Any], team: str) -> None:
+    # GIVEN Observability told which Gateways it watches: "team-a-gateway" (gateway_name) and "team-b-gateway"
+    # (extra_gateways), whose Deployments carry those names
     (rule,) = [r for r in stack["resources"] if r.type == "kubernetes:monitoring.coreos.com/v1:PrometheusRule"]
     (group,) = [g for g in rule.inputs["spec"]["groups"] if g["name"] == "inferstack.gateway"]
     (deployment,) = [
         r for r in kubernetes_objects(stack["resources"])
-        if r.type == "kubernetes:apps/v1:Deployment" and r.inputs["metadata"]["namespace"] == "team-a"
+        if r.type == "kubernetes:apps/v1:Deployment" and r.inputs["metadata"]["namespace"] == team
     ]  # fmt: skip
     # WHEN / THEN the alert that pages on no ready replica reads that Deployment, in its namespace
-    (unavailable,) = [r for r in group["rules"] if r["alert"] == "InferstackGatewayUnavailable"]
-    assert deployment.inputs["metadata"]["name"] == "team-a-gateway"
-    assert 'namespace="team-a",inferstack_site="",deployment="team-a-gateway"}' in unavailable["expr"]
-    assert unavailable["annotations"]["summary"].startswith("team-a/team-a-gateway:")
+    (unavailable,) = [
+        r for r in group["rules"] if r["alert"] == "InferstackGatewayUnavailable" and r["labels"]["namespace"] == team
+    ]
+    assert deployment.inputs["metadata"]["name"] == f"{team}-gateway"
+    assert f'namespace="{team}",inferstack_site="",deployment="{team}-gateway"}}' in unavailable["expr"]
+    assert unavailable["annotations"]["summary"].startswith(f"{team}/{team}-gateway:")
 
 
 def test_what_a_user_wires_between_components_is_a_registered_output(

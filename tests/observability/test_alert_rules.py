@@ -178,7 +178,7 @@ def test_on_a_hub_every_rule_reads_its_own_series_only(fleet: list[ModelSlo]) ->
     pytest.importorskip("promql_parser")
     # GIVEN a hub whose Prometheus also stores what its edge sites forward, each sample labelled inferstack_site=<site>
     # (their raw series, their recorded series and their ALERTS; a site may serve a model of the same name)
-    rule = prometheus_rule(fleet, gateway_namespace="gateway", receives_sites=True)
+    rule = prometheus_rule(fleet, gateways=[("gateway", "gateway")], receives_sites=True)
     # WHEN each rule is parsed (but the sites' heartbeat, whose subject is the sites: below)
     for group in rule["spec"]["groups"]:
         if group["name"] == "inferstack.sites":
@@ -232,7 +232,7 @@ def test_the_bundled_hub_watches_its_sites(stack: str, watches_sites: bool, plan
 def test_the_gateway_pages_when_no_replica_is_ready_or_its_answers_fail() -> None:
     promql_parser = pytest.importorskip("promql_parser")
     # GIVEN a stack whose gateway runs in namespace "gateway"
-    rule = prometheus_rule([], gateway_namespace="gateway")
+    rule = prometheus_rule([], gateways=[("gateway", "gateway")])
     # WHEN its gateway alerts are read
     unavailable = _alerts(rule, "InferstackGatewayUnavailable")[0]
     errors = _alerts(rule, "InferstackGatewayErrors")[0]
@@ -254,6 +254,23 @@ def test_the_gateway_pages_when_no_replica_is_ready_or_its_answers_fail() -> Non
     assert {(m.name, m.value) for m in failed.matchers.matchers} >= {("status", "5..")}
     assert "status" not in {m.name for m in answered.matchers.matchers}
     assert (errors["for"], errors["labels"]["severity"]) == ("5m", "critical")
+
+
+def test_each_gateway_has_its_own_alerts_told_apart_by_their_labels() -> None:
+    # GIVEN two teams' gateways, each in its own namespace
+    rule = prometheus_rule([], gateways=[("team-b", "team-b-gateway"), ("team-a", "team-a-gateway")])
+    # WHEN the gateway alerts are read THEN each gateway has both, watching its own Deployment and series
+    for name in ("InferstackGatewayUnavailable", "InferstackGatewayErrors"):
+        alerts = _alerts(rule, name)
+        assert [(a["labels"]["namespace"], a["labels"]["deployment"]) for a in alerts] == [
+            ("team-a", "team-a-gateway"),
+            ("team-b", "team-b-gateway"),
+        ]
+        for alert in alerts:
+            namespace = alert["labels"]["namespace"]
+            other = "team-b" if namespace == "team-a" else "team-a"
+            assert f'namespace="{namespace}"' in alert["expr"] and f'namespace="{other}"' not in alert["expr"]
+            assert alert["annotations"]["summary"].startswith(f"{namespace}/{namespace}-gateway: ")
 
 
 def test_without_a_gateway_there_are_no_gateway_alerts(fleet: list[ModelSlo]) -> None:

@@ -108,7 +108,8 @@ def _fires(name: str, at: str, summary: str | None) -> dict[str, Any]:
     """An alert check: ``summary`` is the rendered summary of the alert expected to fire, ``None`` for none."""
     (rule,) = [r for r in gateway_alerts("gateway") if r["alert"] == name]
     annotations = {"summary": summary, "description": rule["annotations"]["description"]}
-    expected = [] if summary is None else [{"exp_labels": {"severity": "critical"}, "exp_annotations": annotations}]
+    labels = {"severity": "critical", "namespace": "gateway", "deployment": "gateway"}
+    expected = [] if summary is None else [{"exp_labels": labels, "exp_annotations": annotations}]
     return {"eval_time": at, "alertname": name, "exp_alerts": expected}
 
 
@@ -165,4 +166,29 @@ def test_the_gateway_pages_after_2_minutes_with_no_ready_replica_unless_scaled_t
             ),
         )
     ]
+    _promtool_test(tmp_path, groups, [{"interval": "1m", "input_series": series, "alert_rule_test": checks}])
+
+
+def test_one_failing_gateway_of_two_fires_its_own_alert(tmp_path: Path) -> None:
+    # GIVEN two teams' gateways, team-a failing 1 answer in 11 and team-b healthy. Without its gateway's labels the
+    # error alert of each was {alertname, severity}: Alertmanager would take the two for one alert.
+    groups = [
+        {"name": "inferstack.gateway", "rules": [*gateway_alerts("team-a", "gw-a"), *gateway_alerts("team-b", "gw-b")]}
+    ]
+
+    def requests(namespace: str, status: str, per_minute: int) -> dict[str, str]:
+        series = _requests(status, per_minute)
+        return {**series, "series": series["series"].replace('namespace="gateway"', f'namespace="{namespace}"')}
+
+    series = [requests("team-a", "200", 10), requests("team-a", "503", 1), requests("team-b", "200", 10)]
+    (rule,) = [r for r in gateway_alerts("team-a", "gw-a") if r["alert"] == "InferstackGatewayErrors"]
+    # WHEN Prometheus evaluates them THEN exactly team-a's fires, labelled with its namespace and Deployment
+    expected = {
+        "exp_labels": {"severity": "critical", "namespace": "team-a", "deployment": "gw-a"},
+        "exp_annotations": {
+            "summary": "team-a/gw-a: 9.091% of answers are server errors",
+            "description": rule["annotations"]["description"],
+        },
+    }
+    checks = [{"eval_time": "20m", "alertname": "InferstackGatewayErrors", "exp_alerts": [expected]}]
     _promtool_test(tmp_path, groups, [{"interval": "1m", "input_series": series, "alert_rule_test": checks}])
