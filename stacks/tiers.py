@@ -68,6 +68,8 @@ class TierPlugin:
 _AWS_ONLY = "an AWS concept; the on-prem cluster already exists"
 _FIXED_FLEET = "on-prem servers are a fixed fleet described by gpuPools[].nodes"
 
+_OWN_EKS = "the cloud tier creates its own EKS cluster and reaches it through that cluster's provider"
+
 CLOUD = TierPlugin(
     name="cloud",
     compose_module="stacks.cloud",
@@ -88,6 +90,32 @@ CLOUD = TierPlugin(
         Unsupported("localStorage", "instance-store NVMe is striped by nodeadm/Karpenter", "remove `localStorage`"),
         Unsupported(
             "loadBalancer", "the AWS Load Balancer Controller serves the cloud tier", "use gateway.loadBalancer"
+        ),
+        # The keys of an existing cluster (on-prem and edge): the cloud tier creates its own EKS cluster and nodes.
+        Unsupported("cluster.kubeconfigSecret", _OWN_EKS, "remove it"),
+        Unsupported("cluster.context", _OWN_EKS, "remove it"),
+        Unsupported(
+            "cluster.systemNodeSelector",
+            "the kit labels its own system node group",
+            "remove it; size the system pool with systemPool",
+        ),
+        Unsupported(
+            "cluster.systemNodes",
+            "system pods run on the kit's managed system node group, which grows within its bounds",
+            "remove it; size it with systemPool.instanceType, minSize and maxSize",
+        ),
+        Unsupported(
+            "nodes", "nodes[] describes an edge site's fixed nodes; cloud pools scale", "use gpuPools[] and systemPool"
+        ),
+        Unsupported(
+            "imageRegistry",
+            "the cloud stack pushes to its own ECR repositories",
+            "remove it; list repositories in modelStore.imageRepositories",
+        ),
+        Unsupported(
+            "persistentStorageClass",
+            "claims on EKS use the kit's default class, encrypted gp3 on the EBS CSI driver",
+            "remove it",
         ),
         Unsupported("gpuPools[].nodeSelector", "cloud pools are labelled by the kit", "use gpuPools[].instanceType"),
         Unsupported("gpuPools[].gpu", "the GPU follows from the instance type", "use gpuPools[].instanceType"),

@@ -517,3 +517,35 @@ def test_a_cache_key_the_chosen_kind_ignores_is_refused(
     if key == "replicas":
         assert "fix: remove it: the in-cluster Redis runs one replica on a system node" in line
         assert "set kind: elasticache" in line
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "fix"),
+    [
+        (lambda env: env["cluster"].update(context="dc1"), "cluster.context: got 'dc1' on tier cloud", "remove it"),
+        (
+            lambda env: env["cluster"].update(systemNodes={"count": 3, "cpu": 32, "memoryGib": 128}),
+            "cluster.systemNodes: got",
+            "size it with systemPool.instanceType, minSize and maxSize",
+        ),
+        (
+            lambda env: env["cluster"].update(systemNodeSelector={"a": "b"}),
+            "cluster.systemNodeSelector: got",
+            "systemPool",
+        ),
+        (lambda env: env.update(nodes=[{"name": "a", "cpu": 8}]), "nodes: got", "use gpuPools[] and systemPool"),
+        (
+            lambda env: env.update(imageRegistry="harbor.example/x"),
+            "imageRegistry: got",
+            "modelStore.imageRepositories",
+        ),
+        (lambda env: env.update(persistentStorageClass="ceph"), "persistentStorageClass: got 'ceph'", "gp3"),
+    ],
+    ids=["context", "systemNodes", "systemNodeSelector", "nodes", "imageRegistry", "persistentStorageClass"],
+)
+def test_an_existing_clusters_key_on_the_cloud_tier_says_what_the_cloud_uses_instead(
+    change: Any, key: str, fix: str
+) -> None:
+    # Before, each was "unknown key; allowed: <the cloud's keys>": true, but not why, nor what the cloud does instead.
+    (line,) = config_errors(change)
+    assert key in line and fix in line and "unknown key" not in line
