@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components.catalog.charts import CHARTS
+
+HELM_RELEASE_NAME_MAX: Final = 53
+"""Helm refuses a longer release name (its names become parts of object names and labels)."""
 
 
 def release(
@@ -17,12 +20,15 @@ def release(
     parent: pulumi.Resource,
     provider: k8s.Provider,
     depends_on: list[pulumi.Resource] | None = None,
+    release_name: str | None = None,
 ) -> k8s.helm.v3.Release:
-    """Install the chart pinned as ``name`` in ``components.catalog.charts.CHARTS`` (version, repo, namespace)."""
+    """Install the chart pinned as ``name`` in ``components.catalog.charts.CHARTS`` (version, repo, namespace), as the
+    release ``release_name`` (default: the pin's), which is also the Pulumi resource's name: a second release of one
+    chart takes a name of its own."""
     pin = CHARTS[name]
     return k8s.helm.v3.Release(
-        name,
-        name=pin.name,
+        release_name or name,
+        name=release_name or pin.name,
         chart=pin.chart_ref,
         version=pin.version,
         repository_opts=None if pin.is_oci else {"repo": pin.repo},

@@ -319,13 +319,48 @@ def new_xid() -> str:
     return f"{xid} > 0 unless on (UUID, err_code) {xid} offset 5m"
 
 
+REDIS_EXPORTER: Final = "prometheus-redis-exporter"
+"""The Redis exporter's release (``CHARTS``), and so its Service: the ``service`` label of its series. A further
+cache's exporter is ``<this>-<cache name>``."""
+
+
+def cache_alerts(name: str | None = None, exporter: str = REDIS_EXPORTER) -> list[dict[str, Any]]:
+    """One cache's availability, from its own exporter's ``redis_up`` (the ``service`` label is the exporter's Service).
+    ``name``: ``None`` for the stack's cache; a further cache's name (``ObservabilityArgs.extra_caches``) labels its
+    alerts ``cache``."""
+    redis_up = selector(REDIS_UP, OWN_SERIES, f'service="{exporter}"')
+    which = "The response cache" if name is None else f"The response cache {name}"
+    labels = {"cache": name} if name is not None else None
+    return [
+        _alert(
+            "InferstackCacheDown",
+            f"{redis_up} == 0",
+            "critical",
+            f"{which} is unreachable",
+            "redis_up is 0: the gateway skips every cache lookup, so every request reaches a GPU and "
+            "cache hits lose their millisecond answers.",
+            "1m",
+            labels,
+        ),
+        _alert(
+            "InferstackCacheMetricsAbsent",
+            f"absent({redis_up})",
+            "warning",
+            f"No metrics from the exporter of {which[0].lower()}{which[1:]}",
+            f"redis_up of {exporter} is missing: the Redis exporter is down or not scraped, so InferstackCacheDown "
+            "cannot fire.",
+            "10m",
+            labels,
+        ),
+    ]
+
+
 def platform_alerts() -> list[dict[str, Any]]:
-    """GPU XID errors and cache availability: not tied to one model. This cluster's own, like every rule here."""
+    """GPU XID errors: not tied to one model. This cluster's own, like every rule here."""
     # Fatal XIDs page for as long as DCGM still reports them: the GPU needs a reset (which clears the value) or the
     # node a drain; a replaced node takes its series with it.
     xid = f"max_over_time({selector(DCGM_XID_ERRORS, OWN_SERIES)}[5m])"
     fatal = " or ".join(f"({xid} == {code})" for code in FATAL_XIDS)
-    redis_up = selector(REDIS_UP, OWN_SERIES)
     return [
         _alert(
             "InferstackGpuXidFatal",
@@ -342,23 +377,6 @@ def platform_alerts() -> list[dict[str, Any]]:
             "The GPU reported a new XID error (DCGM_FI_DEV_XID_ERRORS, {{ $labels.err_msg }}) in the last 5 minutes. "
             "Look it up in NVIDIA's XID catalog. The exporter keeps showing the last XID afterwards: this alert "
             "resolves after 5 minutes, the GPU dashboard's XID panel keeps the code.",
-        ),
-        _alert(
-            "InferstackCacheDown",
-            f"{redis_up} == 0",
-            "critical",
-            "The response cache is unreachable",
-            "redis_up is 0: the gateway skips every cache lookup, so every request reaches a GPU and "
-            "cache hits lose their millisecond answers.",
-            "1m",
-        ),
-        _alert(
-            "InferstackCacheMetricsAbsent",
-            f"absent({redis_up})",
-            "warning",
-            "No metrics from the cache exporter",
-            "redis_up is missing: the Redis exporter is down or not scraped, so InferstackCacheDown cannot fire.",
-            "10m",
         ),
     ]
 
@@ -448,10 +466,12 @@ def prometheus_rule(
     name: str = "inferstack",
     namespace: str | None = None,
     gateways: Sequence[tuple[str, str]] = (),
+    caches: Sequence[tuple[str | None, str]] = ((None, REDIS_EXPORTER),),
     receives_sites: bool = False,
 ) -> dict[str, Any]:
     """The PrometheusRule manifest: recording rules, one alert set per model, platform alerts, and one set per gateway
-    of ``gateways``, each (namespace, Deployment name: the ``Gateway`` component's name). A hub that
+    of ``gateways``, each (namespace, Deployment name: the ``Gateway`` component's name), and one cache set per
+    ``caches`` entry (its name, ``None`` for the stack's own, and its exporter's release: ``cache_alerts``). A hub that
     ``receives_sites`` (``observability.remoteWriteReceiver``) also watches each site's heartbeat (``site_rules``).
 
     Models are sorted by namespace and name so the manifest does not change when the config lists them
@@ -467,7 +487,13 @@ def prometheus_rule(
     groups = [
         {"name": "inferstack.recording", "rules": recording_rules(ordered)},
         {"name": "inferstack.models", "rules": [rule for slo in ordered for rule in model_alerts(slo)]},
-        {"name": "inferstack.platform", "rules": platform_alerts()},
+        {
+            "name": "inferstack.platform",
+            "rules": [
+                *platform_alerts(),
+                *(rule for name, exporter in caches for rule in cache_alerts(name, exporter)),
+            ],
+        },
         {
             "name": "inferstack.gateway",
             "rules": [rule for namespace, name in sorted(gateways) for rule in gateway_alerts(namespace, name)],

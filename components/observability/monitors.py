@@ -96,7 +96,11 @@ def gateway_service_monitor(
 
 
 def redis_exporter_service_monitor(
-    namespace: str, *, release: str = "prometheus-redis-exporter", interval: str = SCRAPE_INTERVAL_INFRA
+    namespace: str,
+    *,
+    release: str = "prometheus-redis-exporter",
+    name: str = "inferstack-cache",
+    interval: str = SCRAPE_INTERVAL_INFRA,
 ) -> dict[str, Any]:
     """A ServiceMonitor for the prometheus-redis-exporter chart's Service (``redis_up`` and friends).
 
@@ -107,7 +111,7 @@ def redis_exporter_service_monitor(
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
-        "metadata": _monitor_metadata("inferstack-cache", namespace),
+        "metadata": _monitor_metadata(name, namespace),
         "spec": {
             "selector": {
                 "matchLabels": {

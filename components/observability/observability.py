@@ -14,13 +14,14 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 from pydantic import Field, model_validator
 
+from components.cache.redis_cache import CacheEndpoint
 from components.catalog.charts import CHARTS
 from components.kube.budget import Demand, demand
-from components.kube.helm import release
+from components.kube.helm import HELM_RELEASE_NAME_MAX, release
 from components.kube.labels import SYSTEM_NODES
 from components.kube.objects import check_name, custom_resource
 from components.observability.alerting import ALERT_RECEIVERS_SECRET, AlertDestinations, alertmanager_config
-from components.observability.alerts import ModelSlo, prometheus_rule
+from components.observability.alerts import REDIS_EXPORTER, ModelSlo, prometheus_rule
 from components.observability.dashboards import DASHBOARD_METRICS, DASHBOARDS, dashboard_configmap
 from components.observability.monitors import (
     engine_pod_monitor,
@@ -256,6 +257,10 @@ class ObservabilityArgs(Args):
     """Prometheus's claim; ``None``: the cluster's default StorageClass."""
     cache_user: str | None = None
     """The exporter's own cache user (ElastiCache RBAC); ``None``: the default user."""
+    extra_caches: dict[str, CacheEndpoint] = Field(default_factory=dict)
+    """Name → endpoint (``RedisCache(...).endpoint``) of each further cache (one per team): each gets its own Redis
+    exporter (release ``prometheus-redis-exporter-<name>``, reading the password from the cache's Secret in the
+    monitoring namespace) and its own cache alerts, labelled ``cache: <name>``."""
     prometheus_resources: dict[str, Any] | None = None
     """``None``: ``PROMETHEUS_RESOURCES`` (a cluster); a small site passes ``SMALL_SITE_PROMETHEUS_RESOURCES``."""
     external_labels: dict[str, str] = Field(default_factory=dict)
@@ -265,6 +270,20 @@ class ObservabilityArgs(Args):
     """Where Alertmanager sends alerts; ``None``: the chart's ``null`` receiver (they notify no one)."""
     remote_write_credential: StrInput | None = None
     """The password or bearer token ``spec.remoteWrite`` names (``passwordSecret``, ``bearerTokenSecret``)."""
+
+    @model_validator(mode="after")
+    def _cache_names(self) -> ObservabilityArgs:
+        room = HELM_RELEASE_NAME_MAX - len(REDIS_EXPORTER) - 1
+        for name in self.extra_caches:
+            check_name(f"extra_caches[{name!r}]", name)
+            if len(name) > room:
+                raise ValueError(
+                    f"extra_caches[{name!r}]: at most {room} characters (its exporter's Helm release, "
+                    f"{REDIS_EXPORTER}-<name>, may have {HELM_RELEASE_NAME_MAX})"
+                )
+        if self.extra_caches and self.cache_url is None:
+            raise ValueError("extra_caches: set cache_url (the stack's own cache) first, or name that cache here too")
+        return self
 
     @model_validator(mode="after")
     def _one_gateway_per_namespace(self) -> ObservabilityArgs:
@@ -358,20 +377,28 @@ class Observability(pulumi.ComponentResource):
             provider=provider,
         )
 
+        # One exporter per cache: (alert name, exporter release, address, password Secret, user).
+        caches: list[tuple[str | None, str, StrInput, tuple[str, str] | None, str | None]] = []
         if args.cache_url is not None:
+            caches.append((None, REDIS_EXPORTER, args.cache_url, args.cache_secret, args.cache_user))
+        for cache_name, cache in sorted(args.extra_caches.items()):
+            secret = (cache.exporter_secret_name or cache.secret_name, cache.secret_key)
+            caches.append((cache_name, f"{REDIS_EXPORTER}-{cache_name}", cache.url(), secret, cache.exporter_username))
+        for cache_name, exporter_release, url, cache_secret, cache_user in caches:
             exporter: dict[str, Any] = {
-                "redisAddress": args.cache_url,
+                "redisAddress": url,
                 "nodeSelector": args.system_node_selector,
                 "serviceMonitor": {"enabled": False},
             }
-            if args.cache_secret:
+            if cache_secret:
                 exporter["auth"] = {
                     "enabled": True,
-                    "secret": {"name": args.cache_secret[0], "key": args.cache_secret[1]},
-                    **({"redisUser": args.cache_user} if args.cache_user else {}),
+                    "secret": {"name": cache_secret[0], "key": cache_secret[1]},
+                    **({"redisUser": cache_user} if cache_user else {}),
                 }
-            release("prometheus-redis-exporter", exporter, parent=self, provider=provider)
-            self._custom(redis_exporter_service_monitor(namespace), after)
+            release(REDIS_EXPORTER, exporter, parent=self, provider=provider, release_name=exporter_release)
+            monitor = "inferstack-cache" if cache_name is None else f"inferstack-cache-{cache_name}"
+            self._custom(redis_exporter_service_monitor(namespace, release=exporter_release, name=monitor), after)
 
         # vLLM and Triton always (their monitors predate the llama.cpp engine); llama.cpp where a model runs on it.
         engines = ["vllm", "triton", *(["llamacpp"] if any(m.engine == "llamacpp" for m in args.models) else [])]
@@ -390,6 +417,7 @@ class Observability(pulumi.ComponentResource):
                 args.models,
                 namespace=namespace,
                 gateways=named,
+                caches=[(cache_name, exporter_release) for cache_name, exporter_release, *_ in caches],
                 receives_sites=args.spec.remote_write_receiver,
             ),
             after,

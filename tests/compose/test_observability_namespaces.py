@@ -60,3 +60,20 @@ def test_a_second_gateway_in_a_namespace_that_has_one_is_refused_by_name(cluster
         ObservabilityArgs(**fields, extra_gateways=[("team-b", "gw"), ("team-b", "gw-2")])
     with pytest.raises(ValidationError, match=r"extra_gateways\[0\] name: 'Team_B' is not a DNS-1123 label"):
         ObservabilityArgs(**fields, extra_gateways=[("team-b", "Team_B")])
+
+
+def test_a_further_caches_name_must_fit_its_exporters_release_name(cluster: ExistingCluster) -> None:
+    from components.cache.redis_cache import RedisCache, RedisCacheArgs
+
+    endpoint = RedisCache(
+        "c", RedisCacheArgs(namespace="c", provider=cluster.k8s_provider, client_namespace="gw")
+    ).endpoint
+    fields = {"provider": cluster.k8s_provider, "serving_namespace": "ml", "gateway_namespace": "gw"}
+    with pytest.raises(ValidationError, match=r"extra_caches: set cache_url"):
+        ObservabilityArgs(**fields, extra_caches={"team-b": endpoint})
+    fields["cache_url"] = "redis://cache.cache.svc:6379"
+    with pytest.raises(ValidationError, match=r"extra_caches\['Team_B'\]: 'Team_B' is not a DNS-1123 label"):
+        ObservabilityArgs(**fields, extra_caches={"Team_B": endpoint})
+    with pytest.raises(ValidationError, match=r"at most 27 characters \(its exporter's Helm release"):
+        ObservabilityArgs(**fields, extra_caches={"t" * 28: endpoint})
+    assert ObservabilityArgs(**fields, extra_caches={"t" * 27: endpoint}).extra_caches

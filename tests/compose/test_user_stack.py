@@ -68,9 +68,9 @@ def stack(
     models = [
         ModelDeploySpec(name=n, model="meta-llama/Llama-3.1-8B-Instruct", engine="vllm", pool="h100") for n in MODELS
     ]
-    gateways = {}
+    gateways, caches = {}, {}
     for team in teams:
-        cache = RedisCache(
+        cache = caches[team] = RedisCache(
             f"{team}-cache", RedisCacheArgs(namespace=f"{team}-cache", provider=provider, client_namespace=team)
         )
         gateways[team] = Gateway(
@@ -94,6 +94,9 @@ def stack(
             gateway_namespace="team-a",
             gateway_name="team-a-gateway",
             extra_gateways=[("team-b", "team-b-gateway")],
+            cache_url=caches["team-a"].endpoint.url(),
+            cache_secret=(caches["team-a"].endpoint.secret_name, caches["team-a"].endpoint.secret_key),
+            extra_caches={"team-b": caches["team-b"].endpoint},
         ),
         opts=after_base,
     )
@@ -152,6 +155,38 @@ def test_the_gateway_alerts_watch_each_of_the_users_gateways_by_its_name(stack: 
     assert deployment.inputs["metadata"]["name"] == f"{team}-gateway"
     assert f'namespace="{team}",inferstack_site="",deployment="{team}-gateway"}}' in unavailable["expr"]
     assert unavailable["annotations"]["summary"].startswith(f"{team}/{team}-gateway:")
+
+
+def test_each_teams_cache_has_its_own_exporter_monitor_and_alerts(stack: dict[str, Any], engine: MockEngine) -> None:
+    # GIVEN Observability told of team-a's cache (cache_url) and team-b's (extra_caches)
+    resources = stack["resources"]
+    exporters = {
+        r.inputs["name"]: r.inputs["values"]
+        for r in resources
+        if r.type == "kubernetes:helm.sh/v3:Release" and r.inputs["chart"] == "prometheus-redis-exporter"
+    }
+    # WHEN the stack is planned THEN each cache has an exporter of its own, reading its address and its own Secret
+    assert set(exporters) == {"prometheus-redis-exporter", "prometheus-redis-exporter-team-b"}
+    assert exporters["prometheus-redis-exporter"]["auth"]["secret"]["name"] == "team-a-cache-auth"
+    assert exporters["prometheus-redis-exporter-team-b"]["auth"]["secret"]["name"] == "team-b-cache-auth"
+    assert "team-b-cache" in engine.resolve(exporters["prometheus-redis-exporter-team-b"]["redisAddress"])
+    # and a ServiceMonitor selecting each release's Service (the chart's selector labels)
+    monitors = {
+        r.inputs["metadata"]["name"]: r.inputs["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"]
+        for r in resources
+        if r.inputs.get("kind") == "ServiceMonitor" and r.inputs["metadata"]["name"].startswith("inferstack-cache")
+    }
+    assert monitors == {
+        "inferstack-cache": "prometheus-redis-exporter",
+        "inferstack-cache-team-b": "prometheus-redis-exporter-team-b",
+    }
+    # and alerts that read each exporter's series alone, team-b's labelled with its name
+    (rule,) = [r for r in resources if r.type == "kubernetes:monitoring.coreos.com/v1:PrometheusRule"]
+    down = [r for g in rule.inputs["spec"]["groups"] for r in g["rules"] if r.get("alert") == "InferstackCacheDown"]
+    assert [(d["labels"].get("cache"), d["expr"]) for d in down] == [
+        (None, 'redis_up{inferstack_site="",service="prometheus-redis-exporter"} == 0'),
+        ("team-b", 'redis_up{inferstack_site="",service="prometheus-redis-exporter-team-b"} == 0'),
+    ]
 
 
 def test_what_a_user_wires_between_components_is_a_registered_output(

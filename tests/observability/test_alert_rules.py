@@ -168,10 +168,34 @@ def test_cache_unavailable() -> None:
     # WHEN / THEN redis_up == 0 for a minute is critical
     alert = _alerts(prometheus_rule([]), "InferstackCacheDown")[0]
     assert (alert["expr"], alert["for"], alert["labels"]["severity"]) == (
-        'redis_up{inferstack_site=""} == 0',
+        'redis_up{inferstack_site="",service="prometheus-redis-exporter"} == 0',
         "1m",
         "critical",
     )
+
+
+def test_each_cache_is_watched_through_its_own_exporter() -> None:
+    # GIVEN the stack's cache and a second team's, each with its own exporter
+    rule = prometheus_rule(
+        [], caches=[(None, "prometheus-redis-exporter"), ("team-b", "prometheus-redis-exporter-team-b")]
+    )
+    # WHEN its cache alerts are read THEN each cache's read only its exporter's series, and the second's is named
+    down = _alerts(rule, "InferstackCacheDown")
+    absent = _alerts(rule, "InferstackCacheMetricsAbsent")
+    assert [a["expr"] for a in down] == [
+        'redis_up{inferstack_site="",service="prometheus-redis-exporter"} == 0',
+        'redis_up{inferstack_site="",service="prometheus-redis-exporter-team-b"} == 0',
+    ]
+    # absent() of one exporter's series: with a single selector for both, one exporter's series hid the other's loss
+    assert [a["expr"] for a in absent] == [
+        'absent(redis_up{inferstack_site="",service="prometheus-redis-exporter"})',
+        'absent(redis_up{inferstack_site="",service="prometheus-redis-exporter-team-b"})',
+    ]
+    assert [a["labels"].get("cache") for a in down] == [None, "team-b"]
+    assert [a["annotations"]["summary"] for a in down] == [
+        "The response cache is unreachable",
+        "The response cache team-b is unreachable",
+    ]
 
 
 def test_on_a_hub_every_rule_reads_its_own_series_only(fleet: list[ModelSlo]) -> None:
