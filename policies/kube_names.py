@@ -42,9 +42,10 @@ NAME_FORMATS: Mapping[str, tuple[str, int]] = {
     "Service": SERVICE,
     # the controller-revision-hash label of a StatefulSet's pods is "<name>-<10-character hash>" (kubernetes#64023)
     "StatefulSet": (LABEL[0], 52),
-    # the job-name label of a Job's pods is its name; a CronJob's Jobs add 11 characters (the CronJob docs: 52 at most)
-    "Job": (LABEL[0], 63),
-    "CronJob": (LABEL[0], 52),
+    # A Job's name is a subdomain (batch validation: ValidateReplicationControllerName), and its pods' job-name label
+    # value (63 characters at most, dots allowed); a CronJob's Jobs add 11 characters (ValidateCronJobCreate: 52).
+    "Job": (SUBDOMAIN[0], 63),
+    "CronJob": (SUBDOMAIN[0], 52),
 }
 # RBAC names are path segments: anything but '/', '%', '.' and '..'.
 PATH_SEGMENT_KINDS = frozenset({"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"})
@@ -52,9 +53,10 @@ PATH_SEGMENT_KINDS = frozenset({"Role", "ClusterRole", "RoleBinding", "ClusterRo
 HELM_RELEASE_NAME = (SUBDOMAIN[0], 53)
 
 
-def suggest(name: str, limit: int) -> str:
-    """A valid DNS-1123 name close to `name`: lowercase, runs of other characters as one '-', cut to `limit`."""
-    fixed = re.sub(r"[^a-z0-9.]+", "-", name.lower()).strip("-.")[:limit].rstrip("-.")
+def suggest(name: str, limit: int, dots: bool = True) -> str:
+    """A valid DNS-1123 name close to `name`: lowercase, runs of other characters (and dots, for a label) as one '-',
+    cut to `limit`."""
+    fixed = re.sub(r"[^a-z0-9.]+" if dots else r"[^a-z0-9]+", "-", name.lower()).strip("-.")[:limit].rstrip("-.")
     return fixed or "name"
 
 
@@ -105,7 +107,9 @@ def names_valid(res: Res) -> Iterator[Finding]:
         yield from _name_problems(res, name, f"metadata.name {name!r}", 0)
     namespace = metadata.get("namespace")
     if isinstance(namespace, str) and known(namespace) and (problem := _problem(namespace, LABEL, DNS1123_LABEL)):
-        yield (f"{res.label}: metadata.namespace {namespace!r} {problem}: use {suggest(namespace, 63)!r}", None)
+        yield (f"{res.label}: metadata.namespace {namespace!r} {problem}: use {suggest(namespace, 63, False)!r}", None)
+    if res.kind == "Job" and isinstance(name, str) and known(name):
+        yield from _indexed_job(res, name)
     for path, labels in _label_maps(res.inputs):
         for key, value in labels.items():
             if problem := _qualified_key(str(key)):
@@ -119,7 +123,9 @@ def names_valid(res: Res) -> Iterator[Finding]:
     annotations = metadata.get("annotations")
     if isinstance(annotations, Mapping):
         for key in annotations:
-            if problem := _qualified_key(str(key)):
+            # An annotation key is a qualified name "except that case doesn't matter" (apimachinery's
+            # ValidateAnnotations checks it lowercased): Example.com/Owner is accepted.
+            if problem := _qualified_key(str(key).lower()):
                 yield (f"{res.label}: metadata.annotations key {key!r} {problem}", None)
 
 
@@ -134,17 +140,45 @@ def _name_problems(res: Res, name: str, what: str, suffix: int) -> Iterator[Find
                    "`pulumi up`: rename it", None)  # fmt: skip
         return
     rule = NAME_FORMATS.get(res.kind, SUBDOMAIN)
-    pattern = DNS1035_LABEL if rule is SERVICE else DNS1123_SUBDOMAIN if rule is SUBDOMAIN else DNS1123_LABEL
+    what_format = rule[0]
+    pattern = (
+        DNS1035_LABEL
+        if what_format == SERVICE[0]
+        else DNS1123_SUBDOMAIN
+        if what_format == SUBDOMAIN[0]
+        else DNS1123_LABEL
+    )
     if problem := _problem(name, rule, pattern):
         if suffix:
             problem = problem.replace(f"is {len(name)} characters", f"makes {len(name)} with Pulumi's suffix")
             problem = f"auto-names the object {name[:-8]}<8 random hex digits>, which {problem}"
-        shown = suggest(name[: len(name) - suffix] if suffix else name, rule[1] - suffix)
-        if rule is SERVICE and not shown[0].isalpha():  # a DNS-1035 label starts with a letter
-            shown = suggest(f"svc-{shown}", rule[1] - suffix)
+        dots = pattern is DNS1123_SUBDOMAIN  # a label has none
+        shown = suggest(name[: len(name) - suffix] if suffix else name, rule[1] - suffix, dots)
+        if pattern is DNS1035_LABEL and not shown[0].isalpha():  # a DNS-1035 label starts with a letter
+            shown = suggest(f"svc-{shown}", rule[1] - suffix, dots)
         yield (
             f"{res.label}: {what} {problem}, so the API server refuses it at `pulumi up`: rename it (for example "
             f"{shown!r})",
+            None,
+        )
+
+
+def _indexed_job(res: Res, name: str) -> Iterator[Finding]:
+    """An Indexed Job's pods are named and hostnamed "<name>-<index>": the API server refuses a Job whose last index
+    makes that no DNS-1123 label (batch validation, ValidateJob: "will not able to create pod with invalid DNS
+    label")."""
+    spec = res.inputs.get("spec")
+    if not isinstance(spec, Mapping) or spec.get("completionMode") != "Indexed":
+        return
+    completions = spec.get("completions")
+    if isinstance(completions, bool) or not isinstance(completions, int) or completions < 1:
+        return
+    hostname = f"{name}-{completions - 1}"
+    if problem := _problem(hostname, LABEL, DNS1123_LABEL):
+        room = 63 - len(f"-{completions - 1}")
+        yield (
+            f"{res.label}: an Indexed Job's pods are named <name>-<index>, and {hostname!r} {problem}, so the API "
+            f"server refuses it at `pulumi up`: rename it (for example {suggest(name, room, False)!r})",
             None,
         )
 
@@ -155,7 +189,7 @@ def _release_names(res: Res) -> Iterator[Finding]:
         yield (f"{res.label}: the release name {name!r} {problem}: use {suggest(name, 53)!r}", None)
     namespace = res.inputs.get("namespace")
     if isinstance(namespace, str) and known(namespace) and (problem := _problem(namespace, LABEL, DNS1123_LABEL)):
-        yield (f"{res.label}: namespace {namespace!r} {problem}: use {suggest(namespace, 63)!r}", None)
+        yield (f"{res.label}: namespace {namespace!r} {problem}: use {suggest(namespace, 63, False)!r}", None)
 
 
 def _identity(res: Res) -> tuple[str, str, str, str] | None:

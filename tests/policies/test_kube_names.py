@@ -26,9 +26,23 @@ def messages(plan: list[dict[str, Any]], rule: str) -> list[str]:
         (service("8b-web"), "(for example 'svc-8b-web')"),
         (service("web.internal"), "is not a DNS-1035 label"),
         (k8s("core/v1", "Namespace", "team.a", ns=None), "metadata.name 'team.a' is not a DNS-1123 label"),
+        # a label has no dots: the suggested name has none either
+        (k8s("core/v1", "Namespace", "team.a", ns=None), "(for example 'team-a')"),
+        (k8s("apps/v1", "StatefulSet", "cache.primary", {}), "(for example 'cache-primary')"),
+        (deployment("web", ns="team.a"), "use 'team-a'"),
         (k8s("apps/v1", "StatefulSet", "s" * 53, {}), "is 53 characters, over the 52 allowed"),
         (k8s("batch/v1", "CronJob", "c" * 53, {}), "is 53 characters, over the 52 allowed"),
         (k8s("batch/v1", "Job", "j" * 64, {}), "is 64 characters, over the 63 allowed"),
+        (k8s("batch/v1", "Job", "Fetch", {}), "metadata.name 'Fetch' is not a DNS-1123 subdomain"),
+        # an Indexed Job's pods are <name>-<index>, a DNS label
+        (
+            k8s("batch/v1", "Job", "model.fetch", {"completionMode": "Indexed", "completions": 4}),
+            "'model.fetch-3' is not a DNS-1123 label",
+        ),
+        (
+            k8s("batch/v1", "Job", "j" * 62, {"completionMode": "Indexed", "completions": 11}),
+            "is 65 characters, over the 63 allowed",
+        ),
         (k8s("monitoring.coreos.com/v1", "ServiceMonitor", "Llama", {}), "metadata.name 'Llama' is not a DNS-1123"),
         (k8s("rbac.authorization.k8s.io/v1", "Role", "a/b", ns="apps"), "may not be '.' or '..' or contain '/'"),
         (deployment("web", ns="Team_A"), "metadata.namespace 'Team_A' is not a DNS-1123 label"),
@@ -56,6 +70,12 @@ def test_a_name_the_api_server_refuses_is_named_with_its_rule(obj: dict[str, Any
         k8s("core/v1", "Namespace", "team-a", ns=None),
         k8s("apps/v1", "StatefulSet", "s" * 52, {}),
         k8s("batch/v1", "CronJob", "c" * 52, {}),
+        # a Job's or CronJob's name is a subdomain: dots are fine (its job-name label value may hold them)
+        k8s("batch/v1", "Job", "llama-3.1-8b-fetch", {}),
+        k8s("batch/v1", "CronJob", "cache.warmup", {}),
+        k8s("batch/v1", "Job", "shards", {"completionMode": "Indexed", "completions": 4}),
+        # annotation keys are checked lowercased (apimachinery ValidateAnnotations): case does not matter
+        k8s("core/v1", "ConfigMap", "cfg", meta={"annotations": {"Example.COM/Owner": "x"}}),
         k8s("rbac.authorization.k8s.io/v1", "ClusterRole", "system:inferstack:reader", ns=None),
         deployment("web", labels={"app.kubernetes.io/name": "web", "inferstack.io/pool": ""}),
         k8s("core/v1", "ConfigMap", "cfg", meta={"annotations": {"inferstack.io/checksum": "x" * 300}}),
