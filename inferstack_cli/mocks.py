@@ -65,6 +65,13 @@ class Registration:
     """Wire-format (camelCase) inputs, secrets masked as ``[secret]``, resource references as URNs."""
     ignore_changes: tuple[str, ...] = ()
     """Input paths ``pulumi up`` leaves as they are live (the ``ignore_changes`` resource option)."""
+    provider: str = ""
+    """URN of the resource's explicit provider (its cluster, for a Kubernetes object); empty for the default one."""
+
+
+def provider_urn(ref: str) -> str:
+    """A provider reference ``<urn>::<id>`` as its URN (the id is unknown until the provider is created)."""
+    return ref.rsplit("::", 1)[0] if ref else ""
 
 
 def wire(value: Any) -> Any:
@@ -131,6 +138,7 @@ class RecordingMonitor(MockMonitor):
                     custom=True,
                     protect=False,
                     inputs=inputs,
+                    provider=provider_urn(request.provider),
                 )
             )
         return response
@@ -151,6 +159,7 @@ class RecordingMonitor(MockMonitor):
                         protect=bool(request.protect),
                         inputs=inputs,
                         ignore_changes=tuple(request.ignoreChanges),
+                        provider=provider_urn(request.provider),
                     )
                 )
         return response

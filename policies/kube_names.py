@@ -192,13 +192,14 @@ def _release_names(res: Res) -> Iterator[Finding]:
         yield (f"{res.label}: namespace {namespace!r} {problem}: use {suggest(namespace, 63, False)!r}", None)
 
 
-def _identity(res: Res) -> tuple[str, str, str, str] | None:
-    """(API group, kind, namespace, name) of the object a resource creates; None for one it only patches, for a
-    component (a chart, a YAML group) and for a name the engine makes up (Pulumi's auto-naming is unique)."""
+def _identity(res: Res) -> tuple[str, str, str, str, str] | None:
+    """(provider, API group, kind, namespace, name) of the object a resource creates: the provider is its cluster, so
+    one name in two clusters is two objects. None for one it only patches, for a component (a chart, a YAML group)
+    and for a name the engine makes up (Pulumi's auto-naming is unique)."""
     if res.type == HELM_RELEASE:
         name, namespace = res.inputs.get("name"), res.inputs.get("namespace")
         if isinstance(name, str) and known(name):
-            return "helm.sh", "Release", str(namespace or "default"), name
+            return res.provider, "helm.sh", "Release", str(namespace or "default"), name
         return None
     if not res.type.startswith("kubernetes:") or "metadata" not in res.inputs or res.type.endswith("Patch"):
         return None
@@ -207,17 +208,17 @@ def _identity(res: Res) -> tuple[str, str, str, str] | None:
         return None
     group = res.type.split(":")[1].rsplit("/", 1)[0]
     namespaced = "namespace" in res.metadata
-    return group, res.kind, res.namespace if namespaced else "", name
+    return res.provider, group, res.kind, res.namespace if namespaced else "", name
 
 
 def objects_unique(stack: Stack) -> Iterator[Finding]:
     """No two resources create the same Kubernetes object (or the same Helm release): the second create fails with
     "already exists" at `pulumi up`, or, applied server-side, the two overwrite each other on every update."""
-    owners: dict[tuple[str, str, str, str], list[Res]] = defaultdict(list)
+    owners: dict[tuple[str, str, str, str, str], list[Res]] = defaultdict(list)
     for res in stack.resources:
         if (identity := _identity(res)) is not None:
             owners[identity].append(res)
-    for (_, kind, namespace, name), resources in owners.items():
+    for (_, _, kind, namespace, name), resources in owners.items():
         if len(resources) < 2:
             continue
         where = f"{namespace}/{name}" if namespace else name

@@ -82,6 +82,9 @@ class Res:
     parent: str | None = None
     deps: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Property → URNs it depends on (CrossGuard's ``property_dependencies``); empty offline."""
+    provider: str = ""
+    """URN of its provider: a Kubernetes object's cluster. Empty offline for the default provider; two objects of one
+    name under two providers (one program, two clusters) are two objects."""
 
     @property
     def kind(self) -> str:
@@ -120,9 +123,11 @@ def from_plan(resources: Iterable[Any]) -> list[Res]:
     out = []
     for r in resources:
         if isinstance(r, Mapping):
-            out.append(Res(r["urn"], r["type"], r["name"], plain(r.get("inputs") or {}), r.get("parent")))
+            inputs, provider = plain(r.get("inputs") or {}), r.get("provider") or ""
+            out.append(Res(r["urn"], r["type"], r["name"], inputs, r.get("parent"), provider=provider))
         else:
-            out.append(Res(r.urn, r.type, r.name, plain(r.inputs or {}), r.parent))
+            provider = getattr(r, "provider", "") or ""
+            out.append(Res(r.urn, r.type, r.name, plain(r.inputs or {}), r.parent, provider=provider))
     return out
 
 
@@ -132,7 +137,8 @@ def from_policy(resources: Iterable[Any]) -> list[Res]:
     for r in resources:
         deps = {k: tuple(d.urn for d in v) for k, v in (r.property_dependencies or {}).items()}
         parent = r.parent.urn if r.parent is not None else None
-        out.append(Res(r.urn, r.resource_type, r.name, plain(r.props), parent, deps))
+        provider = r.provider.urn if r.provider is not None else ""
+        out.append(Res(r.urn, r.resource_type, r.name, plain(r.props), parent, deps, provider))
     return out
 
 

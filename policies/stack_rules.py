@@ -987,7 +987,7 @@ def workload_selectors_disjoint(stack: Stack) -> Iterator[Finding]:
         if not isinstance(selector, Mapping) or not selector or not known(selector):
             continue
         for other in workloads:
-            if other is owner or other.namespace != owner.namespace:
+            if other is owner or other.namespace != owner.namespace or other.provider != owner.provider:
                 continue
             for pod in pods(other):
                 if known(pod.labels) and label_selector_matches(selector, pod.labels):

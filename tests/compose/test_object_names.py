@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from components.serving.inference_server import InferenceServer
+import pulumi
+
+from components.kube.existing_cluster import ExistingCluster, ExistingClusterArgs
+from components.serving.inference_server import InferenceServer, InferenceServerArgs
 from inferstack_cli.plan import MockEngine
 from policies.rules import check_plan
 
@@ -38,3 +41,22 @@ def test_the_same_model_in_two_namespaces_is_two_objects(
     serve("llama-blue", spec=model("llama-8b"))
     serve("llama-green", spec=model("llama-8b"), namespace="ml-canary")
     assert findings(engine) == []
+
+
+def test_the_same_object_in_two_clusters_is_two_objects(
+    engine: MockEngine, cluster: ExistingCluster, server_args: Callable[..., InferenceServerArgs]
+) -> None:
+    # One program, two clusters (each component takes its cluster's provider): the same namespace and model in each
+    # are two objects, and two gateways' worth of pods in two clusters never meet.
+    dc2 = ExistingCluster("dc2", ExistingClusterArgs(kubeconfig=pulumi.Output.secret("apiVersion: v1")))
+    InferenceServer("llama-dc1", server_args("llama-8b"))
+    InferenceServer("llama-dc2", server_args("llama-8b").model_copy(update={"provider": dc2.k8s_provider}))
+    found = [
+        f"{v['policy']}: {v['message']}"
+        for v in check_plan(engine.settle())
+        if v["policy"] in (*RULES, "stack-workload-selectors-disjoint")
+    ]
+    assert found == []
+    # ... while in one cluster they are one object made twice
+    InferenceServer("llama-dc1-again", server_args("llama-8b"))
+    assert any(f.startswith("stack-kube-objects-unique: Deployment ml/llama-8b") for f in findings(engine))

@@ -164,3 +164,42 @@ def test_two_helm_releases_of_one_name_in_one_namespace() -> None:
     assert "Helm release cache/cache is created by 2 resources (a, b)" in messages([a, b], UNIQUE)[0]
     b["inputs"]["namespace"] = "cache-b"
     assert messages([a, b], UNIQUE) == []
+
+
+def test_one_name_under_two_providers_is_two_objects() -> None:
+    """A provider is a cluster: one program may deploy the same namespace and model to two clusters (each component
+    takes its cluster's provider), under `pulumi preview` (CrossGuard's own argument types) as in `inferstack plan`."""
+    from pulumi_policy import StackValidationArgs
+    from pulumi_policy.policy import (
+        PolicyCustomTimeouts,
+        PolicyProviderResource,
+        PolicyResource,
+        PolicyResourceOptions,
+    )
+
+    from policies.rules import POLICIES
+
+    opts = PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
+    dc1, dc2 = (
+        PolicyProviderResource("pulumi:providers:kubernetes", {}, f"urn:pulumi:test::inferstack::k8s::{n}", n)
+        for n in ("dc1", "dc2")
+    )
+    first, second = deployment("llama", ns="serving"), deployment("llama", ns="serving")
+    second["name"], second["urn"] = "llama-dc2", second["urn"] + "-dc2"
+
+    def reported(providers: tuple[PolicyProviderResource, PolicyProviderResource], rule: str) -> list[str]:
+        resources = [
+            PolicyResource(r["type"], r["inputs"], r["urn"], r["name"], opts, p, None, [], {})
+            for r, p in zip((first, second), providers, strict=True)
+        ]
+        policy = next(p for p in POLICIES if p.name == rule)
+        out: list[str] = []
+        policy.validate(StackValidationArgs(resources), lambda message, urn=None: out.append(message))
+        return out
+
+    for rule in (UNIQUE, "stack-workload-selectors-disjoint"):
+        assert reported((dc1, dc2), rule) == [], rule
+        assert reported((dc1, dc1), rule), rule  # one cluster: one object made twice, two selectors overlapping
+    # offline, a plan-JSON resource carries its provider's URN too
+    second["provider"] = dc2.urn
+    assert messages([first, second], UNIQUE) == []
