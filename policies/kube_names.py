@@ -71,7 +71,9 @@ def _problem(value: str, rule: tuple[str, int], pattern: re.Pattern[str]) -> str
 
 def _qualified_key(key: str) -> str | None:
     """A label or annotation key: an optional DNS-1123 subdomain prefix (≤253) and '/', then a name (≤63)."""
-    prefix, _, name = key.rpartition("/")
+    prefix, slash, name = key.rpartition("/")
+    if slash and not prefix:  # IsQualifiedName: "prefix part must be non-empty"
+        return "has an empty prefix before its '/': drop the '/' or put a DNS-1123 subdomain before it"
     if prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.fullmatch(prefix)):
         return f"has the prefix {prefix!r}, which is not a DNS-1123 subdomain of 253 characters at most"
     if not name or len(name) > 63 or not QUALIFIED_NAME.fullmatch(name):

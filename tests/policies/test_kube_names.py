@@ -50,6 +50,7 @@ def messages(plan: list[dict[str, Any]], rule: str) -> list[str]:
         (deployment("web", ns="Team_A"), "use 'team-a'"),
         (deployment("web", labels={"bad key!": "x"}), "key 'bad key!' is not a qualified name"),
         (deployment("web", labels={"Example.COM/app": "x"}), "has the prefix 'Example.COM'"),
+        (deployment("web", labels={"/app": "x"}), "key '/app' has an empty prefix"),
         (
             k8s("core/v1", "ConfigMap", "cfg", meta={"annotations": {"a/b/c": "x"}}),
             "metadata.annotations key 'a/b/c' has the prefix 'a/b'",
