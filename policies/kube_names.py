@@ -196,11 +196,12 @@ def _release_names(res: Res) -> Iterator[Finding]:
 
 def _identity(res: Res) -> tuple[str, str, str, str, str] | None:
     """(provider, API group, kind, namespace, name) of the object a resource creates: the provider is its cluster, so
-    one name in two clusters is two objects. None for one it only patches, for a component (a chart, a YAML group)
-    and for a name the engine makes up (Pulumi's auto-naming is unique)."""
+    one name in two clusters is two objects. None for one it only patches, for a component (a chart, a YAML group),
+    for a name the engine makes up (Pulumi's auto-naming is unique), and for a name or namespace not known until the
+    update (two unknown namespaces are not one namespace)."""
     if res.type == HELM_RELEASE:
         name, namespace = res.inputs.get("name"), res.inputs.get("namespace")
-        if isinstance(name, str) and known(name):
+        if isinstance(name, str) and known(name) and (namespace is None or known(namespace)):
             return res.provider, "helm.sh", "Release", str(namespace or "default"), name
         return None
     if not res.type.startswith("kubernetes:") or "metadata" not in res.inputs or res.type.endswith("Patch"):
@@ -210,6 +211,8 @@ def _identity(res: Res) -> tuple[str, str, str, str, str] | None:
         return None
     group = res.type.split(":")[1].rsplit("/", 1)[0]
     namespaced = "namespace" in res.metadata
+    if namespaced and not known(res.metadata.get("namespace")):
+        return None
     return res.provider, group, res.kind, res.namespace if namespaced else "", name
 
 

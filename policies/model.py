@@ -40,22 +40,28 @@ PENDING_REFERENCES = frozenset({"keyArn", "kmsKeyId", "kmsMasterKeyId"})
 of a key the same stack creates, is set, so these keep Pulumi's unknown sentinel instead of being left out."""
 
 
-def plain(value: Any) -> Any:
+def plain(value: Any, namespaced: bool = True) -> Any:
     """Inputs as plain dicts and lists, with every value still unknown during a preview left out.
 
     CrossGuard wraps props in proxies that raise ``UnknownValueError`` on an unknown value, which
     would stop a whole-stack rule at the first ARN a preview cannot know yet; the rules want the
     known part of every resource instead (a missing value is one they cannot judge, and skip), except
-    ``PENDING_REFERENCES``. Secret values are masked as ``inferstack plan`` masks them.
+    ``PENDING_REFERENCES`` and a namespace (``metadata.namespace``, a Helm release's ``namespace``): one not known
+    yet is not the provider's default that a missing namespace means (``namespaced``: this map may hold one).
+    Secret values are masked as ``inferstack plan`` masks them.
     """
     if isinstance(value, _PROXIES):
         value = value["__target"]
     if isinstance(value, _secret.Secret):
         return "[secret]"
     if isinstance(value, Mapping):
-        return {k: plain(v) for k, v in value.items() if not _unknown(v) or k in PENDING_REFERENCES}
+        return {
+            k: plain(v, k == "metadata")
+            for k, v in value.items()
+            if not _unknown(v) or k in PENDING_REFERENCES or (namespaced and k == "namespace")
+        }
     if isinstance(value, list | tuple):
-        return [plain(v) for v in value if not _unknown(v)]
+        return [plain(v, False) for v in value if not _unknown(v)]
     return value
 
 

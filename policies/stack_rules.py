@@ -980,7 +980,10 @@ def workload_selectors_disjoint(stack: Stack) -> Iterator[Finding]:
         r
         for kind in sorted(SELECTOR_KINDS)
         for r in stack.by_kind[kind]
-        if r.type != HELM_RELEASE and known(r.metadata.get("name"))
+        # a namespace not known until the update may be any: such a workload is compared with none
+        if r.type != HELM_RELEASE
+        and known(r.metadata.get("name"))
+        and ("namespace" not in r.metadata or known(r.metadata["namespace"]))
     ]
     for owner in workloads:
         selector = (owner.inputs.get("spec") or {}).get("selector")

@@ -126,6 +126,17 @@ def test_unknown_names_are_left_to_the_engine() -> None:
     unknown["inputs"]["metadata"]["namespace"] = UNKNOWN
     assert messages([unknown], NAMES) == []
     assert messages([unknown, deployment("web")], UNIQUE) == []
+    # one name in two namespaces not known until the update (two Namespace resources' outputs) may be two objects
+    a, b = deployment("web"), deployment("web")
+    b["name"], b["urn"] = "web-b", b["urn"] + "-b"
+    for r in (a, b):
+        r["inputs"]["metadata"]["namespace"] = UNKNOWN
+    assert messages([a, b], UNIQUE) == []
+    assert messages([a, b], "stack-workload-selectors-disjoint") == []
+    x, y = release("x", "redis", {}), release("y", "redis", {})
+    for r in (x, y):
+        r["inputs"].update(name="cache", namespace=UNKNOWN)
+    assert messages([x, y], UNIQUE) == []
 
 
 def test_two_resources_creating_one_object_are_both_named() -> None:
