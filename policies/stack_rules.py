@@ -973,9 +973,10 @@ def workload_selectors_disjoint(stack: Stack) -> Iterator[Finding]:
     """No workload's selector matches another workload's pods in its namespace.
 
     The Kubernetes docs on Deployments: controllers with overlapping selectors "fight with each other and won't
-    behave correctly". Each counts the other's pods as its own (scaling one down deletes the other's), and a Service
-    meant for one selects both: two gateways in one namespace answered each other's requests with the other's
-    keys and models."""
+    behave correctly". Owner references keep a controller from adopting pods another one owns, but everything that
+    finds the pods by the selector sees both sets: a Service meant for one sends requests to both, and a
+    PodDisruptionBudget or an autoscaler's pod metrics count both. Two gateways in one namespace answered each other's
+    clients with the other's keys and models."""
     workloads = [
         r
         for kind in sorted(SELECTOR_KINDS)
@@ -997,8 +998,8 @@ def workload_selectors_disjoint(stack: Stack) -> Iterator[Finding]:
                     shown = ", ".join(f"{k}={v}" for k, v in (selector.get("matchLabels") or {}).items())
                     yield (
                         f"{owner.label}'s selector ({shown or 'its matchExpressions'}) also matches the pods of "
-                        f"{other.label}: the two controllers take each other's pods for their own, and a Service "
-                        "for one sends its requests to both. Give each workload a label of its own in its selector "
+                        f"{other.label}: a Service, PodDisruptionBudget or autoscaler for one counts and sends "
+                        "requests to both. Give each workload a label of its own in its selector "
                         "and pod template (two of one component: put each in its own namespace)",
                         other,
                     )
