@@ -104,31 +104,43 @@ def serve_pipe(port: int, upstream_port: int) -> None:
     uvloop.run(main())
 
 
+def relay_client(upstream: str) -> tuple[Any, Any]:
+    """The gateway's HTTP client and the upstream's chat completions target: what every `+own` row relays with."""
+    from inferstack_gateway.http_client import HttpClient, Target
+
+    return HttpClient(limit_per_origin=1024, keepalive_s=4, connect_timeout_s=1), Target.parse(
+        upstream + "/chat/completions"
+    )
+
+
+async def relay_asgi(http: Any, target: Any, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """One ASGI request relayed with the gateway's client: the body read whole, each upstream chunk sent as read."""
+    if scope["type"] != "http":
+        return
+    body = await bench.read_body(receive)
+    response = await http.request(b"POST", target, {"content-type": "application/json"}, body)
+    try:
+        content_type = response.headers.get(b"content-type", b"application/json")
+        await send({"type": "http.response.start", "status": response.status,
+                    "headers": [(b"content-type", content_type)]})  # fmt: skip
+        while chunk := await response.readany():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    finally:
+        response.close()
+    await send({"type": "http.response.body", "body": b""})
+
+
 def serve_own(port: int, upstream: str, coalesce: bool = False) -> None:
     """gateway_bench's relay with the gateway's HTTP client in place of aiohttp's; with `coalesce`, on the gateway's
     own uvicorn protocol (a response's head sent with its first body bytes)."""
     import uvicorn
 
-    from inferstack_gateway.http_client import HttpClient, Target
     from inferstack_gateway.server import GatewayHttpProtocol
 
-    http = HttpClient(limit_per_origin=1024, keepalive_s=4, connect_timeout_s=1)
-    target = Target.parse(upstream + "/chat/completions")
+    http, target = relay_client(upstream)
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        body = await bench.read_body(receive)
-        response = await http.request(b"POST", target, {"content-type": "application/json"}, body)
-        try:
-            content_type = response.headers.get(b"content-type", b"application/json")
-            await send({"type": "http.response.start", "status": response.status,
-                        "headers": [(b"content-type", content_type)]})  # fmt: skip
-            while chunk := await response.readany():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        finally:
-            response.close()
-        await send({"type": "http.response.body", "body": b""})
+        await relay_asgi(http, target, scope, receive, send)
 
     uvicorn.run(
         app, host="127.0.0.1", port=port, loop="uvloop", http=GatewayHttpProtocol if coalesce else "httptools",
@@ -141,10 +153,7 @@ def serve_raw(port: int, upstream: str) -> None:
     import httptools
     import uvloop
 
-    from inferstack_gateway.http_client import HttpClient, Target
-
-    http = HttpClient(limit_per_origin=1024, keepalive_s=4, connect_timeout_s=1)
-    target = Target.parse(upstream + "/chat/completions")
+    http, target = relay_client(upstream)
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
     class Server(asyncio.Protocol):
@@ -185,22 +194,20 @@ def serve_raw(port: int, upstream: str) -> None:
     uvloop.run(main())
 
 
-_granian_http: Any = None
+_granian_relay: tuple[Any, Any] | None = None
 
 
-def _granian_relay() -> tuple[Any, Any]:
+def granian_relay() -> tuple[Any, Any]:
     """The relay's client and target in a Granian worker, made on its first request (inside the worker's loop)."""
-    global _granian_http
-    from inferstack_gateway.http_client import HttpClient, Target
-
-    if _granian_http is None:
-        _granian_http = HttpClient(limit_per_origin=1024, keepalive_s=4, connect_timeout_s=1)
-    return _granian_http, Target.parse(os.environ["RELAY_TO"] + "/chat/completions")
+    global _granian_relay
+    if _granian_relay is None:
+        _granian_relay = relay_client(os.environ["RELAY_TO"])
+    return _granian_relay
 
 
 async def granian_rsgi(scope: Any, protocol: Any) -> None:
     """The relay on Granian's RSGI interface: the body in one await, each chunk sent as it is read."""
-    http, target = _granian_relay()
+    http, target = granian_relay()
     body = await protocol()
     response = await http.request(b"POST", target, {"content-type": "application/json"}, body)
     try:
@@ -214,20 +221,7 @@ async def granian_rsgi(scope: Any, protocol: Any) -> None:
 
 async def granian_asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """The relay of `uvicorn+own`, served by Granian's ASGI interface."""
-    if scope["type"] != "http":
-        return
-    http, target = _granian_relay()
-    body = await bench.read_body(receive)
-    response = await http.request(b"POST", target, {"content-type": "application/json"}, body)
-    try:
-        content_type = response.headers.get(b"content-type", b"application/json")
-        await send({"type": "http.response.start", "status": response.status,
-                    "headers": [(b"content-type", content_type)]})  # fmt: skip
-        while chunk := await response.readany():
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    finally:
-        response.close()
-    await send({"type": "http.response.body", "body": b""})
+    await relay_asgi(*granian_relay(), scope, receive, send)
 
 
 def ensure_granian() -> str | None:
