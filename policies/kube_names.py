@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from policies.kube_rules import walk
 from policies.model import HELM_RELEASE, Res, known
@@ -30,43 +30,57 @@ DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
-SUBDOMAIN = ("a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', starting and ending with a letter or "
-             "digit", 253)  # fmt: skip
-LABEL = ("a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit", 63)
-SERVICE = ("a DNS-1035 label: lowercase letters, digits and '-', starting with a letter and ending with a letter or "
-           "digit", 63)  # fmt: skip
+
+class Format(NamedTuple):
+    """A name format: how messages describe it, its length limit and its pattern."""
+
+    what: str
+    limit: int
+    pattern: re.Pattern[str]
+
+    def problem(self, value: str) -> str | None:
+        """Why `value` is not of this format, or None."""
+        if len(value) > self.limit:
+            return f"is {len(value)} characters, over the {self.limit} allowed"
+        if not self.pattern.fullmatch(value):
+            return f"is not {self.what}"
+        return None
+
+    def suggest(self, name: str, limit: int | None = None) -> str:
+        """A name of this format close to `name`: lowercase, runs of other characters (and dots, but in a subdomain)
+        as one '-', cut to `limit` (default: the format's); a DNS-1035 label starts with a letter."""
+        limit = self.limit if limit is None else limit
+        other = r"[^a-z0-9.]+" if self.pattern is DNS1123_SUBDOMAIN else r"[^a-z0-9]+"
+        fixed = re.sub(other, "-", name.lower()).strip("-.")[:limit].rstrip("-.") or "name"
+        if self.pattern is DNS1035_LABEL and not fixed[0].isalpha():
+            return self.suggest(f"svc-{fixed}", limit)
+        return fixed
+
+
+SUBDOMAIN = Format("a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', starting and ending with a letter "
+                   "or digit", 253, DNS1123_SUBDOMAIN)  # fmt: skip
+LABEL = Format("a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit", 63,
+               DNS1123_LABEL)  # fmt: skip
+SERVICE = Format("a DNS-1035 label: lowercase letters, digits and '-', starting with a letter and ending with a "
+                 "letter or digit", 63, DNS1035_LABEL)  # fmt: skip
 # Kinds whose names are DNS labels, and those whose controllers put the name into a label value of their pods (63
 # characters at most), so that a longer name is accepted and then no pod is ever created.
-NAME_FORMATS: Mapping[str, tuple[str, int]] = {
+NAME_FORMATS: Mapping[str, Format] = {
     "Namespace": LABEL,
     "Service": SERVICE,
     # the controller-revision-hash label of a StatefulSet's pods is "<name>-<10-character hash>" (kubernetes#64023)
-    "StatefulSet": (LABEL[0], 52),
+    "StatefulSet": LABEL._replace(limit=52),
     # A Job's name is a subdomain (batch validation: ValidateReplicationControllerName), and its pods' job-name label
     # value (63 characters at most, dots allowed); a CronJob's Jobs add 11 characters (ValidateCronJobCreate: 52).
-    "Job": (SUBDOMAIN[0], 63),
-    "CronJob": (SUBDOMAIN[0], 52),
+    "Job": SUBDOMAIN._replace(limit=63),
+    "CronJob": SUBDOMAIN._replace(limit=52),
 }
 # RBAC names are path segments: anything but '/', '%', '.' and '..'.
 PATH_SEGMENT_KINDS = frozenset({"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"})
 # Helm: a release name is a DNS-1123 subdomain of 53 characters at most (`helm install` refuses longer ones).
-HELM_RELEASE_NAME = (SUBDOMAIN[0], 53)
-
-
-def suggest(name: str, limit: int, dots: bool = True) -> str:
-    """A valid DNS-1123 name close to `name`: lowercase, runs of other characters (and dots, for a label) as one '-',
-    cut to `limit`."""
-    fixed = re.sub(r"[^a-z0-9.]+" if dots else r"[^a-z0-9]+", "-", name.lower()).strip("-.")[:limit].rstrip("-.")
-    return fixed or "name"
-
-
-def _problem(value: str, rule: tuple[str, int], pattern: re.Pattern[str]) -> str | None:
-    what, limit = rule
-    if len(value) > limit:
-        return f"is {len(value)} characters, over the {limit} allowed"
-    if not pattern.fullmatch(value):
-        return f"is not {what}"
-    return None
+HELM_RELEASE_NAME = SUBDOMAIN._replace(limit=53)
+AUTONAME_SUFFIX = "0a1b2c3d"
+"""Stands for the 8 random hex digits Pulumi appends to an auto-named object's resource name."""
 
 
 def _qualified_key(key: str) -> str | None:
@@ -107,9 +121,7 @@ def names_valid(res: Res) -> Iterator[Finding]:
         yield from _name_problems(res, f"{res.name}-{AUTONAME_SUFFIX}", f"the resource name {res.name!r}", 9)
     elif isinstance(name, str) and known(name):
         yield from _name_problems(res, name, f"metadata.name {name!r}", 0)
-    namespace = metadata.get("namespace")
-    if isinstance(namespace, str) and known(namespace) and (problem := _problem(namespace, LABEL, DNS1123_LABEL)):
-        yield (f"{res.label}: metadata.namespace {namespace!r} {problem}: use {suggest(namespace, 63, False)!r}", None)
+    yield from _namespace_problems(res, "metadata.namespace", metadata.get("namespace"))
     if res.kind == "Job" and isinstance(name, str) and known(name):
         yield from _indexed_job(res, name)
     for path, labels in _label_maps(res.inputs):
@@ -131,9 +143,6 @@ def names_valid(res: Res) -> Iterator[Finding]:
                 yield (f"{res.label}: metadata.annotations key {key!r} {problem}", None)
 
 
-AUTONAME_SUFFIX = "0a1b2c3d"
-
-
 def _name_problems(res: Res, name: str, what: str, suffix: int) -> Iterator[Finding]:
     """`name` against its kind's format; `suffix` characters of it are Pulumi's auto-naming."""
     if res.kind in PATH_SEGMENT_KINDS:
@@ -142,22 +151,11 @@ def _name_problems(res: Res, name: str, what: str, suffix: int) -> Iterator[Find
                    "`pulumi up`: rename it", None)  # fmt: skip
         return
     rule = NAME_FORMATS.get(res.kind, SUBDOMAIN)
-    what_format = rule[0]
-    pattern = (
-        DNS1035_LABEL
-        if what_format == SERVICE[0]
-        else DNS1123_SUBDOMAIN
-        if what_format == SUBDOMAIN[0]
-        else DNS1123_LABEL
-    )
-    if problem := _problem(name, rule, pattern):
+    if problem := rule.problem(name):
         if suffix:
             problem = problem.replace(f"is {len(name)} characters", f"makes {len(name)} with Pulumi's suffix")
             problem = f"auto-names the object {name[:-8]}<8 random hex digits>, which {problem}"
-        dots = pattern is DNS1123_SUBDOMAIN  # a label has none
-        shown = suggest(name[: len(name) - suffix] if suffix else name, rule[1] - suffix, dots)
-        if pattern is DNS1035_LABEL and not shown[0].isalpha():  # a DNS-1035 label starts with a letter
-            shown = suggest(f"svc-{shown}", rule[1] - suffix, dots)
+        shown = rule.suggest(name[: len(name) - suffix], rule.limit - suffix)
         yield (
             f"{res.label}: {what} {problem}, so the API server refuses it at `pulumi up`: rename it (for example "
             f"{shown!r})",
@@ -176,22 +174,25 @@ def _indexed_job(res: Res, name: str) -> Iterator[Finding]:
     if isinstance(completions, bool) or not isinstance(completions, int) or completions < 1:
         return
     hostname = f"{name}-{completions - 1}"
-    if problem := _problem(hostname, LABEL, DNS1123_LABEL):
-        room = 63 - len(f"-{completions - 1}")
+    if problem := LABEL.problem(hostname):
+        room = LABEL.limit - len(f"-{completions - 1}")
         yield (
             f"{res.label}: an Indexed Job's pods are named <name>-<index>, and {hostname!r} {problem}, so the API "
-            f"server refuses it at `pulumi up`: rename it (for example {suggest(name, room, False)!r})",
+            f"server refuses it at `pulumi up`: rename it (for example {LABEL.suggest(name, room)!r})",
             None,
         )
 
 
 def _release_names(res: Res) -> Iterator[Finding]:
     name = res.inputs.get("name")
-    if isinstance(name, str) and known(name) and (problem := _problem(name, HELM_RELEASE_NAME, DNS1123_SUBDOMAIN)):
-        yield (f"{res.label}: the release name {name!r} {problem}: use {suggest(name, 53)!r}", None)
-    namespace = res.inputs.get("namespace")
-    if isinstance(namespace, str) and known(namespace) and (problem := _problem(namespace, LABEL, DNS1123_LABEL)):
-        yield (f"{res.label}: namespace {namespace!r} {problem}: use {suggest(namespace, 63, False)!r}", None)
+    if isinstance(name, str) and known(name) and (problem := HELM_RELEASE_NAME.problem(name)):
+        yield (f"{res.label}: the release name {name!r} {problem}: use {HELM_RELEASE_NAME.suggest(name)!r}", None)
+    yield from _namespace_problems(res, "namespace", res.inputs.get("namespace"))
+
+
+def _namespace_problems(res: Res, key: str, namespace: Any) -> Iterator[Finding]:
+    if isinstance(namespace, str) and known(namespace) and (problem := LABEL.problem(namespace)):
+        yield (f"{res.label}: {key} {namespace!r} {problem}: use {LABEL.suggest(namespace)!r}", None)
 
 
 def _identity(res: Res) -> tuple[str, str, str, str, str] | None:
