@@ -173,7 +173,7 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
             serving_namespace=base.serving_namespace,
             gateway_namespace=base.gateway_namespace,
             cache_url=cache.url(),
-            cache_secret=(cache.exporter_secret_name or cache.secret_name, cache.secret_key),
+            cache_secret=cache.exporter_secret(),
             cache_user=cache.exporter_username,
         ),
         opts=pulumi.ResourceOptions(depends_on=[base]),

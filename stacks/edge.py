@@ -81,7 +81,7 @@ def compose(env: EdgeEnvironment, stack: str) -> dict[str, Any]:
             gateway_namespace=base.gateway_namespace,
             gateway_tls=env.gateway.tls_secret is not None,
             cache_url=cache.url(),
-            cache_secret=(cache.secret_name, cache.secret_key),
+            cache_secret=cache.exporter_secret(),
             system_node_selector=anywhere,
             storage_class=K3S_STORAGE_CLASS,
             prometheus_resources=SMALL_SITE_PROMETHEUS_RESOURCES,

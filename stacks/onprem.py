@@ -133,7 +133,7 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
             gateway_namespace=base.gateway_namespace,
             gateway_tls=env.gateway.tls_secret is not None,
             cache_url=cache.url(),
-            cache_secret=(cache.secret_name, cache.secret_key),
+            cache_secret=cache.exporter_secret(),
             system_node_selector=system,
             storage_class=env.persistent_storage_class,
         ),

@@ -49,6 +49,10 @@ class CacheEndpoint:
         scheme = "rediss" if self.tls else "redis"
         return pulumi.Output.concat(scheme, "://", self.host, ":", str(self.port))
 
+    def exporter_secret(self) -> tuple[str, str]:
+        """(Secret name, key) of the password the Redis exporter reads in the monitoring namespace."""
+        return self.exporter_secret_name or self.secret_name, self.secret_key
+
 
 class RedisCacheArgs(Args):
     spec: CacheSpec = CacheSpec()

@@ -47,6 +47,7 @@ from components.observability.dashboards import (
     selector,
     ttft_quantile,
 )
+from components.observability.monitors import REDIS_EXPORTER
 from components.serving._placement import WorkloadKind, place
 from components.specs import ModelDeploySpec, ServingPool
 
@@ -317,11 +318,6 @@ def new_xid() -> str:
     """
     xid = selector(DCGM_XID_ERRORS, OWN_SERIES)
     return f"{xid} > 0 unless on (UUID, err_code) {xid} offset 5m"
-
-
-REDIS_EXPORTER: Final = "prometheus-redis-exporter"
-"""The Redis exporter's release (``CHARTS``), and so its Service: the ``service`` label of its series. A further
-cache's exporter is ``<this>-<cache name>``."""
 
 
 def cache_alerts(name: str | None = None, exporter: str = REDIS_EXPORTER) -> list[dict[str, Any]]:

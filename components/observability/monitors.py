@@ -95,10 +95,16 @@ def gateway_service_monitor(
     }
 
 
+REDIS_EXPORTER: Final = "prometheus-redis-exporter"
+"""The Redis exporter's release (its ``CHARTS`` pin), and so its Service (the chart's fullname holds the release name
+when it contains the chart's): the ``service`` label of its series. A further cache's exporter is
+``<this>-<cache name>``."""
+
+
 def redis_exporter_service_monitor(
     namespace: str,
     *,
-    release: str = "prometheus-redis-exporter",
+    release: str = REDIS_EXPORTER,
     name: str = "inferstack-cache",
     interval: str = SCRAPE_INTERVAL_INFRA,
 ) -> dict[str, Any]:

@@ -21,9 +21,10 @@ from components.kube.helm import HELM_RELEASE_NAME_MAX, release
 from components.kube.labels import SYSTEM_NODES
 from components.kube.objects import check_name, custom_resource
 from components.observability.alerting import ALERT_RECEIVERS_SECRET, AlertDestinations, alertmanager_config
-from components.observability.alerts import REDIS_EXPORTER, ModelSlo, prometheus_rule
+from components.observability.alerts import ModelSlo, prometheus_rule
 from components.observability.dashboards import DASHBOARD_METRICS, DASHBOARDS, dashboard_configmap
 from components.observability.monitors import (
+    REDIS_EXPORTER,
     engine_pod_monitor,
     gateway_service_monitor,
     redis_exporter_service_monitor,
@@ -382,8 +383,8 @@ class Observability(pulumi.ComponentResource):
         if args.cache_url is not None:
             caches.append((None, REDIS_EXPORTER, args.cache_url, args.cache_secret, args.cache_user))
         for cache_name, cache in sorted(args.extra_caches.items()):
-            secret = (cache.exporter_secret_name or cache.secret_name, cache.secret_key)
-            caches.append((cache_name, f"{REDIS_EXPORTER}-{cache_name}", cache.url(), secret, cache.exporter_username))
+            exporter_release = f"{REDIS_EXPORTER}-{cache_name}"
+            caches.append((cache_name, exporter_release, cache.url(), cache.exporter_secret(), cache.exporter_username))
         for cache_name, exporter_release, url, cache_secret, cache_user in caches:
             exporter: dict[str, Any] = {
                 "redisAddress": url,
