@@ -25,21 +25,6 @@ MODELS = ("llama-8b", "llama-8b-canary")
 
 
 @pytest.fixture
-def providers(engine: MockEngine) -> dict[str, str]:
-    """URN → the provider reference each resource was registered with (empty: the default provider)."""
-    seen: dict[str, str] = {}
-    register = engine.monitor.RegisterResource
-
-    def record(request: Any) -> Any:
-        response = register(request)
-        seen[response.urn] = request.provider
-        return response
-
-    engine.monitor.RegisterResource = record  # type: ignore[method-assign]
-    return seen
-
-
-@pytest.fixture
 def registered_outputs(engine: MockEngine) -> dict[str, set[str]]:
     """Component type → the names of the outputs it registered (``register_outputs``), as the state records them."""
     seen: dict[str, set[str]] = {}
@@ -54,9 +39,7 @@ def registered_outputs(engine: MockEngine) -> dict[str, set[str]]:
 
 
 @pytest.fixture
-def stack(
-    providers: dict[str, str], engine: MockEngine, cluster: ExistingCluster, serve: Callable[..., InferenceServer]
-) -> dict[str, Any]:
+def stack(engine: MockEngine, cluster: ExistingCluster, serve: Callable[..., InferenceServer]) -> dict[str, Any]:
     """ServingBase, two models, and per team (``team-a``, ``team-b``) a cache and a gateway; then Observability and
     ClusterAddons, as a user's own program composes them."""
     provider = cluster.k8s_provider
@@ -123,13 +106,13 @@ def test_two_of_a_component_in_one_program_collide_neither_in_urns_nor_in_the_cl
 
 
 def test_every_kubernetes_object_uses_the_users_provider_never_the_default(
-    stack: dict[str, Any], providers: dict[str, str]
+    stack: dict[str, Any],
 ) -> None:
     (provider,) = [r for r in stack["resources"] if r.type == "pulumi:providers:kubernetes"]
     objects = kubernetes_objects(stack["resources"])
     assert len(objects) > 50
-    # A provider reference is "<provider URN>::<id>"; the default provider's is empty under the mock engine.
-    assert {providers[r.urn].rsplit("::", 1)[0] for r in objects} == {provider.urn}
+    # The URN of each registration's provider reference; the default provider's is empty under the mock engine.
+    assert {r.provider for r in objects} == {provider.urn}
 
 
 def test_secrets_a_user_exports_stay_secret(stack: dict[str, Any], engine: MockEngine) -> None:
