@@ -83,28 +83,26 @@ class ModelSlo:
     namespace: str
     workload_kind: WorkloadKind = "Deployment"
     """``LeaderWorkerSet`` for multi-node models: readiness is then read from its leader StatefulSet."""
-    gateway_namespace: str | None = None
-    """Namespace of the gateway that relays this model's streams (upstream = the model's name). Where the engine
-    exports no TTFT histogram, the TTFT SLO reads the gateway's; ``None``: no gateway in front (or an embedding
-    model), so such an engine gets no TTFT alert."""
+    gateway_namespace: str | tuple[str, ...] | None = None
+    """Namespace of the gateway that relays this model's streams (upstream = the model's name), or of each gateway in
+    front of it (as ``InferenceServerArgs.gateway_namespace``). Where the engine exports no TTFT histogram, the TTFT
+    SLO reads the gateways' histograms, merged; ``None``: no gateway in front (or an embedding model), so such an
+    engine gets no TTFT alert."""
     queue_alert_per_replica: float = 4.0
     """Waiting requests per replica, sustained 10 m, that mean the autoscaler cannot keep up (at its
     maximum, or no GPU node to be had). Well above the KEDA targets so scaling gets its chance first."""
 
     def __post_init__(self) -> None:
-        for field in ("name", "namespace", "gateway_namespace"):
-            value = getattr(self, field)
-            if value is not None and not isinstance(value, str):
-                # A pulumi.Output (a Namespace resource's metadata.name) is known only at deploy time; the rules need
-                # the name now (as InferenceServerArgs.namespace does).
-                raise ValueError(
-                    f"ModelSlo.{field}: expected a name (str), got {type(value).__name__}; pass the name itself, and "
-                    "order the Namespace first with depends_on"
-                )
-            if value is not None and not _DNS_LABEL.match(value):
-                raise ValueError(
-                    f"ModelSlo.{field}: {value!r} is not a DNS-1123 label; use lowercase letters, digits and '-'"
-                )
+        for field in ("name", "namespace"):
+            self._check_name(field, getattr(self, field))
+        if isinstance(self.gateway_namespace, tuple | list):
+            if not self.gateway_namespace:
+                raise ValueError("ModelSlo.gateway_namespace: an empty list; pass None for a model no gateway relays")
+            for value in self.gateway_namespace:
+                self._check_name("gateway_namespace[]", value)
+            object.__setattr__(self, "gateway_namespace", tuple(self.gateway_namespace))
+        else:
+            self._check_name("gateway_namespace", self.gateway_namespace)
         if self.engine not in ENGINES:
             raise ValueError(f"ModelSlo.engine: {self.engine!r}; allowed: {', '.join(ENGINES)}")
         if self.workload_kind not in ("Deployment", "LeaderWorkerSet"):
@@ -115,6 +113,28 @@ class ModelSlo:
                 raise ValueError(f"ModelSlo.{field}: expected a number, got {type(value).__name__} {value!r}")
             if not value > 0:
                 raise ValueError(f"ModelSlo.{field}: {getattr(self, field)!r} must be > 0")
+
+    @staticmethod
+    def _check_name(field: str, value: object) -> None:
+        if value is not None and not isinstance(value, str):
+            # A pulumi.Output (a Namespace resource's metadata.name) is known only at deploy time; the rules need
+            # the name now (as InferenceServerArgs.namespace does).
+            raise ValueError(
+                f"ModelSlo.{field}: expected a name (str), got {type(value).__name__}; pass the name itself, and "
+                "order the Namespace first with depends_on"
+            )
+        if value is not None and not _DNS_LABEL.match(value):
+            raise ValueError(
+                f"ModelSlo.{field}: {value!r} is not a DNS-1123 label; use lowercase letters, digits and '-'"
+            )
+
+    @property
+    def gateway_namespaces(self) -> tuple[str, ...]:
+        """Where the gateways in front of the model run, each once, in order; none without a gateway."""
+        if self.gateway_namespace is None:
+            return ()
+        named = (self.gateway_namespace,) if isinstance(self.gateway_namespace, str) else self.gateway_namespace
+        return tuple(dict.fromkeys(named))
 
     @property
     def matchers(self) -> tuple[str, str, str]:
@@ -166,14 +186,17 @@ def _number(value: float) -> str:
 
 
 def gateway_ttft_rule(slo: ModelSlo) -> dict[str, Any]:
-    """TTFT p99 of one model from the gateway: streams its upstream (named after the model) answered.
+    """TTFT p99 of one model from its gateways: the streams their upstream named after the model answered.
 
     The result carries the model's own ``namespace`` and ``inferstack_model``, so the alert reads it like an engine's.
     """
-    assert slo.gateway_namespace is not None
+    gateways = slo.gateway_namespaces
+    assert gateways
+    # Several gateways in front of one model: their buckets are summed, so the p99 is over every stream relayed.
+    where = f'namespace="{gateways[0]}"' if len(gateways) == 1 else f'namespace=~"{"|".join(gateways)}"'
     bucket = selector(
         GatewayMetrics.UPSTREAM_TTFT_SECONDS + "_bucket",
-        f'namespace="{slo.gateway_namespace}"',
+        where,
         f'{GatewayMetrics.UPSTREAM_LABEL}="{slo.name}"',
         OWN_SERIES,
     )
@@ -205,7 +228,7 @@ def recording_rules(models: Sequence[ModelSlo] = ()) -> list[dict[str, Any]]:
                 "labels": {"engine": engine},
             }
         )
-    rules += [gateway_ttft_rule(slo) for slo in models if slo.ttft_from_gateway and slo.gateway_namespace]
+    rules += [gateway_ttft_rule(slo) for slo in models if slo.ttft_from_gateway and slo.gateway_namespaces]
     return rules
 
 

@@ -409,7 +409,7 @@ class Observability(pulumi.ComponentResource):
             for engine in engines:
                 self._custom(engine_pod_monitor(engine, serving), after)  # type: ignore[arg-type]
         named = [(args.gateway_namespace, args.gateway_name), *args.extra_gateways]
-        gateways = {ns for ns, _ in named} | {m.gateway_namespace for m in args.models if m.gateway_namespace}
+        gateways = {ns for ns, _ in named} | {ns for m in args.models for ns in m.gateway_namespaces}
         for gateway in sorted(gateways):
             # The gateway serves /metrics on its API port.
             self._custom(gateway_service_monitor(gateway, port="http", tls=args.gateway_tls), after)

@@ -11,7 +11,7 @@ from components.observability.observability import Observability, ObservabilityA
 from inferstack_cli.plan import MockEngine
 
 
-def slo(namespace: str, gateway_namespace: str) -> ModelSlo:
+def slo(namespace: str, gateway_namespace: str | tuple[str, ...]) -> ModelSlo:
     return ModelSlo(
         name="llama-8b",
         engine="vllm",
@@ -25,12 +25,13 @@ def slo(namespace: str, gateway_namespace: str) -> ModelSlo:
 def test_every_namespace_a_model_or_gateway_runs_in_is_scraped_once(
     engine: MockEngine, cluster: ExistingCluster
 ) -> None:
-    # GIVEN a team's model and gateway in team-a-ml/team-a-gw, another team's in team-b-ml/team-b-gw
+    # GIVEN a team's model and gateway in team-a-ml/team-a-gw, another team's model in team-b-ml behind the gateways
+    # of team-b-gw and team-c-gw
     Observability(
         "obs",
         ObservabilityArgs(
             provider=cluster.k8s_provider,
-            models=[slo("team-a-ml", "team-a-gw"), slo("team-b-ml", "team-b-gw")],
+            models=[slo("team-a-ml", "team-a-gw"), slo("team-b-ml", ("team-b-gw", "team-c-gw"))],
             serving_namespace="team-a-ml",
             gateway_namespace="team-a-gw",
         ),
@@ -40,12 +41,12 @@ def test_every_namespace_a_model_or_gateway_runs_in_is_scraped_once(
         for r in engine.settle()
         if r.inputs.get("kind") in ("PodMonitor", "ServiceMonitor")
     ]
-    # THEN both teams' engines and gateways are scraped (team-b's alert rules read series that exist), each once
+    # THEN every team's engines and gateways are scraped (team-b's alert rules read series that exist), each once
     assert sorted(monitors) == [
         ("PodMonitor", ns, f"inferstack-{engine_name}")
         for ns in ("team-a-ml", "team-b-ml")
         for engine_name in ("triton", "vllm")
-    ] + [("ServiceMonitor", ns, "inferstack-gateway") for ns in ("team-a-gw", "team-b-gw")]
+    ] + [("ServiceMonitor", ns, "inferstack-gateway") for ns in ("team-a-gw", "team-b-gw", "team-c-gw")]
 
 
 def test_a_second_gateway_in_a_namespace_that_has_one_is_refused_by_name(cluster: ExistingCluster) -> None:

@@ -86,6 +86,41 @@ def test_triton_ttft_p99_is_recorded_from_the_gateway_per_model(fleet: list[Mode
     ]
 
 
+def test_a_triton_model_behind_two_gateways_has_its_ttft_from_both() -> None:
+    # GIVEN a Triton model in front of which two teams run gateways (InferenceServerArgs.gateway_namespace admits
+    # both), named twice and in any order
+    slo = ModelSlo(
+        "llama",
+        "triton",
+        ttft_p99_ms=150,
+        itl_p99_ms=25,
+        namespace="ml",
+        gateway_namespace=["team-b", "team-a", "team-b"],
+    )
+    # WHEN the rules are rendered
+    (recorded,) = [r for r in _rules(prometheus_rule([slo]), "inferstack.recording") if r["labels"].get("source")]
+    # THEN its TTFT p99 merges the buckets of both gateways' histograms: one gateway's streams alone would hide a slow
+    # model behind the other
+    assert recorded["expr"] == (
+        "histogram_quantile(0.99, sum by (le) (rate(inferstack_gateway_upstream_ttft_seconds_bucket"
+        '{namespace=~"team-b|team-a",upstream="llama",inferstack_site=""}[5m])))'
+    )
+    assert slo.gateway_namespaces == ("team-b", "team-a")
+    assert _alerts(prometheus_rule([slo]), "InferstackTTFTSLOBurn")
+
+
+@pytest.mark.parametrize(
+    ("gateways", "message"),
+    [
+        ([], r"ModelSlo.gateway_namespace: an empty list"),
+        (["team-a", "Team_B"], r"ModelSlo.gateway_namespace\[\]: 'Team_B'"),
+    ],
+)
+def test_a_bad_list_of_gateways_is_refused_by_field(gateways: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ModelSlo("m", "triton", ttft_p99_ms=100, itl_p99_ms=20, namespace="s", gateway_namespace=gateways)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("engine", ["triton", "llamacpp"])
 def test_no_ttft_alert_where_nothing_measures_ttft(engine: str) -> None:
     # GIVEN a model whose engine exports no TTFT histogram and that no gateway relays

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.observability.alerts import gateway_alerts, site_rules
+from components.observability.alerts import ModelSlo, gateway_alerts, recording_rules, site_rules
 from inferstack_cli.plan import Plan
 
 pytestmark = [
@@ -192,3 +192,40 @@ def test_one_failing_gateway_of_two_fires_its_own_alert(tmp_path: Path) -> None:
     }
     checks = [{"eval_time": "20m", "alertname": "InferstackGatewayErrors", "exp_alerts": [expected]}]
     _promtool_test(tmp_path, groups, [{"interval": "1m", "input_series": series, "alert_rule_test": checks}])
+
+
+def test_a_model_behind_two_gateways_is_held_to_its_slo_on_the_streams_of_both(tmp_path: Path) -> None:
+    # GIVEN a Triton model behind team-a's gateway, whose streams get their first token within 0.1 s, and team-b's,
+    # whose streams get it between 0.1 and 0.5 s, 10 a minute each
+    slo = ModelSlo(
+        "llama", "triton", ttft_p99_ms=150, itl_p99_ms=25, namespace="ml", gateway_namespace=("team-a", "team-b")
+    )
+
+    def buckets(namespace: str, per_le: dict[str, int]) -> list[dict[str, str]]:
+        metric = "inferstack_gateway_upstream_ttft_seconds_bucket"
+        return [
+            {"series": f'{metric}{{namespace="{namespace}",upstream="llama",le="{le}"}}', "values": f"0+{n}x30"}
+            for le, n in per_le.items()
+        ]
+
+    series = [
+        *buckets("team-a", {"0.1": 10, "0.5": 10, "+Inf": 10}),
+        *buckets("team-b", {"0.1": 0, "0.5": 10, "+Inf": 10}),
+    ]
+    # WHEN Prometheus evaluates the recording rules
+    # THEN the model's TTFT p99 is over both gateways' streams: 0.1 + 0.4 x (19.8 - 10) / 10 = 0.492 s, over its
+    # 150 ms target; team-a's streams alone would give 0.099 s
+    expected = [
+        {
+            "labels": "inferstack_model:ttft_seconds:p99_rate5m"
+            '{engine="triton",inferstack_model="llama",namespace="ml",source="gateway"}',
+            "value": 0.492,
+        }
+    ]
+    check = {
+        "eval_time": "20m",
+        "expr": 'inferstack_model:ttft_seconds:p99_rate5m{source="gateway"}',
+        "exp_samples": expected,
+    }
+    groups = [{"name": "inferstack.recording", "rules": recording_rules([slo])}]
+    _promtool_test(tmp_path, groups, [{"interval": "1m", "input_series": series, "promql_expr_test": [check]}])
