@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -10,6 +12,7 @@ import pytest
 from components.observability.alerts import FATAL_XIDS, ModelSlo, prometheus_rule
 from components.observability.observability import FORWARDED_METRICS
 from crdcheck import validate
+from helpers import ROOT
 from inferstack_cli.plan import Plan
 from promql import reads_own_series_only, selectors
 
@@ -330,6 +333,18 @@ def test_each_gateway_has_its_own_alerts_told_apart_by_their_labels() -> None:
             other = "team-b" if namespace == "team-a" else "team-a"
             assert f'namespace="{namespace}"' in alert["expr"] and f'namespace="{other}"' not in alert["expr"]
             assert alert["annotations"]["summary"].startswith(f"{namespace}/{namespace}-gateway: ")
+
+
+def test_every_alert_has_a_row_in_the_readmes_alert_table(fleet: list[ModelSlo]) -> None:
+    # GIVEN every alert the kit renders: models, platform, a cache, a gateway and a hub's site watch
+    rule = prometheus_rule(fleet, gateways=[("gateway", "gateway")], receives_sites=True)
+    rendered = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
+    # WHEN the README's "What to watch" table (`| Alert | Fires when |`) is read
+    lines = (ROOT / "README.md").read_text().split("| Alert | Fires when |", 1)[1].splitlines()[2:]
+    rows = itertools.takewhile(lambda line: line.startswith("|"), lines)
+    documented = {name for row in rows for name in re.findall(r"`(Inferstack\w+)`", row.split("|")[1])}
+    # THEN each alert a user can be paged or warned by says there when it fires, and the table names no other
+    assert documented == rendered
 
 
 def test_without_a_gateway_there_are_no_gateway_alerts(fleet: list[ModelSlo]) -> None:
