@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from components.catalog.instances import GPUS
@@ -19,6 +21,9 @@ from components.catalog.sizing import (
     tensor_parallel_problem,
     weight_bytes,
 )
+from components.serving._placement import place
+from helpers import ROOT, raw_environment
+from stacks.environment import load_environment
 
 L8B = model("meta-llama/Llama-3.1-8B-Instruct")
 L70B = model("meta-llama/Llama-3.1-70B-Instruct")
@@ -217,3 +222,21 @@ def test_itl_floor_counts_the_kv_cache_of_a_full_batch() -> None:
     # THEN the KV reads (86 GB, ~17.9 ms) come on top of the weights (~14.7 ms): TP1 cannot meet 20 ms
     assert full.kv_read_ms == pytest.approx(64 * 8192 * 163_840 / 4.8e12 * 1e3, rel=0.02)
     assert weights_only.total_ms < 20 < full.total_ms
+
+
+def test_the_readmes_derived_tp_example_is_what_prod_derives() -> None:
+    # GIVEN the README's worked example of a derived TP: prod's 70B FP8 on its H200 pool, and on its H100 pool
+    readme = (ROOT / "README.md").read_text()
+    claims = {
+        gpu: re.search(rf"TP=(\d) on\s+{gpu} \(([\d.]+) ms", readme.split("**Derived TP.**", 1)[1].split("\n- ", 1)[0])
+        for gpu in ("H200", "H100")
+    }
+    env = load_environment(raw_environment("prod"), "stacks/Pulumi.prod.yaml")
+    (llama_70b,) = [m for m in env.models if m.model == L70B.model_id and m.tensor_parallel is None]
+    # WHEN the kit places it on each pool (the SLO holds at the profile's full batch and context)
+    for gpu, pool in (("H200", "h200"), ("H100", "h100")):
+        placed = place(llama_70b.model_copy(update={"pool": pool}), env.pool(pool))
+        # THEN the README quotes the TP it derives and that TP's ITL floor
+        claim = claims[gpu]
+        assert claim is not None, f"README: no 'TP=<n> on {gpu} (<ms> ms' under **Derived TP.**"
+        assert (int(claim[1]), float(claim[2])) == (placed.tp, round(placed.itl.total_ms, 1))
