@@ -9,7 +9,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from helpers import config_errors
+from helpers import ROOT, config_errors
 from inferstack_cli import render
 from inferstack_cli.plan import Plan
 from inferstack_gateway.config import parse_config
@@ -77,6 +77,16 @@ def test_gateway_has_its_own_cpu_hpa_pdb_and_network_policy(plan_of: PlanOf) -> 
     for manifest in objects.values():
         if manifest["apiVersion"] != "monitoring.coreos.com/v1":  # the ServiceMonitor is checked against its CRD
             kubernetes_validate.validate(manifest, "1.33.0", strict=True)
+
+
+def test_the_readmes_scaling_table_names_the_gateway_hpas_only_signal(plan_of: PlanOf) -> None:
+    # GIVEN the gateway's HPA as planned, and the README's "How the platform scales" row for it
+    hpa = gateway_objects(plan_of("prod"))["HorizontalPodAutoscaler/gateway"]
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| Gateway pods |"))
+    who, signal = (cell.strip() for cell in row.split("|")[2:4])
+    # WHEN / THEN the HPA scales on CPU alone, and the README says so, not a request rate it never reads
+    assert [(m["type"], m["resource"]["name"]) for m in hpa["spec"]["metrics"]] == [("Resource", "cpu")]
+    assert who == "HPA" and "CPU" in signal and "request" not in signal
 
 
 def test_internal_load_balancer_is_optional(plan_of: PlanOf) -> None:
