@@ -19,7 +19,7 @@ from components.catalog.instances import INSTANCES
 from components.kube.labels import POOL_LABEL
 from components.kube.requests import pod_requests
 from crdcheck import validate as validate_cr
-from helpers import bundled_stacks, cloud_stacks, config_errors, only, plan_with
+from helpers import ROOT, bundled_stacks, cloud_stacks, config_errors, only, plan_with
 from inferstack_cli import render
 from inferstack_cli.plan import Plan
 
@@ -216,6 +216,17 @@ def test_elasticache_is_tls_auth_encrypted_multi_az_lru_and_cluster_only(plan_of
     assert (rule["fromPort"], rule["toPort"], rule["protocol"]) == (6379, 6379, "tcp")
     assert "cidrBlocks" not in rule and len(rule["securityGroups"]) == 1
     assert plan.outputs["cache_url"].startswith("rediss://")
+
+
+def test_the_readmes_cache_section_says_how_elasticache_authenticates(plan_of: PlanOf) -> None:
+    # GIVEN prod's replication group, which authenticates its clients as ElastiCache users of one user group
+    group = only(plan_of("prod").resources, "aws:elasticache/replicationGroup:ReplicationGroup").inputs
+    users = plan_of("prod").of_type("aws:elasticache/user:User")
+    # WHEN the README's "Cache" section is read
+    section = (ROOT / "README.md").read_text().split("\n## Cache\n", 1)[1].split("\n## ", 1)[0]
+    # THEN it describes those users, one per client, and no AUTH token the group does not have
+    assert "authToken" not in group and group["userGroupIds"] and len(users) == 3  # default (off), gateway, exporter
+    assert "auth token" not in section.lower() and "RBAC" in section
 
 
 def test_in_cluster_redis_has_limits_pdb_and_a_network_policy(plan_of: PlanOf) -> None:
