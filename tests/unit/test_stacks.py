@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from helpers import bundled_stacks, only, plan_with
+from helpers import ROOT, bundled_stacks, only, plan_with
 from inferstack_cli import render
 from inferstack_cli.main import main
 from inferstack_cli.plan import Plan
@@ -28,6 +30,24 @@ def test_bundled_stack_plans_with_no_policy_violations(plan_of: PlanOf, stack: s
     if plan.tier == "cloud":
         assert plan.outputs["cluster_name"] == f"inferstack-{stack}"
         assert plan.outputs["kubeconfig"] == "[secret]"
+
+
+def test_the_readmes_output_table_names_each_output_with_its_tiers(plan_of: PlanOf) -> None:
+    # GIVEN the outputs each bundled stack exports, by tier
+    exported: dict[str, set[str]] = {}
+    for stack in bundled_stacks():
+        plan = plan_of(stack)
+        for name in plan.outputs:
+            exported.setdefault(name, set()).add(plan.tier)
+    # WHEN the README's `| output | tiers | what |` table is read
+    lines = (ROOT / "README.md").read_text().split("| output | tiers | what |", 1)[1].splitlines()[2:]
+    documented: dict[str, set[str]] = {}
+    for row in itertools.takewhile(lambda line: line.startswith("|"), lines):
+        names, tiers = (cell.strip() for cell in row.split("|")[1:3])
+        for name in re.findall(r"`([a-z_]+)`", names):
+            documented[name] = {"cloud", "onprem", "edge"} if tiers == "all" else set(tiers.split(", "))
+    # THEN every output a user can read is there, with the tiers that export it, and nothing else is
+    assert documented == exported
 
 
 @pytest.mark.parametrize("stack", bundled_stacks())
