@@ -186,4 +186,5 @@ def compose(env: EdgeEnvironment, stack: str) -> dict[str, Any]:
         "embeddings_url": embedder.url if embedder else None,
         "gateway_url": gateway.url if gateway else None,
         "hub_url": hub.url if hub else None,
+        "grafana_admin_password": observability.grafana_admin_password,
     }

@@ -253,4 +253,5 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
         "gateway_url": gateway.burst_url if gateway else None,
         "burst_api_key": gateway.burst_api_key if gateway else None,
         "hub_url": hub.url if hub else None,
+        "grafana_admin_password": observability.grafana_admin_password,
     }
