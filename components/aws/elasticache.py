@@ -163,4 +163,4 @@ class ElastiCacheValkey(pulumi.ComponentResource):
             exporter_username="exporter",
             client_namespaces=(args.gateway_namespace,),
         )
-        self.register_outputs({"host": self.endpoint.host})
+        self.register_outputs({"host": self.endpoint.host, "port": REDIS_PORT, "secret_name": secret_name})
