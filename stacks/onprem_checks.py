@@ -121,7 +121,27 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
                 )
             )
     secondary = env.fabric.secondary_network
-    if secondary is not None:
+    if secondary is not None and env.fabric.kind != "infiniband":
+        # The IPoIB CNI makes each pod's net1 a child of `master`, an IPoIB interface (Mellanox/ipoib-cni README:
+        # "create IPoIB child link"); the kernel has those on InfiniBand ports only (Linux
+        # Documentation/infiniband/ipoib.rst).
+        # Without a fabric the kit installs no Network Operator, so nothing would create the network at all.
+        why = (
+            "an Ethernet port has no IPoIB interface for the IPoIB CNI to make each pod's net1 a child of, so every "
+            "rank's CNI ADD would fail"
+            if env.fabric.kind == "roce"
+            else "with no fabric the kit installs no Network Operator, so nothing would create the network"
+        )
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.fabric.secondaryNetwork",
+                f"an IPoIB network with fabric.kind {env.fabric.kind!r}",
+                f"an IPoIB secondary network on an InfiniBand fabric only: {why}",
+                "remove fabric.secondaryNetwork (NCCL then runs on the pods' own interface), or set fabric.kind: "
+                "infiniband if the servers' HCAs are InfiniBand ports",
+            )
+        )
+    elif secondary is not None:
         # nv-ipam hands out blocks from the subnet's first address on, each ending before its broadcast address
         # (Mellanox/nvidia-k8s-ipam pkg/ipam-controller/allocator: "can't allocate: pool has no free ranges"): a
         # server left without a block fails every rank's CNI ADD on it.

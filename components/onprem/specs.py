@@ -283,6 +283,8 @@ class FabricSpec(Spec):
     """PCI device ids the plugin's selector matches (e.g. ``101b`` for ConnectX-6), each once; empty: any Mellanox
     (15b3)."""
     secondary_network: SecondaryNetworkSpec | None = None
+    """An IPoIB network the serving pods attach as ``net1``; with ``kind: infiniband`` only (IPoIB runs on InfiniBand
+    ports)."""
 
     @field_validator("hcas", "device_ids")
     @classmethod

@@ -274,3 +274,19 @@ def test_an_ip_pool_nv_ipam_would_reject_is_refused_by_name(network: dict[str, A
     (line,) = errors(edit)
     assert f"inferstack:environment.fabric.secondaryNetwork.{key}: " in line
     assert says in line
+
+
+@pytest.mark.parametrize(("kind", "says"), [("roce", "an Ethernet port has no IPoIB"), ("none", "no fabric")])
+def test_an_ipoib_network_off_an_infiniband_fabric_is_refused(kind: str, says: str) -> None:
+    # GIVEN an IPoIB secondary network on a RoCE fabric (Ethernet ports: the IPoIB CNI has no IPoIB parent to make a
+    # child of, so every rank's CNI ADD fails) or on no fabric (nothing installs the network: the key did nothing)
+    def edit(env: dict[str, Any]) -> None:
+        env["fabric"].update(kind=kind, secondaryNetwork={**IPOIB, "subnet": "192.168.100.0/22"})
+        if kind == "none":
+            env["models"] = env["models"][:2]  # the 405B group needs a fabric
+
+    # WHEN / THEN it is one line naming the key, the fabric and the fix
+    (line,) = errors(edit)
+    assert f"inferstack:environment.fabric.secondaryNetwork: got an IPoIB network with fabric.kind {kind!r}" in line
+    assert says in line
+    assert "fix: remove fabric.secondaryNetwork" in line
