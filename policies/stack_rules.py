@@ -313,9 +313,21 @@ def _serving(stack: Stack, svc: Res) -> tuple[LbController, str] | None:
     wants_lbc = _wants_lbc(svc)
     klass = (svc.inputs.get("spec") or {}).get("loadBalancerClass")
     for c, where in _lb_controllers(stack):
-        if (c.claims == "aws-lbc") == wants_lbc and (c.claims == "aws-lbc" or not klass):
+        # A Service with a class is served only by the controller of that class: the AWS Load Balancer Controller's
+        # own, or the one the config says the cluster's load balancer serves (on-prem loadBalancer.loadBalancerClass).
+        own_class = c.id == "cluster-lb" and klass in stack.tier_guarantees.load_balancer_classes
+        if (c.claims == "aws-lbc") == wants_lbc and (c.claims == "aws-lbc" or not klass or own_class):
             return c, where
     return None
+
+
+_LB_FIXES = {
+    "cloud": "install the aws-load-balancer-controller chart with its IAM role",
+    # The on-prem config's loadBalancer section: the kit's MetalLB, or the cluster's own load balancer and its class.
+    "onprem": "set loadBalancer.kind: metallb, or kind: existing with the loadBalancerClass the cluster's "
+    "load balancer serves",
+}
+"""What gives a Service a load balancer, by tier."""
 
 
 def lb_controller_present(stack: Stack) -> Iterator[Finding]:
@@ -326,10 +338,10 @@ def lb_controller_present(stack: Stack) -> Iterator[Finding]:
                 if _wants_lbc(svc)
                 else "a load balancer controller"
             )
+            fix = _LB_FIXES.get(stack.tier, "install a load balancer controller that serves it")
             yield (
                 f"{svc.label} (type LoadBalancer) needs {wants}, which neither the stack installs nor tier "
-                f"{stack.tier} guarantees: it would stay <pending>. Fix: install the aws-load-balancer-controller "
-                "chart with its IAM role, or change the Service's type",
+                f"{stack.tier} guarantees: it would stay <pending>. Fix: {fix}, or change the Service's type",
                 svc,
             )
     classes = {

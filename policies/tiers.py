@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from components.kube.labels import CLUSTER_STORAGE_CLASSES_ANNOTATION, TIER_LABEL
+from components.kube.labels import CLUSTER_LOAD_BALANCER_ANNOTATION, CLUSTER_STORAGE_CLASSES_ANNOTATION, TIER_LABEL
 from policies.model import NodePool, Res
 
 
@@ -32,6 +32,9 @@ class TierGuarantees:
     """Volume provisioners that run without the stack installing them."""
     load_balancers: tuple[str, ...] = ()
     """Ids of ``stack_rules.LB_CONTROLLERS`` that the cluster runs by itself."""
+    load_balancer_classes: tuple[str, ...] = ()
+    """``spec.loadBalancerClass`` values the cluster's own load balancer (``cluster-lb``) serves, besides Services
+    without one."""
     ingress_classes: Mapping[str, str] = field(default_factory=dict)
     """Ingress class name → controller the cluster runs by itself."""
     network_policy_enforcer: str | None = None
@@ -109,21 +112,31 @@ def guarantees(tier: str) -> TierGuarantees:
 
 
 def declared_by_resources(tier: str, resources: Iterable[Res]) -> TierGuarantees:
-    """The tier's guarantees plus the StorageClasses the kit's namespaces say the cluster has.
+    """The tier's guarantees plus the StorageClasses and the load balancer the kit's namespaces say the cluster has.
 
     What ``pulumi preview`` gives the pack: resources, not the stack's config (``declared_by_config``)."""
     base = guarantees(tier)
+    annotations = [r.metadata.get("annotations") or {} for r in resources if r.type == "kubernetes:core/v1:Namespace"]
     named = {
         name.strip()
-        for r in resources
-        if r.type == "kubernetes:core/v1:Namespace"
-        for name in str((r.metadata.get("annotations") or {}).get(CLUSTER_STORAGE_CLASSES_ANNOTATION, "")).split(",")
+        for a in annotations
+        for name in str(a.get(CLUSTER_STORAGE_CLASSES_ANNOTATION, "")).split(",")
         if name.strip()
     }
-    if not named:
+    lb_classes = {
+        str(a[CLUSTER_LOAD_BALANCER_ANNOTATION]) for a in annotations if CLUSTER_LOAD_BALANCER_ANNOTATION in a
+    }
+    if not named and not lb_classes:
         return base
     classes = {**base.storage_classes, **{n: StorageClassFact(CLUSTER_PREREQUISITE, default=False) for n in named}}
-    return replace(base, storage_classes=classes)
+    if not lb_classes:
+        return replace(base, storage_classes=classes)
+    return replace(
+        base,
+        storage_classes=classes,
+        load_balancers=(*base.load_balancers, "cluster-lb"),
+        load_balancer_classes=tuple(sorted(c for c in lb_classes if c)),
+    )
 
 
 def declared_by_config(tier: str, environment: object) -> TierGuarantees:
@@ -131,7 +144,7 @@ def declared_by_config(tier: str, environment: object) -> TierGuarantees:
 
     ``inferstack plan`` passes the validated environment: an on-prem stack's ``persistentStorageClass``
     (a class the cluster has), its GPU servers (found by ``gpuPools[].nodeSelector``) and system nodes
-    (``cluster.systemNodeSelector``), and an ``existing`` load balancer.
+    (``cluster.systemNodeSelector``), and an ``existing`` load balancer with the ``loadBalancerClass`` it serves.
     """
     base = guarantees(tier)
     if tier != "onprem":
@@ -156,11 +169,14 @@ def declared_by_config(tier: str, environment: object) -> TierGuarantees:
     system = dict(getattr(getattr(environment, "cluster", None), "system_node_selector", {}) or {})
     system_labels = {k: (v,) for k, v in system.items()}
     pools.append(NodePool(name="system", source="cluster.systemNodeSelector", labels=system_labels))
-    lb = getattr(getattr(environment, "load_balancer", None), "kind", None)
+    lb_spec = getattr(environment, "load_balancer", None)
+    lb = getattr(lb_spec, "kind", None)
+    lb_class = getattr(lb_spec, "load_balancer_class", None) if lb == "existing" else None
     return TierGuarantees(
         storage_classes=classes,
         provisioners=base.provisioners,
         load_balancers=(*base.load_balancers, *(("cluster-lb",) if lb == "existing" else ())),
+        load_balancer_classes=(*base.load_balancer_classes, *((lb_class,) if lb_class else ())),
         ingress_classes=base.ingress_classes,
         network_policy_enforcer=base.network_policy_enforcer,
         workload_identity=base.workload_identity,

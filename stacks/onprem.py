@@ -88,6 +88,9 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
             provider=provider,
             tier="onprem",
             cluster_storage_classes=(env.persistent_storage_class,) if env.persistent_storage_class else (),
+            cluster_load_balancer=(env.load_balancer.load_balancer_class or "")
+            if env.load_balancer.kind == "existing"
+            else None,
         ),
     )
     storage = LocalStorage("local-nvme", LocalStorageArgs(spec=env.local_storage, provider=provider))

@@ -236,6 +236,19 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
                 "add loadBalancer.metallb.addresses, or use kind: existing",
             )
         )
+    if lb.kind == "metallb" and lb.load_balancer_class is not None:
+        # The kit installs MetalLB with the chart's loadBalancerClass "" (metallb 0.16.1 values.yaml): it then skips
+        # every Service that names a class (metallb internal/k8s/controllers/service_controller.go,
+        # filterByLoadBalancerClass).
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.loadBalancer.loadBalancerClass",
+                f"{lb.load_balancer_class!r} with kind 'metallb'",
+                "no class with kind: metallb: the kit's MetalLB serves only Services without one, so the gateway's "
+                "would get no address",
+                "remove loadBalancer.loadBalancerClass, or use kind: existing for a load balancer of that class",
+            )
+        )
     if lb.kind == "existing" and lb.metallb is not None:
         issues.append(
             ConfigIssue(

@@ -27,6 +27,10 @@ TIER_LABEL: Final = f"{LABEL_PREFIX}/tier"
 CLUSTER_STORAGE_CLASSES_ANNOTATION: Final = f"{LABEL_PREFIX}/cluster-storage-classes"
 """On the kit's namespaces, when the config names StorageClasses an existing cluster already has (on-prem's
 ``persistentStorageClass``): comma-separated, for the policy pack, which sees resources but not the config."""
+CLUSTER_LOAD_BALANCER_ANNOTATION: Final = f"{LABEL_PREFIX}/cluster-load-balancer"
+"""On the kit's namespaces, when the config says an existing cluster runs its own load balancer (on-prem's
+``loadBalancer.kind: existing``): the ``spec.loadBalancerClass`` it serves, empty for Services without one. For the
+policy pack, which sees resources but not the config."""
 SYSTEM_POOL: Final = "system"
 SYSTEM_NODES: Final = {POOL_LABEL: SYSTEM_POOL}
 """Node selector of controllers, the gateway, the cache and observability."""

@@ -7,7 +7,7 @@ from typing import Literal
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.kube.labels import CLUSTER_STORAGE_CLASSES_ANNOTATION, TIER_LABEL
+from components.kube.labels import CLUSTER_LOAD_BALANCER_ANNOTATION, CLUSTER_STORAGE_CLASSES_ANNOTATION, TIER_LABEL
 from components.specs import Args, StrInput
 
 SERVING_NAMESPACE = "inferstack-serving"
@@ -33,6 +33,9 @@ class ServingBaseArgs(Args):
     """Required: the stack's tier, labelled on every namespace (``inferstack.io/tier``) for the policy pack."""
     cluster_storage_classes: tuple[str, ...] = ()
     """StorageClasses the existing cluster has that the kit uses but does not create, annotated on every namespace."""
+    cluster_load_balancer: str | None = None
+    """The existing cluster's own load balancer, annotated on every namespace: the ``spec.loadBalancerClass`` it
+    serves (``""``: Services without one); ``None``: the cluster has none the kit relies on."""
     loader_role_arn: StrInput | None = None
     """IRSA role for the loader's service account. Not needed with EKS Pod Identity (the association binds it)."""
 
@@ -49,6 +52,14 @@ class ServingBase(pulumi.ComponentResource):
         super().__init__("inferstack:serving_base:ServingBase", name, None, opts)
         k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider)
         namespaces = {}
+        # What the existing cluster has that the kit relies on, for the policy pack under `pulumi preview`.
+        declared = (
+            {CLUSTER_STORAGE_CLASSES_ANNOTATION: ",".join(args.cluster_storage_classes)}
+            if args.cluster_storage_classes
+            else {}
+        )
+        if args.cluster_load_balancer is not None:
+            declared[CLUSTER_LOAD_BALANCER_ANNOTATION] = args.cluster_load_balancer
         for ns in (SERVING_NAMESPACE, GATEWAY_NAMESPACE, CACHE_NAMESPACE, MONITORING_NAMESPACE):
             namespaces[ns] = k8s.core.v1.Namespace(
                 ns,
@@ -68,11 +79,7 @@ class ServingBase(pulumi.ComponentResource):
                         "app.kubernetes.io/part-of": "inferstack",
                         TIER_LABEL: args.tier,
                     },
-                    **(
-                        {"annotations": {CLUSTER_STORAGE_CLASSES_ANNOTATION: ",".join(args.cluster_storage_classes)}}
-                        if args.cluster_storage_classes
-                        else {}
-                    ),
+                    **({"annotations": dict(declared)} if declared else {}),
                 },
                 opts=k8s_opts,
             )

@@ -290,3 +290,12 @@ def test_an_ipoib_network_off_an_infiniband_fabric_is_refused(kind: str, says: s
     assert f"inferstack:environment.fabric.secondaryNetwork: got an IPoIB network with fabric.kind {kind!r}" in line
     assert says in line
     assert "fix: remove fabric.secondaryNetwork" in line
+
+
+def test_a_load_balancer_class_with_the_kits_metallb_is_refused() -> None:
+    # GIVEN the kit's MetalLB, which serves only Services without a loadBalancerClass (it runs without --lb-class),
+    # and a class for the gateway's Service: no controller would give it an address
+    (line,) = errors(lambda e: e["loadBalancer"].update(loadBalancerClass="metallb.io/metallb"))
+    # THEN it is one line naming the key and the fix, not a policy finding about an AWS controller
+    assert "inferstack:environment.loadBalancer.loadBalancerClass: got 'metallb.io/metallb' with kind 'metallb'" in line
+    assert "fix: remove loadBalancer.loadBalancerClass, or use kind: existing" in line

@@ -16,6 +16,7 @@ from crdcheck import validate as validate_cr
 from helpers import ROOT, only, plan_with
 from inferstack_cli import render
 from inferstack_cli.plan import OFFLINE_SECRET, Plan
+from policies.rules import check_plan, check_stack
 
 PlanOf = Callable[[str], Plan]
 
@@ -416,3 +417,34 @@ def test_a_pools_stated_cpus_bound_what_its_serving_pods_request(plan_of: PlanOf
     bounded = _serving_cpus(plan)
     assert (bounded["llama-8b"], bounded["llama-405b/workerTemplate"]) == ("4", "36")
     assert bounded["llama-70b"] == default["llama-70b"]
+
+
+def _mandatory(violations: list[dict[str, Any]]) -> list[str]:
+    return [f"{v['policy']}: {v['message']}" for v in violations if v["enforcement"] == "mandatory"]
+
+
+@pytest.mark.parametrize(
+    "load_balancer", [{"kind": "existing"}, {"kind": "existing", "loadBalancerClass": "kube-vip.io/kube-vip-class"}]
+)
+def test_the_clusters_own_load_balancer_serves_the_gateway_in_the_plan_and_under_pulumi_preview(
+    tmp_path: Any, load_balancer: dict[str, str]
+) -> None:
+    # GIVEN the bundled stack on a cluster that runs its own load balancer (kube-vip, say), serving Services without a
+    # class or those of the class the config names
+    plan = plan_with(tmp_path, "onprem", lambda env: env.update(loadBalancer=load_balancer))
+    # THEN the gateway's LoadBalancer Service asks for that class
+    (service,) = [s for s in by_kind(plan, "Service") if s["metadata"]["name"] == "gateway-lb"]
+    assert service["spec"].get("loadBalancerClass") == load_balancer.get("loadBalancerClass")
+    # AND the policy pack finds it served, both as `inferstack plan` runs it (with the stack's config) and as
+    # `pulumi preview --policy-pack` runs it (resources only, no config)
+    assert _mandatory(check_plan(plan.resources, plan.tier, plan.environment, plan.outputs)) == []
+    resources = plan.to_json()["resources"]
+    assert _mandatory(check_stack(resources)) == []
+    # AND a Service of a class the cluster's load balancer does not serve is still refused
+    lb = next(r for r in resources if r["type"] == "kubernetes:core/v1:Service" and r["name"] == "gateway-lb")
+    lb["inputs"]["spec"]["loadBalancerClass"] = "other.example.com/lb"
+    (found,) = _mandatory(check_stack(resources))
+    assert found.startswith("stack-load-balancer-controller: Service inferstack-gateway/gateway-lb")
+    # AND its fix is the on-prem tier's (the config's load balancer), not the AWS controller
+    assert "Fix: set loadBalancer.kind: metallb, or kind: existing with the loadBalancerClass" in found
+    assert "aws-load-balancer-controller" not in found
