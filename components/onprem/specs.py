@@ -371,11 +371,28 @@ class OnpremLoadBalancerSpec(Spec):
     kind: Literal["metallb", "existing"] = "existing"
     """``metallb``: the kit installs MetalLB with ``metallb``'s pool; ``existing``: the cluster has one."""
     metallb: MetalLbSpec | None = None
-    load_balancer_class: str | None = None
-    """``existing``: the ``spec.loadBalancerClass`` your load balancer serves; empty: the cluster default."""
+    load_balancer_class: LabelKey | None = None
+    """``existing``: the ``spec.loadBalancerClass`` your load balancer serves (e.g. ``kube-vip.io/kube-vip-class``);
+    empty: the cluster default. The API server checks it as a label key is checked (``ValidateQualifiedName`` in
+    kubernetes ``validateLoadBalancerClassField``)."""
     source_ranges: tuple[Cidr, ...] = (
         IPv4Network("10.0.0.0/8"),
         IPv4Network("172.16.0.0/12"),
         IPv4Network("192.168.0.0/16"),
     )
-    """Networks the gateway's load balancer admits (``loadBalancerSourceRanges``); private ranges by default."""
+    """Networks the gateway's load balancer admits (``loadBalancerSourceRanges``), private ones only; private ranges
+    by default."""
+
+    @field_validator("source_ranges")
+    @classmethod
+    def _private_only(cls, ranges: tuple[IPv4Network, ...]) -> tuple[IPv4Network, ...]:
+        # The gateway's on-prem load balancer is internal, with no internet-facing opt-in: the policy pack takes a
+        # LoadBalancer Service for internal only when every source range is private (k8s-no-internet-facing-service).
+        public = [str(n) for n in ranges if not n.is_private]
+        if not ranges or public:
+            raise config_error(
+                f"{', '.join(public)} not private" if public else "no networks: every address would be admitted",
+                allowed="one or more private IPv4 networks (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16 or inside them)",
+                fix="list the private networks your clients are on, or remove sourceRanges for the private ranges",
+            )
+        return ranges

@@ -299,3 +299,31 @@ def test_a_load_balancer_class_with_the_kits_metallb_is_refused() -> None:
     # THEN it is one line naming the key and the fix, not a policy finding about an AWS controller
     assert "inferstack:environment.loadBalancer.loadBalancerClass: got 'metallb.io/metallb' with kind 'metallb'" in line
     assert "fix: remove loadBalancer.loadBalancerClass, or use kind: existing" in line
+
+
+def test_a_load_balancer_class_the_api_server_would_reject_is_refused() -> None:
+    # GIVEN a class that is no qualified name: the API server refuses the gateway's Service (ValidateQualifiedName)
+    def edit(env: dict[str, Any]) -> None:
+        env["loadBalancer"] = {"kind": "existing", "loadBalancerClass": "kube vip!"}
+
+    (line,) = errors(edit)
+    assert (
+        "inferstack:environment.loadBalancer.loadBalancerClass: got 'kube vip!'; allowed: a Kubernetes label key"
+        in line
+    )
+
+
+@pytest.mark.parametrize(
+    ("ranges", "said"),
+    [
+        ([], "got [] (no networks: every address would be admitted)"),
+        (["10.0.0.0/8", "0.0.0.0/0"], 'got ["10.0.0.0/8", "0.0.0.0/0"] (0.0.0.0/0 not private)'),
+    ],
+)
+def test_source_ranges_that_admit_the_internet_are_refused_by_name(ranges: list[str], said: str) -> None:
+    # GIVEN the gateway's LAN load balancer admitting everyone (no ranges) or a public network: the policy pack would
+    # refuse its Service as internet-facing, and on-prem has no opt-in
+    (line,) = errors(lambda e: e["loadBalancer"].update(sourceRanges=ranges))
+    # THEN it is one line naming the key and the fix, before any plan
+    assert f"inferstack:environment.loadBalancer.sourceRanges: {said}" in line
+    assert "fix: list the private networks your clients are on" in line
