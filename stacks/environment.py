@@ -35,6 +35,7 @@ from components.specs import (
     GatewaySpec,
     GpuPoolSpec,
     HubSpec,
+    KubernetesName,
     ModelDeploySpec,
     ModelStoreSpec,
     NetworkSpec,
@@ -138,8 +139,9 @@ class OnpremEnvironment(BaseEnvironment):
     model_store: OnpremModelStoreSpec
     """Required: where weights come from (an S3-compatible endpoint, or a pre-filled volume)."""
     load_balancer: OnpremLoadBalancerSpec = OnpremLoadBalancerSpec()
-    persistent_storage_class: str | None = None
-    """StorageClass of Prometheus's and Redis's claims; empty: the cluster's default StorageClass."""
+    persistent_storage_class: KubernetesName | None = None
+    """StorageClass of Prometheus's and Redis's claims; empty: the cluster's default StorageClass. A DNS subdomain, as
+    the API server checks a claim's ``storageClassName`` (``ValidateClassName``)."""
     image_registry: ImageRegistry
     """Required: where the kit's images (``gateway``, ``model-loader``) are pushed, e.g. ``harbor.dc1.example/ai``."""
     hub: HubSpec | None = None

@@ -327,3 +327,10 @@ def test_source_ranges_that_admit_the_internet_are_refused_by_name(ranges: list[
     # THEN it is one line naming the key and the fix, before any plan
     assert f"inferstack:environment.loadBalancer.sourceRanges: {said}" in line
     assert "fix: list the private networks your clients are on" in line
+
+
+def test_a_persistent_storage_class_the_api_server_would_reject_is_refused() -> None:
+    # GIVEN a class name that is no DNS subdomain: the API server refuses every claim that names it (PVC validation,
+    # ValidateClassName), so Prometheus and Redis would never get their volumes
+    (line,) = errors(lambda e: e.update(persistentStorageClass="Ceph RBD"))
+    assert "inferstack:environment.persistentStorageClass: got 'Ceph RBD'; allowed: a Kubernetes object name" in line
