@@ -47,8 +47,22 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
             continue  # model_checks reports it
         gpus = placed.world_size
         at = f"{CONFIG_KEY}.models[{i}]"
-        demand[pool.name].append((i, model.name, gpus * model.replicas))
         pool_gpus = pool.nodes * pool.gpus_per_node
+        if gpus > pool_gpus:
+            # One replica alone (a multi-node group) needs more servers than the pool has: no replica count fits.
+            servers = math.ceil(gpus / pool.gpus_per_node)
+            issues.append(
+                ConfigIssue(
+                    f"{at}.pipelineParallel",
+                    f"{placed.pp} (one replica spans {servers} servers of {pool.gpus_per_node} GPUs; pool "
+                    f"{pool.name!r} has {pool.nodes})",
+                    f"a replica within the pool's {pool.nodes} servers: the on-prem fleet is fixed",
+                    f"set gpuPools[{names.index(pool.name)}].nodes to {servers} or more (the servers the pool has), "
+                    "or serve the model from a pool with more GPU memory per server",
+                )
+            )
+            continue
+        demand[pool.name].append((i, model.name, gpus * model.replicas))
         ceiling = model.autoscaling.max_replicas
         if ceiling is not None and ceiling * gpus > pool_gpus:
             issues.append(

@@ -334,3 +334,16 @@ def test_a_persistent_storage_class_the_api_server_would_reject_is_refused() -> 
     # ValidateClassName), so Prometheus and Redis would never get their volumes
     (line,) = errors(lambda e: e.update(persistentStorageClass="Ceph RBD"))
     assert "inferstack:environment.persistentStorageClass: got 'Ceph RBD'; allowed: a Kubernetes object name" in line
+
+
+def test_a_group_spanning_more_servers_than_its_pool_has_names_the_servers_not_the_replicas() -> None:
+    # GIVEN the 405B group (PP2: two H100 servers a replica) on an H100 pool of one server, the 8B model elsewhere
+    def edit(env: dict[str, Any]) -> None:
+        env["gpuPools"][0].update(nodes=1)
+        env["models"][0].update(pool="h200", replicas=1, autoscaling={"maxReplicas": 1})
+
+    # WHEN / THEN one line says the group itself does not fit, with the servers to add; not "lower replicas" (it has 1)
+    (line,) = errors(edit)
+    assert "inferstack:environment.models[2].pipelineParallel: got 2 (one replica spans 2 servers of 8 GPUs" in line
+    assert "pool 'h100' has 1)" in line
+    assert "fix: set gpuPools[0].nodes to 2 or more" in line
