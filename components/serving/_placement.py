@@ -150,7 +150,9 @@ def place(spec: ModelDeploySpec, pool: ServingPool) -> Placement:
                 "tensorParallel",
                 f"nothing fits (derived on {pool.instance_type})",
                 text.split(" fix: ")[0],
-                "use fp8, a bigger GPU pool, pipelineParallel across nodes, or a looser slo.itlP99Ms",
+                # fp8 halves a 16-bit model's weights; a model already in fp8 or int4 has nothing to gain from it.
+                ("use fp8, " if spec.precision in ("bf16", "fp16") else "use ")
+                + "a bigger GPU pool, pipelineParallel across nodes, or a looser slo.itlP99Ms",
             ) from None
         return Placement(model, profile, choice.tp, spec.pipeline_parallel, True, choice.fit, choice.itl)
 

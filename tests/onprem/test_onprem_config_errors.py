@@ -347,3 +347,22 @@ def test_a_group_spanning_more_servers_than_its_pool_has_names_the_servers_not_t
     assert "inferstack:environment.models[2].pipelineParallel: got 2 (one replica spans 2 servers of 8 GPUs" in line
     assert "pool 'h100' has 1)" in line
     assert "fix: set gpuPools[0].nodes to 2 or more" in line
+
+
+@pytest.mark.parametrize(("precision", "suggested"), [("fp8", False), ("bf16", True)])
+def test_a_model_too_slow_for_its_slo_is_told_to_use_fp8_only_when_it_does_not(precision: str, suggested: bool) -> None:
+    # GIVEN one L40S server (1 GPU) serving the 8B model, whose ITL floor there misses the default 20 ms SLO
+    def edit(env: dict[str, Any]) -> None:
+        env["gpuPools"] = [
+            {"name": "l40s", "gpu": "L40S", "gpusPerNode": 1, "nodes": 1, "nodeSelector": {"pool": "l40s"}}
+        ]
+        env["fabric"] = {"kind": "none"}
+        env["models"] = [{**env["models"][0], "pool": "l40s", "precision": precision, "replicas": 1}]
+        env["models"][0].pop("autoscaling")
+        env["gateway"]["routes"] = []
+
+    # WHEN / THEN the fix offers fp8 only to a model not already in it
+    (line,) = errors(edit)
+    assert "inferstack:environment.models[0].tensorParallel: got nothing fits (derived on 1x L40S server)" in line
+    assert ("fix: use fp8, " in line) is suggested
+    assert "a bigger GPU pool, pipelineParallel across nodes, or a looser slo.itlP99Ms" in line
