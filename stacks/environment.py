@@ -834,7 +834,9 @@ def model_checks(env: Environment) -> list[ConfigIssue]:
             )
         if model.speculative is not None and model.engine != "vllm":
             issues.append(
-                ConfigIssue(f"{at}.speculative", "set on a triton model", "vllm models only", "remove `speculative`")
+                ConfigIssue(
+                    f"{at}.speculative", f"set on a {model.engine} model", "vllm models only", "remove `speculative`"
+                )
             )
         try:
             place(model, pool)

@@ -197,3 +197,14 @@ def test_node_gpu_count_and_memory_bandwidth_bounds(tmp_path: Path, key: str, va
 def test_a_hub_that_is_the_site_itself_is_refused(tmp_path: Path) -> None:
     line = refused_by_plan(tmp_path, "edge", lambda e: e["hub"].update(stack="organization/inferstack/bad"))
     assert "hub.stack: got 'organization/inferstack/bad', this stack itself" in line
+
+
+# --- variant audit: edge configs other than the bundled one ----------------------------------------------------------
+
+
+def test_speculative_decoding_on_a_llamacpp_model_names_its_engine() -> None:
+    # GIVEN a well-formed vLLM speculative block on the site's llama.cpp model
+    ngram = {"method": "ngram", "numSpeculativeTokens": 3, "promptLookupMax": 4}
+    (line,) = errors(lambda e: e["models"][0].update(speculative=ngram))
+    # THEN it is refused as set on a llamacpp model (it used to say "a triton model")
+    assert "models[0].speculative: got set on a llamacpp model; allowed: vllm models only" in line
