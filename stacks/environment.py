@@ -788,6 +788,8 @@ def model_checks(env: Environment) -> list[ConfigIssue]:
 
     issues: list[ConfigIssue] = []
     pools = {p.name: p for p in env.gpu_pools}
+    # An edge site's pools are its nodes[], and its replicas are fixed: no autoscaling (stacks.tiers, EDGE).
+    site = isinstance(env, EdgeEnvironment)
     names = [m.name for m in env.models]
     for i, model in enumerate(env.models):
         at = f"{CONFIG_KEY}.models[{i}]"
@@ -799,8 +801,8 @@ def model_checks(env: Environment) -> list[ConfigIssue]:
                 ConfigIssue(
                     f"{at}.pool",
                     repr(model.pool),
-                    "one of gpuPools[].name: " + ", ".join(pools),
-                    "name an existing pool" + did_you_mean(model.pool, list(pools)),
+                    f"one of {'nodes' if site else 'gpuPools'}[].name: " + ", ".join(pools),
+                    f"name an existing {'node' if site else 'pool'}" + did_you_mean(model.pool, list(pools)),
                 )
             )
             continue
@@ -823,7 +825,16 @@ def model_checks(env: Environment) -> list[ConfigIssue]:
                     "enable the gateway, or keep the model warm (scaleToZero: false)",
                 )
             )
-        if model.replicas == 0 and not scaling.scale_to_zero:
+        if model.replicas == 0 and site:
+            issues.append(
+                ConfigIssue(
+                    f"{at}.replicas",
+                    "0 at a site, whose replicas are fixed (nothing scales a model up from zero)",
+                    "≥ 1",
+                    "set replicas: 1, or remove the model",
+                )
+            )
+        elif model.replicas == 0 and not scaling.scale_to_zero:
             issues.append(
                 ConfigIssue(
                     f"{at}.replicas",

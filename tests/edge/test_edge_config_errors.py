@@ -208,3 +208,19 @@ def test_speculative_decoding_on_a_llamacpp_model_names_its_engine() -> None:
     (line,) = errors(lambda e: e["models"][0].update(speculative=ngram))
     # THEN it is refused as set on a llamacpp model (it used to say "a triton model")
     assert "models[0].speculative: got set on a llamacpp model; allowed: vllm models only" in line
+
+
+def test_a_model_on_an_unknown_node_names_the_sites_nodes() -> None:
+    # GIVEN a model whose pool is not one of the site's nodes
+    (line,) = errors(lambda e: e["models"][0].update(pool="store-0024"))
+    # THEN the error lists nodes[].name, the edge tier's key (gpuPools is refused at a site)
+    assert "models[0].pool: got 'store-0024'; allowed: one of nodes[].name: store-0042" in line
+    assert "gpuPools" not in line
+
+
+def test_a_model_with_no_replicas_at_a_site_is_told_to_keep_one() -> None:
+    # GIVEN a model with replicas: 0 at a site, whose replicas are fixed (models[].autoscaling is refused there)
+    (line,) = errors(lambda e: e["models"][0].update(replicas=0))
+    # THEN the fix is a replica, not the scale-to-zero the edge tier refuses
+    assert "models[0].replicas: got 0" in line and "fix: set replicas: 1" in line
+    assert "scaleToZero" not in line
