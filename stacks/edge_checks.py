@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pydantic.alias_generators import to_camel
+
 from components.catalog.models import MODELS
 from components.edge.budget import node_capacity, site_demand
+from components.edge.specs import EdgeNodeSpec
 from components.kube.budget import Demand, biggest, shortfall, total
 from components.kube.requests import Requests
 from stacks.environment import CONFIG_KEY, HUB_TARGET, ConfigIssue, EdgeEnvironment
@@ -28,6 +31,18 @@ def edge_checks(env: EdgeEnvironment) -> list[ConfigIssue]:
                     "name the GPU with gpu, or remove gpuCount for a CPU-only node",
                 )
             )
+        for field, size in (("reserved_cpu", "cpu"), ("reserved_memory_gib", "memory_gib")):
+            reserved, offered = getattr(node, field), getattr(node, size)
+            if reserved >= offered:
+                # What k3s and the OS keep comes out of the node: nothing would be left for pods.
+                issues.append(
+                    ConfigIssue(
+                        f"{CONFIG_KEY}.nodes[{i}].{to_camel(field)}",
+                        f"{reserved:g} on a node of {to_camel(size)} {offered}",
+                        f"less than nodes[{i}].{to_camel(size)}: the share k3s and the OS keep; the rest is the pods'",
+                        f"set it to what k3s and the OS use (default {EdgeNodeSpec.model_fields[field].default:g})",
+                    )
+                )
     if len(env.nodes) > 1 and any(not n.node_selector for n in env.nodes):
         i = next(i for i, n in enumerate(env.nodes) if not n.node_selector)
         issues.append(

@@ -224,3 +224,14 @@ def test_a_model_with_no_replicas_at_a_site_is_told_to_keep_one() -> None:
     # THEN the fix is a replica, not the scale-to-zero the edge tier refuses
     assert "models[0].replicas: got 0" in line and "fix: set replicas: 1" in line
     assert "scaleToZero" not in line
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "size"), [("reservedCpu", 16, "cpu 16"), ("reservedMemoryGib", 100, "memoryGib 64")]
+)
+def test_a_reserve_that_takes_the_whole_node_is_refused_by_its_key(key: str, value: int, size: str) -> None:
+    # GIVEN a node whose k3s reserve is as large as the node itself (a typo, or cores written as millicores)
+    (line,) = errors(lambda e: e["nodes"][0].update({key: value}))
+    # THEN the reserve itself is refused, not a budget of a site "offering -84 CPU"
+    assert f"inferstack:environment.nodes[0].{key}: got {value} on a node of {size}" in line
+    assert "offering" not in line
