@@ -465,7 +465,18 @@ def common_checks(env: Environment, stack: str | None = None) -> list[ConfigIssu
                 )
             )
     issues += gateway_key_checks(env)
-    if env.gateway.enabled and env.models and not issues:
+    if env.gateway.enabled and env.models and not models:
+        # The gateway serves /v1/chat/completions and /v1/completions (images/gateway, app.py); an embedding model
+        # is its semantic cache's embedder, never a route.
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.gateway.enabled",
+                "true with no chat model (models[] has embedding models only, which the gateway routes no client to)",
+                "a gateway with at least one chat model to route to",
+                "add a chat model to models[], or set gateway.enabled: false",
+            )
+        )
+    if env.gateway.enabled and models and not issues:
         issues += gateway_checks(env)
     if env.gateway.enabled and not env.gateway.api_keys:
         issues.append(

@@ -235,3 +235,16 @@ def test_a_reserve_that_takes_the_whole_node_is_refused_by_its_key(key: str, val
     # THEN the reserve itself is refused, not a budget of a site "offering -84 CPU"
     assert f"inferstack:environment.nodes[0].{key}: got {value} on a node of {size}" in line
     assert "offering" not in line
+
+
+def test_a_gateway_with_only_an_embedding_model_is_refused_by_gateway_enabled() -> None:
+    # GIVEN a site serving only its embedding model, with the gateway on (its default)
+    def edit(env: dict[str, Any]) -> None:
+        env["models"] = [m for m in env["models"] if m["name"] == "minilm"]
+        env["gateway"]["routes"] = []
+
+    (line,) = errors(edit)
+    # THEN the gateway's key says why (it routes chat models only), not the gateway schema's "models: Dictionary
+    # should have at least 1 item"
+    assert "inferstack:environment.gateway.enabled: got true with no chat model" in line
+    assert "fix: add a chat model to models[], or set gateway.enabled: false" in line
