@@ -82,6 +82,21 @@ def edge_checks(env: EdgeEnvironment) -> list[ConfigIssue]:
     return issues
 
 
+GPU_FIX = (
+    "each replica of a model on a GPU node takes a whole GPU (nvidia.com/gpu: 1; the device plugin shares none, so "
+    "smaller models do not help): add GPUs (nodes[].gpuCount), lower models[].replicas, or serve a model from a "
+    "CPU-only node (models[].pool)"
+)
+"""What frees GPUs: a llama.cpp server offloaded to a node's GPU requests one (``llamacpp_resources``)."""
+
+
+def _fix(short: list[str], fix: str) -> str:
+    """``fix`` for a CPU or memory shortfall, ``GPU_FIX`` for a GPU one."""
+    gpus = any(s.endswith(" GPU") for s in short)
+    others = len(short) > gpus
+    return "; ".join([*([fix] if others else []), *([GPU_FIX] if gpus else [])])
+
+
 def _budget(env: EdgeEnvironment) -> list[ConfigIssue]:
     """Every pod's requests against the site, then each model's pods against its own node."""
     demand = site_demand(
@@ -96,8 +111,8 @@ def _budget(env: EdgeEnvironment) -> list[ConfigIssue]:
                 f"{CONFIG_KEY}.nodes",
                 f"pods requesting {total(demand).show()} on a site offering {capacity.show()} after k3s's reserve "
                 f"({', '.join(short)} short); biggest: {biggest(demand)}",
-                "every pod's requests within the nodes' cpu and memoryGib minus reservedCpu/reservedMemoryGib",
-                "add or enlarge nodes, lower replicas (gateway.maxReplicas counts), or use smaller models",
+                "every pod's requests within the nodes' cpu, memoryGib and GPUs, minus reservedCpu/reservedMemoryGib",
+                _fix(short, "add or enlarge nodes, lower replicas (gateway.maxReplicas counts), or use smaller models"),
             )
         )
         return issues
@@ -111,7 +126,10 @@ def _budget(env: EdgeEnvironment) -> list[ConfigIssue]:
                     f"pods pinned to {node.instance_type} request more than it offers ({', '.join(short)} short); "
                     f"biggest: {biggest(on_node)}",
                     f"at most {node_capacity(node).show()} of pods pinned to this node",
-                    "move a model to another node (models[].pool), lower its replicas, or use a smaller model",
+                    _fix(
+                        short,
+                        "move a model to another node (models[].pool), lower its replicas, or use a smaller model",
+                    ),
                 )
             )
     return issues

@@ -248,3 +248,31 @@ def test_a_gateway_with_only_an_embedding_model_is_refused_by_gateway_enabled() 
     # should have at least 1 item"
     assert "inferstack:environment.gateway.enabled: got true with no chat model" in line
     assert "fix: add a chat model to models[], or set gateway.enabled: false" in line
+
+
+def test_a_gpu_shortfall_says_each_gpu_model_takes_a_whole_gpu() -> None:
+    # GIVEN three small chat models on a one-GPU node: together they fit its 20 GB, but each server asks for a GPU
+    def edit(env: dict[str, Any]) -> None:
+        env["nodes"][0]["gpu"] = "RTX4000Ada"
+        for name, model in (("qwen", "Qwen/Qwen2.5-1.5B-Instruct"), ("gemma", "google/gemma-2-2b-it")):
+            env["models"].append(dict(env["models"][0], name=name, model=model))
+
+    (line,) = errors(edit)
+    # THEN the fix says why smaller models do not help, and what does
+    assert "(2 GPU short)" in line
+    assert "allowed: every pod's requests within the nodes' cpu, memoryGib and GPUs" in line
+    assert "fix: each replica of a model on a GPU node takes a whole GPU (nvidia.com/gpu: 1" in line
+    assert "nodes[].gpuCount" in line and "use smaller models" not in line
+
+
+def test_a_gpu_shortfall_on_one_node_of_a_site_says_the_same() -> None:
+    # GIVEN two GPU nodes, and both chat models pinned to the first
+    def edit(env: dict[str, Any]) -> None:
+        env["nodes"][0]["nodeSelector"] = {"kubernetes.io/hostname": "store-0042"}
+        env["nodes"].append(dict(env["nodes"][0], name="store-0043", nodeSelector={"kubernetes.io/hostname": "b"}))
+        env["models"].append(dict(env["models"][0], name="llama-1b", model="meta-llama/Llama-3.2-1B-Instruct"))
+
+    (line,) = errors(edit)
+    assert "inferstack:environment.nodes[0]: got pods pinned to" in line and "(1 GPU short)" in line
+    assert "fix: each replica of a model on a GPU node takes a whole GPU (nvidia.com/gpu: 1" in line
+    assert "use a smaller model" not in line
