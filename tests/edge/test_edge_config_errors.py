@@ -276,3 +276,12 @@ def test_a_gpu_shortfall_on_one_node_of_a_site_says_the_same() -> None:
     assert "inferstack:environment.nodes[0]: got pods pinned to" in line and "(1 GPU short)" in line
     assert "fix: each replica of a model on a GPU node takes a whole GPU (nvidia.com/gpu: 1" in line
     assert "use a smaller model" not in line
+
+
+def test_a_hub_without_a_gateway_to_send_to_it_is_refused() -> None:
+    # GIVEN a site with its gateway off and the bundled hub kept: nothing would send the hub a prompt, yet the stack
+    # would reference the hub stack (and read its key) at `pulumi up`
+    (line,) = errors(lambda e: e.update(gateway={"enabled": False}))
+    # THEN the hub is refused as unused, with the two ways out
+    assert "inferstack:environment.hub: got a hub with gateway.enabled: false" in line
+    assert "fix: remove `hub`, or turn the gateway on" in line
