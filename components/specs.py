@@ -207,8 +207,10 @@ def _repeated(items: tuple[str, ...]) -> list[str]:
 
 
 def did_you_mean(value: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(value, choices, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    """The closest of ``choices``, whatever the case (``l4`` is ``L4``), as a parenthesis; empty when none is close."""
+    folded = {choice.casefold(): choice for choice in choices}
+    close = difflib.get_close_matches(value.casefold(), list(folded), n=1)
+    return f" (did you mean {folded[close[0]]!r}?)" if close else ""
 
 
 def catalog_member(value: str, catalog: Mapping[str, Any], *, catalog_name: str, item: str) -> str:

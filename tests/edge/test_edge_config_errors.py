@@ -285,3 +285,10 @@ def test_a_hub_without_a_gateway_to_send_to_it_is_refused() -> None:
     # THEN the hub is refused as unused, with the two ways out
     assert "inferstack:environment.hub: got a hub with gateway.enabled: false" in line
     assert "fix: remove `hub`, or turn the gateway on" in line
+
+
+@pytest.mark.parametrize(("written", "meant"), [("l4", "L4"), ("rtx4000ada", "RTX4000Ada")])
+def test_an_edge_gpu_written_in_the_wrong_case_gets_the_catalog_spelling(written: str, meant: str) -> None:
+    (line,) = errors(lambda e: e["nodes"][0].update(gpu=written))
+    assert f"nodes[0].gpu: got {written!r} (not in the GPU catalog)" in line
+    assert f"fix: use an edge GPU (did you mean {meant!r}?)" in line
