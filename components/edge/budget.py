@@ -29,7 +29,28 @@ MODEL_CACHE_GIB = 20
 """The per-pod local-path volume a llama.cpp server keeps its GGUF file on (the largest catalog file is 7.6 GB)."""
 
 
-def serving_args(spec: ModelDeploySpec, node: EdgeNodeSpec, rollout_surge: bool) -> Any:
+def cpu_decoders(nodes: tuple[EdgeNodeSpec, ...], models: tuple[ModelDeploySpec, ...]) -> dict[str, int]:
+    """Per node: the llama.cpp chat pods decoding on its CPU (every replica), which share its decode threads
+    (``InferenceServerArgs.cpu_decoders``). Models that cannot be placed are left out (the model checks report them).
+    """
+    from components.serving._placement import PlacementProblem
+
+    by_name = {n.name: n for n in nodes}
+    count = dict.fromkeys(by_name, 0)
+    for spec in models:
+        node = by_name.get(spec.pool)
+        if node is None:
+            continue
+        try:
+            placement = place(spec, node)
+        except PlacementProblem:
+            continue
+        if not placement.gpu_offload and not placement.model.is_embedding:
+            count[node.name] += spec.replicas
+    return count
+
+
+def serving_args(spec: ModelDeploySpec, node: EdgeNodeSpec, rollout_surge: bool, cpu_decoders: int = 1) -> Any:
     """The InferenceServer args an edge stack passes, minus the Pulumi-only ones (provider, store URLs)."""
     from components.serving.inference_server import InferenceServerArgs, ModelCacheVolume
 
@@ -47,6 +68,7 @@ def serving_args(spec: ModelDeploySpec, node: EdgeNodeSpec, rollout_surge: bool)
         fabric="none",
         model_cache=ModelCacheVolume(host_path=None, storage_class=K3S_STORAGE_CLASS, size_gib=MODEL_CACHE_GIB),
         gpu_runtime_class=K3S_NVIDIA_RUNTIME_CLASS,
+        cpu_decoders=cpu_decoders,
     )
 
 
@@ -69,6 +91,7 @@ def site_demand(
     from components.serving.inference_server import rollout_strategy, server_pod
 
     by_name = {n.name: n for n in nodes}
+    decoders = cpu_decoders(nodes, models)
     workloads: list[Demand] = []
     for spec in models:
         node = by_name.get(spec.pool)
@@ -78,7 +101,7 @@ def site_demand(
             placement = place(spec, node)
         except PlacementProblem:
             continue
-        args = serving_args(spec, node, rollout_surge)
+        args = serving_args(spec, node, rollout_surge, max(1, decoders[node.name]))
         pods = spec.replicas + surge_pods(rollout_strategy(rollout_surge))
         workloads.append(Demand(spec.name, pod_requests(server_pod(args, placement)), pods, node.name))
     chat = [m for m in models if not MODELS[m.model].is_embedding]

@@ -137,6 +137,9 @@ class InferenceServerArgs(Args):
     gpu_runtime_class: str | None = None
     """``runtimeClassName`` of GPU pods, e.g. k3s's ``nvidia`` (its containerd's default runtime is runc, so
     NVML finds no GPU without it: NVIDIA/k8s-device-plugin#406, k3s-io/k3s#4070). ``None``: the default runtime."""
+    cpu_decoders: int = Field(default=1, ge=1)
+    """llama.cpp on CPU: the chat servers decoding on this node's CPU, this one included (every replica counts; an
+    edge site's ``components.edge.budget.cpu_decoders``). They share its decode threads (``llamacpp_threads``)."""
 
     @model_validator(mode="after")
     def _the_pool_the_model_names(self) -> InferenceServerArgs:
@@ -313,15 +316,16 @@ def server_cpus(spec: InstanceSpec, gpus: int) -> int:
     return max(1, min(8 * gpus, vcpus * gpus * 3 // (4 * spec.gpu_count)))
 
 
-def llamacpp_threads(placement: Placement, pool: ServingPool) -> int:
-    """CPU threads of a llama.cpp server. Offloaded or embedding servers need few; a CPU decoder takes half the
-    node's cores (decode is bandwidth-bound: more threads than memory channels can feed buy nothing)."""
+def llamacpp_threads(placement: Placement, pool: ServingPool, cpu_decoders: int = 1) -> int:
+    """CPU threads of a llama.cpp server. Offloaded or embedding servers need few; the ``cpu_decoders`` CPU decoders
+    of a node share half its cores (decode is bandwidth-bound: more threads than memory channels can feed buy
+    nothing). Half the cores each would put two decoders at the node's every core, more than it offers pods."""
     if placement.gpu_offload or placement.model.is_embedding:
         return 2
-    return max(2, getattr(pool.spec, "cpu_cores", 8) // 2)
+    return max(2, getattr(pool.spec, "cpu_cores", 8) // (2 * cpu_decoders))
 
 
-def llamacpp_resources(placement: Placement, pool: ServingPool) -> dict[str, Any]:
+def llamacpp_resources(placement: Placement, pool: ServingPool, cpu_decoders: int = 1) -> dict[str, Any]:
     """Requests = what the server holds: the GGUF file (mmap) plus, on CPU, the KV cache, plus the host-memory prompt
     cache (``--cache-ram``, on GPU and CPU alike), plus 1 GiB of runtime."""
     fit = placement.fit
@@ -331,7 +335,7 @@ def llamacpp_resources(placement: Placement, pool: ServingPool) -> dict[str, Any
     limits: dict[str, Any] = {"memory": memory}
     if placement.gpu_offload:
         limits["nvidia.com/gpu"] = 1
-    return {"requests": {**limits, "cpu": str(llamacpp_threads(placement, pool))}, "limits": limits}
+    return {"requests": {**limits, "cpu": str(llamacpp_threads(placement, pool, cpu_decoders))}, "limits": limits}
 
 
 def _env(
@@ -471,10 +475,10 @@ def _llamacpp_container(args: InferenceServerArgs, placement: Placement) -> dict
             placement.gguf,
             placement.profile,
             gpu_offload=placement.gpu_offload,
-            threads=llamacpp_threads(placement, args.pool),
+            threads=llamacpp_threads(placement, args.pool, args.cpu_decoders),
         ),
         "env": [{"name": "HOME", "value": "/tmp"}],
-        "resources": llamacpp_resources(placement, args.pool),
+        "resources": llamacpp_resources(placement, args.pool, args.cpu_decoders),
         "volumeMounts": [*_cache_volume_mounts(), {"name": "dshm", "mountPath": "/dev/shm"}],
         "securityContext": {
             "runAsNonRoot": True,

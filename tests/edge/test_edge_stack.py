@@ -205,6 +205,27 @@ def test_a_cpu_only_site_has_no_device_plugin_and_no_gpu_requests(tmp_path: Any)
     assert server["args"][server["args"].index("--n-gpu-layers") + 1] == "0"
 
 
+def test_two_chat_models_on_one_cpu_node_share_its_decode_threads(tmp_path: Any) -> None:
+    # GIVEN a CPU-only node of 32 cores serving two chat models (and the embedder): each server used to take half the
+    # node's cores, so two of them asked for all 32 and no node, however large, could hold both
+    def two_on_cpu(env: dict[str, Any]) -> None:
+        env["nodes"] = [{"name": "store-0042", "cpu": 32, "memoryGib": 64}]
+        env["models"][0]["slo"] = {"itlP99Ms": 60}
+        qwen = {"name": "qwen", "model": "Qwen/Qwen2.5-1.5B-Instruct", "slo": {"itlP99Ms": 60}}
+        env["models"].append(dict(env["models"][0], **qwen))
+
+    plan = plan_with(tmp_path, "edge", two_on_cpu)
+    # THEN the plan succeeds, and the two CPU decoders split the half of the cores decoding gets: 8 threads each,
+    # each requesting the cores its threads use
+    for name in ("llama-3b", "qwen"):
+        server = named(plan, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]
+        assert server["args"][server["args"].index("--threads") + 1] == "8"
+        assert server["resources"]["requests"]["cpu"] == "8"
+    # AND the embedder keeps its own two threads
+    embedder = named(plan, "Deployment", "minilm")["spec"]["template"]["spec"]["containers"][0]
+    assert embedder["args"][embedder["args"].index("--threads") + 1] == "2"
+
+
 def test_a_hub_by_url_reads_its_key_from_a_secret_config_value(tmp_path: Any) -> None:
     def by_url(env: dict[str, Any]) -> None:
         env["hub"] = {"url": "https://gateway.dc1.example.com/v1", "apiKeySecret": "hubApiKey"}
