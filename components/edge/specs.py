@@ -38,6 +38,11 @@ K3S_NODE_PORTS = {6443: "the k3s API server", 10250: "the kubelet"}
 """Host ports every k3s server node holds whatever its flags ("Inbound Rules for K3s Nodes",
 https://docs.k3s.io/installation/requirements#networking): unlike Traefik's, no install option frees them, so a
 LoadBalancer port there stays pending for good."""
+SITE_HOST_PORTS = {9100: "the node exporter the kit's kube-prometheus-stack runs on every node"}
+"""Host ports the kit's own releases hold on every site node: kube-prometheus-stack's node exporter runs with
+``hostNetwork: true`` on ``service.port`` 9100 (prometheus-node-exporter chart values.yaml; ``nodeExporter.enabled``
+is on in kube-prometheus-stack 88.0.0 and the kit leaves it on), and a host-network pod's container port is a host
+port, so ServiceLB's pod for a LoadBalancer port there is never scheduled."""
 EDGE_GATEWAY_PORT = 8080
 """The gateway's site port: one Traefik does not hold (the gateway's own container port as well)."""
 GPU_NODE_LABEL = "nvidia.com/gpu.present"
@@ -157,15 +162,19 @@ class EdgeGatewaySpec(GatewaySpec):
     (klipper-lb) serves a LoadBalancer port by binding it as a host port on the nodes, and "If there are no free
     host ports, the service load balancer will stay in pending" (github.com/k3s-io/klipper-lb README, 1b4b8a2): with
     Traefik on (k3s's default, ``K3S_TRAEFIK_PORTS``) a Service on 80 never gets an address and ``pulumi up``
-    waits for it. 80 works on a k3s started with ``--disable=traefik``; ``K3S_NODE_PORTS`` never do."""
+    waits for it. 80 works on a k3s started with ``--disable=traefik``; ``K3S_NODE_PORTS`` and ``SITE_HOST_PORTS``
+    never do."""
 
     @field_validator("load_balancer_port")
     @classmethod
     def _not_k3s_own(cls, port: int) -> int:
-        if port in K3S_NODE_PORTS:
+        held = {**{p: f"a port k3s itself holds ({who})" for p, who in K3S_NODE_PORTS.items()}, **{
+            p: f"a port the kit holds on every node ({who})" for p, who in SITE_HOST_PORTS.items()
+        }}  # fmt: skip
+        if port in held:
             raise config_error(
-                f"a port k3s itself holds ({K3S_NODE_PORTS[port]})",
-                allowed=f"a free host port: not {', '.join(map(str, K3S_NODE_PORTS))}, and not 80 or 443 while "
+                held[port],
+                allowed=f"a free host port: not {', '.join(map(str, sorted(held)))}, and not 80 or 443 while "
                 "Traefik runs",
                 fix=f"use {EDGE_GATEWAY_PORT} (the default)",
             )

@@ -157,6 +157,14 @@ def test_a_port_k3s_itself_holds_is_refused_for_the_gateway(port: int, holder: s
     assert "fix: use 8080 (the default)" in line
 
 
+def test_the_node_exporters_port_is_refused_for_the_gateway() -> None:
+    # GIVEN the site port 9100, which kube-prometheus-stack's node exporter holds on every node (hostNetwork):
+    # ServiceLB's pod for it would stay pending, and the gateway's Service with it
+    (line,) = errors(lambda e: e["gateway"].update(loadBalancerPort=9100))
+    assert "gateway.loadBalancerPort: got 9100 (a port the kit holds on every node (the node exporter" in line
+    assert "not 6443, 9100, 10250" in line
+
+
 def test_cache_replicas_is_refused_at_a_site_like_cache_node_type() -> None:
     (line,) = errors(lambda e: e["cache"].update(replicas=3))
     assert (
