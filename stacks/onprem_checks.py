@@ -134,6 +134,18 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
                     "networkOperator.install: true",
                 )
             )
+    if not env.fabric.rdma and env.network_operator.mofed == "operator":
+        # Without a fabric the kit installs no Network Operator (the same test as fabric.secondaryNetwork's below), so
+        # the DOCA driver container asked for here would never be deployed.
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.networkOperator.mofed",
+                "'operator' with fabric.kind 'none'",
+                "'host' (or no networkOperator): with no fabric the kit installs no Network Operator, so no DOCA "
+                "driver either",
+                "remove networkOperator.mofed, or set fabric.kind: infiniband or roce if the servers have HCAs",
+            )
+        )
     secondary = env.fabric.secondary_network
     if secondary is not None and env.fabric.kind != "infiniband":
         # The IPoIB CNI makes each pod's net1 a child of `master`, an IPoIB interface (Mellanox/ipoib-cni README:

@@ -94,6 +94,19 @@ def test_a_multi_node_model_without_an_rdma_fabric() -> None:
     assert "models[2].pipelineParallel: got 2 (the group spans 2 servers) with fabric.kind 'none'" in line
 
 
+def test_the_doca_driver_is_refused_without_a_fabric() -> None:
+    # GIVEN no RDMA fabric (so no Network Operator) and the DOCA driver container asked of the operator
+    def edit(env: dict[str, Any]) -> None:
+        env["fabric"] = {"kind": "none"}
+        env["networkOperator"] = {"mofed": "operator"}
+
+    # THEN the key is named: it did nothing, silently
+    lines = [line for line in errors(edit) if "networkOperator.mofed" in line]
+    assert len(lines) == 1
+    assert "inferstack:environment.networkOperator.mofed: got 'operator' with fabric.kind 'none'" in lines[0]
+    assert "fix: remove networkOperator.mofed, or set fabric.kind: infiniband or roce" in lines[0]
+
+
 def test_fewer_local_volumes_than_pods_per_server() -> None:
     (line,) = errors(lambda e: e["gpuPools"][0].update(localVolumesPerNode=2))
     assert "gpuPools[0].localVolumesPerNode: got 2 local volumes per server for up to 8 'llama-8b' pods" in line
