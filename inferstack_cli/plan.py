@@ -22,7 +22,15 @@ from pulumi.runtime.stack import wait_for_rpcs
 
 from inferstack_cli.mocks import PlanMocks, RecordingMonitor, Registration
 from stacks import program
-from stacks.environment import CONFIG_KEY, ConfigError, ConfigIssue, Environment, load_environment
+from stacks.environment import (
+    AWS_REGION_KEY,
+    CONFIG_KEY,
+    ConfigError,
+    ConfigIssue,
+    Environment,
+    load_environment,
+    provider_region_issues,
+)
 
 PROJECT = "inferstack"
 OFFLINE_SECRET = "<inferstack plan: offline stand-in, not a real secret>"
@@ -204,10 +212,20 @@ class MockEngine:
         return result
 
 
+def load_stack(stack: str, stacks_dir: Path) -> tuple[dict[str, Any], Environment]:
+    """A stack file's config and its validated environment, ``aws:region`` included; ``ConfigError`` otherwise."""
+    config = read_stack_config(stack, stacks_dir)
+    source = source_name(stack, stacks_dir)
+    env = load_environment(config.get(CONFIG_KEY), source, f"{PROJECT}/{stack}")
+    region_issues = provider_region_issues(env, config.get(AWS_REGION_KEY))
+    if region_issues:
+        raise ConfigError(source, region_issues)
+    return config, env
+
+
 def run_plan(stack: str, stacks_dir: Path = program.STACKS_DIR) -> Plan:
     """Plan ``stack`` offline. Raises ``ConfigError`` for bad config, before any resource exists."""
-    config = read_stack_config(stack, stacks_dir)
-    env = load_environment(config.get(CONFIG_KEY), source_name(stack, stacks_dir), f"{PROJECT}/{stack}")
+    config, env = load_stack(stack, stacks_dir)
     values, secret_keys = _config_values(config)
     for name in env.secret_keys() if hasattr(env, "secret_keys") else ():
         key = f"{PROJECT}:{name}"

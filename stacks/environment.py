@@ -318,6 +318,35 @@ def unsupported_keys(raw: dict[str, Any]) -> list[ConfigIssue]:
     return issues
 
 
+AWS_REGION_KEY = "aws:region"
+"""The default AWS provider's region: every AWS resource of the cloud tier is created there."""
+
+
+def provider_region_issues(env: Environment, aws_region: Any) -> list[ConfigIssue]:
+    """``aws:region`` equals the cloud environment's ``region``.
+
+    The cloud tier creates its AWS resources through Pulumi's default AWS provider, whose region is the stack's
+    ``aws:region`` or, without it, the ``AWS_REGION`` / ``AWS_DEFAULT_REGION`` of the shell that runs ``pulumi up``
+    (pulumi-aws, provider configuration ``region``). The subnets, the kubeconfig, the ACM check and ``inferstack
+    preflight`` follow ``region``: a provider elsewhere creates the VPC in one region and asks for zones of another."""
+    if not isinstance(env, CloudEnvironment) or aws_region == env.region:
+        return []
+    received = (
+        "nothing (the AWS provider would take the region of the shell's AWS_REGION)"
+        if aws_region is None
+        else f"{_show(aws_region)} (the environment's region is {env.region!r})"
+    )
+    return [
+        ConfigIssue(
+            AWS_REGION_KEY,
+            received,
+            f"the environment's region, {env.region}: the provider creates every AWS resource there",
+            f"set `aws:region: {env.region}` under `config:` (pulumi config set aws:region {env.region}), or change "
+            "the environment's region and zones",
+        )
+    ]
+
+
 def cross_checks(env: Environment, stack: str | None = None) -> list[ConfigIssue]:
     """Rules that span sections or fields; run after the structure is valid."""
     issues = common_checks(env, stack)

@@ -12,7 +12,7 @@ import pulumi
 
 from components.observability.alerting import AlertDestinations
 from components.specs import AlertingSpec, ObservabilitySpec
-from stacks.environment import CONFIG_KEY, ConfigError, Environment, load_environment
+from stacks.environment import CONFIG_KEY, ConfigError, Environment, load_environment, provider_region_issues
 from stacks.tiers import TIER_PLUGINS
 
 STACKS_DIR = Path(__file__).resolve().parent
@@ -74,7 +74,11 @@ def environment() -> Environment:
     """Read and validate ``inferstack:environment`` from the running stack's config."""
     raw = pulumi.Config("inferstack").get_object(CONFIG_KEY.split(":", 1)[1])
     stack = pulumi.get_stack()
-    return load_environment(raw, stack_file(stack), f"{pulumi.get_project()}/{stack}")
+    env = load_environment(raw, stack_file(stack), f"{pulumi.get_project()}/{stack}")
+    region_issues = provider_region_issues(env, pulumi.Config("aws").get("region"))
+    if region_issues:
+        raise ConfigError(stack_file(stack), region_issues)
+    return env
 
 
 def run() -> None:
