@@ -616,6 +616,21 @@ def cloud_checks(env: CloudEnvironment) -> list[ConfigIssue]:
                 )
             )
         issues += _size_bounds(at, pool.min_size, pool.max_size, pool.desired_size, floor=0)
+        if pool.provisioner == "karpenter":
+            # A NodePool has no node minimum (karpenter.sh/v1 NodePool: requirements, limits, disruption): Karpenter
+            # launches a node for pending pods and removes it once empty, so a floor would never be kept.
+            for key, size in (("minSize", pool.min_size), ("desiredSize", pool.desired_size)):
+                if size:
+                    issues.append(
+                        ConfigIssue(
+                            f"{at}.{key}",
+                            f"{size} on a Karpenter pool (Karpenter launches nodes for pending pods and keeps none "
+                            "warm)",
+                            f"0 or no {key}: a Karpenter pool grows from zero up to maxSize",
+                            "keep warm capacity with models[].replicas (their pods hold the nodes), or set "
+                            "provisioner: managed for a fixed node count",
+                        )
+                    )
         if pool.capacity.reserved and not pool.capacity.reservation_id:
             issues.append(
                 ConfigIssue(
@@ -643,7 +658,7 @@ def cloud_checks(env: CloudEnvironment) -> list[ConfigIssue]:
                     f"{at}.provisioner",
                     "'managed' with capacity.type 'capacity-block'",
                     "provisioner: karpenter for a Capacity Block",
-                    "set `provisioner: karpenter` (minSize/maxSize then bound the block's nodes)",
+                    "set `provisioner: karpenter` (maxSize then bounds the block's nodes)",
                 )
             )
         if pool.capacity.on_demand_fallback and not (pool.capacity.reserved and pool.provisioner == "karpenter"):

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from helpers import ROOT, plan_cli
+from helpers import ROOT, config_errors, plan_cli
 from inferstack_cli.main import main
 
 
@@ -83,3 +83,18 @@ def test_preflight_refuses_a_provider_region_it_would_not_check(
     assert code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"{tmp_path}/Pulumi.elsewhere.yaml: aws:region: got 'us-west-2'")
+
+
+@pytest.mark.parametrize("key", ["minSize", "desiredSize"])
+def test_a_node_floor_on_a_karpenter_pool_is_refused_not_ignored(key: str) -> None:
+    # GIVEN the dev stack's Karpenter L40S pool asked to keep two nodes
+    def edit(env: dict[str, Any]) -> None:
+        env["gpuPools"][0].update({key: 2})
+
+    # WHEN it is validated
+    (line,) = config_errors(edit, stack="dev")
+
+    # THEN the key is refused with the fix: a NodePool has no minimum, Karpenter launches nodes for pending pods only,
+    # so the two warm nodes would silently never exist
+    assert f"inferstack:environment.gpuPools[0].{key}: got 2 on a Karpenter pool" in line
+    assert "models[].replicas" in line and "provisioner: managed" in line

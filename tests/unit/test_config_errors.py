@@ -56,7 +56,8 @@ def test_pool_zone_outside_the_network() -> None:
 
 
 def test_min_greater_than_max() -> None:
-    (line,) = config_errors(lambda e: e["gpuPools"][0].update(minSize=5, maxSize=4))
+    # A managed group: a Karpenter pool refuses any minSize above 0 on its own
+    (line,) = config_errors(lambda e: e["gpuPools"][0].update(provisioner="managed", minSize=5, maxSize=4))
     assert (
         "gpuPools[0].minSize: got 5 (maxSize is 4); "
         "allowed: 0 ≤ minSize ≤ maxSize (4); fix: lower minSize or raise maxSize" in line
