@@ -279,15 +279,19 @@ def _cache_inits(args: InferenceServerArgs) -> list[dict[str, Any]]:
     return [_cache_owner(args.loader_image)] if args.model_cache.storage_class is None else []
 
 
-def efa_interfaces_per_pod(pool: ServingPool, gpus: int) -> int:
-    """EFA interfaces a pod on an EFA pool requests: its GPUs' share of the node's (at least one).
+def efa_interfaces_per_pod(pool: ServingPool, gpus: int, multi_node: bool) -> int:
+    """EFA interfaces a pod on an EFA pool requests: its GPUs' share of the node's.
 
     A pod that does not request ``vpc.amazonaws.com/efa`` gets no EFA device, so the pool's EFA interfaces and
-    placement group buy nothing (issue 12, point 10)."""
+    placement group buy nothing (issue 12, point 10). Where the share is below one interface (a one-GPU pod on a
+    p4d.24xlarge: 4 interfaces for 8 GPUs), a pod within one node requests none: one interface each would let only
+    four such pods onto the node and idle the other GPUs, and its ranks talk over NVLink, not EFA. A pod of a group
+    that spans nodes still takes one."""
     spec: InstanceSpec = pool.spec
     if not pool.efa_enabled or not spec.efa_interfaces:
         return 0
-    return max(1, spec.efa_interfaces * gpus // spec.gpu_count)
+    share = spec.efa_interfaces * gpus // spec.gpu_count
+    return max(1, share) if multi_node else share
 
 
 def _resources(
@@ -298,8 +302,8 @@ def _resources(
     # A share of the host proportional to the GPUs taken, minus room for system daemons.
     memory_gib = int(spec.host_memory_gib * gpus / spec.gpu_count * 0.8)
     limits: dict[str, Any] = {"nvidia.com/gpu": gpus, "memory": f"{memory_gib}Gi"}
-    if fabric == "efa" and efa_interfaces_per_pod(pool, gpus):
-        limits[EFA_RESOURCE] = efa_interfaces_per_pod(pool, gpus)
+    if fabric == "efa" and efa_interfaces_per_pod(pool, gpus, multi_node):
+        limits[EFA_RESOURCE] = efa_interfaces_per_pod(pool, gpus, multi_node)
     if multi_node and fabric == "rdma":
         limits[rdma.resource if rdma else RDMA_RESOURCE] = 1
     requests = {**limits, "cpu": str(server_cpus(spec, gpus))}
@@ -409,7 +413,8 @@ def server_container(args: InferenceServerArgs, placement: Placement, *, role: s
             args.fabric,
             multi_node,
             placement.world_size,
-            efa=args.fabric == "efa" and efa_interfaces_per_pod(args.pool, 1) > 0,
+            efa=args.fabric == "efa"
+            and efa_interfaces_per_pod(args.pool, placement.gpus_per_pod(args.pool.spec.gpu_count), multi_node) > 0,
             rdma=args.rdma,
         ),
         "resources": _resources(placement, args.pool, args.fabric, multi_node, args.rdma),

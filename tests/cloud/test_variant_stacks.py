@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
-from helpers import ROOT, config_errors, plan_cli
+from helpers import ROOT, config_errors, plan_cli, plan_with
+from inferstack_cli import render
 from inferstack_cli.main import main
+from inferstack_cli.plan import Plan
 
 
 def write_variant(tmp_path: Path, name: str, document: dict[str, Any]) -> None:
@@ -22,6 +24,10 @@ def write_variant(tmp_path: Path, name: str, document: dict[str, Any]) -> None:
 
 def bundled_document(stack: str) -> dict[str, Any]:
     return yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())
+
+
+def manifests(plan: Plan) -> list[dict[str, Any]]:
+    return [yaml.safe_load(t) for p, t in render.renders(plan.resources).items() if p.startswith("manifests/")]
 
 
 def refused_line(tmp_path: Path, name: str) -> str:
@@ -98,3 +104,36 @@ def test_a_node_floor_on_a_karpenter_pool_is_refused_not_ignored(key: str) -> No
     # so the two warm nodes would silently never exist
     assert f"inferstack:environment.gpuPools[0].{key}: got 2 on a Karpenter pool" in line
     assert "models[].replicas" in line and "provisioner: managed" in line
+
+
+def p4d_tp1(env: dict[str, Any]) -> None:
+    """dev on one p4d.24xlarge (8 A100s, 4 EFA interfaces): an 8B model at TP1, one replica per GPU."""
+    env["gpuPools"][0].update(name="a100", instanceType="p4d.24xlarge", maxSize=1)
+    env["models"][0].update(
+        model="meta-llama/Llama-3.1-8B-Instruct",
+        pool="a100",
+        precision="fp16",
+        tensorParallel=1,
+        replicas=8,
+        autoscaling={"maxReplicas": 8},
+        slo={"itlP99Ms": 60},
+    )
+
+
+def test_one_gpu_pods_on_a_node_with_fewer_efa_interfaces_than_gpus_fill_every_gpu(tmp_path: Path) -> None:
+    # GIVEN eight one-GPU replicas on a p4d.24xlarge, which has 8 GPUs but 4 EFA interfaces
+    plan = plan_with(tmp_path, "dev", p4d_tp1)
+    spec = plan.environment.pool("a100").spec
+
+    # WHEN the model's Deployment is rendered
+    (deployment,) = [m for m in manifests(plan) if m["kind"] == "Deployment" and m["metadata"]["name"] == "llama-3b"]
+    server = deployment["spec"]["template"]["spec"]["containers"][0]
+    limits = server["resources"]["limits"]
+
+    # THEN the pods one node holds ask no more EFA interfaces than the node has: with one each, only four of the
+    # eight would schedule and four GPUs would idle. A pod inside one node has no traffic for EFA to carry, so it
+    # requests none, and does not tell libfabric to use a device it lacks.
+    pods_per_node = spec.gpu_count // limits["nvidia.com/gpu"]
+    assert pods_per_node * limits.get("vpc.amazonaws.com/efa", 0) <= spec.efa_interfaces
+    assert "FI_PROVIDER" not in {e["name"] for e in server["env"]}
+    assert deployment["spec"]["replicas"] == 8 == pods_per_node
