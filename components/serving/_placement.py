@@ -8,7 +8,7 @@ is deployed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from components.catalog.models import GGUF_FILES, MODELS, GgufFile, ModelSpec
 from components.catalog.profiles import PROFILES, LatencyProfile
@@ -22,6 +22,7 @@ from components.catalog.sizing import (
     itl_floor,
     serving_context_tokens,
     tensor_parallel_problem,
+    weight_bytes,
 )
 from components.specs import ModelDeploySpec, ServingPool
 
@@ -31,6 +32,30 @@ GGUF_DEFAULT = {False: "Q4_K_M", True: "Q8_0"}
 a few MB either way, and embeddings lose recall below 8 bits)."""
 CPU_MEMORY_UTILIZATION = 0.9
 """Share of a CPU node's RAM one llama.cpp server may plan for (the rest is the OS, k3s and page cache)."""
+
+
+HOST_MEMORY_SHARE = 0.8
+"""Share of its GPUs' part of the node's host memory a GPU pod requests; the rest is the kubelet's reserve and the
+node's DaemonSets."""
+ENGINE_BUILD_FLOOR_GIB = 32
+"""Host memory an engine build requests at least, where its node gives that much."""
+
+
+def host_memory_share_gib(spec: Any, gpus: int) -> int:
+    """GiB of host memory a pod with ``gpus`` of the node's GPUs requests: their share, less room for the node."""
+    return int(spec.host_memory_gib * gpus / spec.gpu_count * HOST_MEMORY_SHARE)
+
+
+def engine_build_need_gib(model: ModelSpec) -> int:
+    """Host memory a TensorRT-LLM engine build needs: quantization loads the BF16 checkpoint into host memory before it
+    moves to the GPUs, plus a quarter for calibration and the export."""
+    return int(weight_bytes(model, "bf16") / 2**30 * 1.25)
+
+
+def engine_build_memory_gib(model: ModelSpec, spec: Any, gpus: int) -> int:
+    """What the engine build requests: what it needs (at least ``ENGINE_BUILD_FLOOR_GIB``), within its GPUs' share of
+    the node (``place`` refuses a model whose need is beyond that share)."""
+    return min(max(ENGINE_BUILD_FLOOR_GIB, engine_build_need_gib(model)), host_memory_share_gib(spec, gpus))
 
 
 WorkloadKind = Literal["Deployment", "LeaderWorkerSet"]
@@ -154,7 +179,8 @@ def place(spec: ModelDeploySpec, pool: ServingPool) -> Placement:
                 ("use fp8, " if spec.precision in ("bf16", "fp16") else "use ")
                 + "a bigger GPU pool, pipelineParallel across nodes, or a looser slo.itlP99Ms",
             ) from None
-        return Placement(model, profile, choice.tp, spec.pipeline_parallel, True, choice.fit, choice.itl)
+        placement = Placement(model, profile, choice.tp, spec.pipeline_parallel, True, choice.fit, choice.itl)
+        return _engine_build_fits(spec, pool, placement)
 
     tp = spec.tensor_parallel
     problem = tensor_parallel_problem(model, tp)
@@ -179,7 +205,27 @@ def place(spec: ModelDeploySpec, pool: ServingPool) -> Placement:
             "raise tensorParallel, use fp8, or a pool with more GPU memory",
         )
     itl = itl_floor(model, gpu, spec.precision, tp, batch=profile.max_batch_size, context_tokens=context)
-    return Placement(model, profile, tp, spec.pipeline_parallel, False, fit, itl)
+    return _engine_build_fits(spec, pool, Placement(model, profile, tp, spec.pipeline_parallel, False, fit, itl))
+
+
+def _engine_build_fits(spec: ModelDeploySpec, pool: ServingPool, placement: Placement) -> Placement:
+    """A Triton model's engine build runs on a node of its pool with the server's GPUs: its BF16 checkpoint must fit
+    their share of the host memory, or the build Job never schedules and ``pulumi up`` waits for it for ever."""
+    if spec.engine != "triton":
+        return placement
+    need = engine_build_need_gib(placement.model)
+    gpus = placement.world_size
+    share = host_memory_share_gib(pool.spec, gpus)
+    if need > share:
+        raise PlacementProblem(
+            "engine",
+            f"'triton' on {pool.instance_type}",
+            f"an engine build whose BF16 checkpoint fits in host memory: quantizing {placement.model.model_id} "
+            f"needs {need} GiB (its BF16 weights and a quarter more), and {gpus} GPU(s) of a {pool.instance_type} "
+            f"get {share} GiB of its {pool.spec.host_memory_gib} GiB",
+            "use engine: vllm (it loads the checkpoint as it is), or a pool with more host memory per GPU",
+        )
+    return placement
 
 
 def _place_llamacpp(spec: ModelDeploySpec, pool: ServingPool, model: ModelSpec, profile: LatencyProfile) -> Placement:

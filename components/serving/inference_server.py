@@ -23,12 +23,11 @@ from components.catalog import images as _images
 from components.catalog.engine_support import check_engine_args, missing_paths
 from components.catalog.instances import InstanceSpec
 from components.catalog.models import MODEL_CACHE_ROOT, gguf_dir, hf_checkpoint_dir, trtllm_engine_dir
-from components.catalog.sizing import weight_bytes
 from components.kube.labels import POOL_LABEL
 from components.kube.objects import custom_resource
 from components.observability.dashboards import MODEL_POD_LABEL
 from components.serving._llamacpp import LLAMACPP_HTTP_PORT, llamacpp_args, prompt_cache_mib
-from components.serving._placement import Placement, place
+from components.serving._placement import Placement, engine_build_memory_gib, host_memory_share_gib, place
 from components.serving._triton import (
     MODEL_NAMES,
     TRITON_GRPC_PORT,
@@ -300,7 +299,7 @@ def _resources(
     spec = pool.spec
     gpus = placement.gpus_per_pod(spec.gpu_count)
     # A share of the host proportional to the GPUs taken, minus room for system daemons.
-    memory_gib = int(spec.host_memory_gib * gpus / spec.gpu_count * 0.8)
+    memory_gib = host_memory_share_gib(spec, gpus)
     limits: dict[str, Any] = {"nvidia.com/gpu": gpus, "memory": f"{memory_gib}Gi"}
     if fabric == "efa" and efa_interfaces_per_pod(pool, gpus, multi_node):
         limits[EFA_RESOURCE] = efa_interfaces_per_pod(pool, gpus, multi_node)
@@ -664,9 +663,9 @@ def build_job_pod(args: InferenceServerArgs, placement: Placement) -> dict[str, 
     # lacks, and the same TensorRT-LLM (1.0.0) as Triton 25.09's backend, which must load the engine.
     _require_paths(_images.TRTLLM_BUILD, [quantize[1]])
     check_engine_args(_images.TRTLLM_BUILD, [*quantize[2:], *build[1:]])
-    # Quantization loads the BF16 checkpoint into host memory before it moves to the GPUs: request that much
-    # (plus a quarter for calibration and the export), or the kubelet OOM-kills a 70B build.
-    memory_gib = max(32, int(weight_bytes(model, "bf16") / 2**30 * 1.25))
+    # Quantization loads the BF16 checkpoint into host memory before it moves to the GPUs: request that much, or the
+    # kubelet OOM-kills a 70B build; never more than the node gives its GPUs, or the Job never schedules.
+    memory_gib = engine_build_memory_gib(model, args.pool.spec, placement.world_size)
     builder = {
         "name": "trtllm-build",
         "image": _images.TRTLLM_BUILD,

@@ -137,3 +137,43 @@ def test_one_gpu_pods_on_a_node_with_fewer_efa_interfaces_than_gpus_fill_every_g
     assert pods_per_node * limits.get("vpc.amazonaws.com/efa", 0) <= spec.efa_interfaces
     assert "FI_PROVIDER" not in {e["name"] for e in server["env"]}
     assert deployment["spec"]["replicas"] == 8 == pods_per_node
+
+
+def triton_on(instance_type: str, model: str) -> Any:
+    """dev with its model on Triton + TensorRT-LLM, on a one-GPU instance type."""
+
+    def edit(env: dict[str, Any]) -> None:
+        env["gpuPools"][0]["instanceType"] = instance_type
+        env["models"][0].update(engine="triton", model=model, precision="fp16", slo={"itlP99Ms": 200})
+
+    return edit
+
+
+def test_the_engine_build_asks_no_more_host_memory_than_its_node_gives(tmp_path: Path) -> None:
+    # GIVEN the 3B model on Triton on a g6e.xlarge (32 GiB of host memory; the serving pod takes 25 GiB of it)
+    plan = plan_with(tmp_path, "dev", triton_on("g6e.xlarge", "meta-llama/Llama-3.2-3B-Instruct"))
+
+    # WHEN the engine-build Job is rendered
+    (job,) = [m for m in manifests(plan) if m["kind"] == "Job"]
+    (build,) = [c for c in job["spec"]["template"]["spec"]["initContainers"] if c["name"] == "trtllm-build"]
+
+    # THEN it requests the share of the node a serving pod of the same GPUs gets, not a fixed 32 GiB the node does
+    # not have (the Job would stay Pending and `pulumi up`, which waits for it, would never finish)
+    assert build["resources"]["requests"]["memory"] == "25Gi"
+    assert build["resources"]["limits"]["memory"] == "25Gi"
+
+
+def test_a_checkpoint_too_big_to_quantize_on_the_node_is_refused(tmp_path: Path) -> None:
+    # GIVEN the 8B model on Triton on a g5.xlarge: its BF16 checkpoint (16 GB, 18 GiB with the quantizer's quarter)
+    # against 16 GiB of host memory, of which the GPU's share is 12 GiB
+    document = bundled_document("dev")
+    triton_on("g5.xlarge", "meta-llama/Llama-3.1-8B-Instruct")(document["config"]["inferstack:environment"])
+    write_variant(tmp_path, "small", document)
+
+    # WHEN the user plans it
+    line = refused_line(tmp_path, "small")
+
+    # THEN the plan names the model's engine and the numbers, instead of a build Job that never schedules
+    assert "inferstack:environment.models[0].engine: got 'triton'" in line
+    assert "18 GiB" in line and "12 GiB" in line and "g5.xlarge" in line
+    assert "engine: vllm" in line
