@@ -370,6 +370,11 @@ class ClusterSpec(Spec):
         return self.ami_release_version.rsplit("-", 1)[1] if self.ami_release_version else None
 
 
+GP3_MAX_GIB = 16_384
+"""The largest gp3 volume a launch template may ask for (EC2 API, ``LaunchTemplateEbsBlockDeviceRequest.VolumeSize``:
+"gp2 and gp3: 1 - 16,384 GiB"); EC2 refuses a larger root volume when it launches the node."""
+
+
 class ScalingSpec(Spec):
     """Node-count bounds shared by the system pool and the GPU pools."""
 
@@ -392,7 +397,7 @@ class SystemPoolSpec(ScalingSpec):
     and the in-cluster cache's memory is checked against the type's."""
     min_size: int = Field(default=2, ge=1)
     max_size: int = Field(default=6, ge=1)
-    root_volume_gib: int = Field(default=100, ge=20)
+    root_volume_gib: int = Field(default=100, ge=20, le=GP3_MAX_GIB)
 
     @field_validator("instance_type")
     @classmethod
@@ -453,7 +458,7 @@ class GpuPoolSpec(ScalingSpec):
     capacity: CapacitySpec = CapacitySpec()
     provisioner: Literal["managed", "karpenter"] = "managed"
     """``managed``: an EKS managed node group. ``karpenter``: a Karpenter NodePool (scales to zero fast)."""
-    root_volume_gib: int = Field(default=200, ge=50)
+    root_volume_gib: int = Field(default=200, ge=50, le=GP3_MAX_GIB)
     """Root gp3 volume. Images and model caches go to the NVMe RAID0 array, not here."""
 
     @field_validator("instance_type")
