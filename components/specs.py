@@ -370,9 +370,10 @@ class ClusterSpec(Spec):
         return self.ami_release_version.rsplit("-", 1)[1] if self.ami_release_version else None
 
 
-GP3_MAX_GIB = 16_384
-"""The largest gp3 volume a launch template may ask for (EC2 API, ``LaunchTemplateEbsBlockDeviceRequest.VolumeSize``:
-"gp2 and gp3: 1 - 16,384 GiB"); EC2 refuses a larger root volume when it launches the node."""
+GP3_MAX_GIB = 65_536
+"""The largest gp3 volume (EC2 API ``CreateVolume`` ``Size``: "gp3: 1 - 65,536 GiB", since gp3 grew to 64 TiB; the
+launch-template reference still printed 16,384 when this was written, a bound this one does not enforce). EC2
+refuses a larger root volume when it launches the node."""
 
 
 class ScalingSpec(Spec):
