@@ -116,12 +116,18 @@ def _eks_endpoint(props: dict[str, Any], report: ReportViolation) -> None:
     vpc = props.get("vpcConfig") or {}
     if not vpc.get("endpointPrivateAccess"):
         report("the EKS API endpoint must be reachable privately (vpcConfig.endpointPrivateAccess: true)", None)
-    if vpc.get("endpointPublicAccess"):
+    # Left out, endpointPublicAccess is true and publicAccessCidrs 0.0.0.0/0: the EKS API's defaults
+    # (https://docs.aws.amazon.com/eks/latest/APIReference/API_VpcConfigRequest.html).
+    if _true(vpc.get("endpointPublicAccess", True)):
         cidrs = vpc.get("publicAccessCidrs") or []
         if not cidrs or "0.0.0.0/0" in cidrs:
+            unset = (
+                "" if "endpointPublicAccess" in vpc else " (vpcConfig.endpointPublicAccess unset: the API's default)"
+            )
             report(
-                "a public EKS endpoint needs an explicit CIDR allowlist (cluster.endpointPublicAccessCidrs), "
-                f"got {cidrs or 'none (open to the internet)'}",
+                f"the EKS API endpoint is public{unset} and open to {cidrs or 'the internet'}: set "
+                "vpcConfig.endpointPublicAccess: false, or give it an explicit CIDR allowlist "
+                "(cluster.endpointPublicAccessCidrs)",
                 None,
             )
 

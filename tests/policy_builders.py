@@ -249,7 +249,7 @@ def fixed_cloud_plan() -> list[dict[str, Any]]:
             "cluster",
             {
                 "name": "test",
-                "vpcConfig": {"endpointPrivateAccess": True},
+                "vpcConfig": {"endpointPrivateAccess": True, "endpointPublicAccess": False},
                 "encryptionConfig": {"resources": ["secrets"], "provider": {"keyArn": "arn:aws:kms:k"}},
             },
         ),

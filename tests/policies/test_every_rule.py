@@ -97,7 +97,7 @@ CASES: dict[str, tuple[Plan, Plan, str | None]] = {
     ),
     "eks-private-endpoint": (
         one("aws:eks/cluster:Cluster", vpcConfig={"endpointPrivateAccess": False}),
-        one("aws:eks/cluster:Cluster", vpcConfig={"endpointPrivateAccess": True}),
+        one("aws:eks/cluster:Cluster", vpcConfig={"endpointPrivateAccess": True, "endpointPublicAccess": False}),
         None,
     ),
     "eks-secrets-kms": (
