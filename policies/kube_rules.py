@@ -168,6 +168,24 @@ def pss_volume_types(res: Res) -> Iterator[Finding]:
                 )
 
 
+EBS_PROVISIONERS = ("ebs.csi.aws.com", "ebs.csi.eks.amazonaws.com", "kubernetes.io/aws-ebs")
+"""The EBS CSI driver, EKS Auto Mode's, and the in-tree name that CSI migration hands to the driver."""
+
+
+def ebs_storage_class_encrypted(res: Res) -> Iterator[Finding]:
+    """A StorageClass that provisions EBS volumes encrypts them: the driver's ``encrypted`` parameter defaults to
+    false, and it reads parameter keys in any case (kubernetes-sigs/aws-ebs-csi-driver docs/parameters.md)."""
+    if res.kind != "StorageClass" or res.inputs.get("provisioner") not in EBS_PROVISIONERS:
+        return
+    parameters = {str(k).lower(): v for k, v in (res.inputs.get("parameters") or {}).items()}
+    if str(parameters.get("encrypted")).lower() != "true":
+        yield (
+            f"{res.label} provisions EBS volumes unencrypted (the driver's default): set parameters.encrypted: "
+            '"true" (and kmsKeyId for a key of your own)',
+            None,
+        )
+
+
 def resource_requests(res: Res) -> Iterator[Finding]:
     for pod, c in _containers(res):
         have = resources_of(c)

@@ -95,6 +95,21 @@ def _ebs_encrypted(props: dict[str, Any], report: ReportViolation) -> None:
             report(f"EBS volume {mapping.get('deviceName')} must be encrypted (ebs.encrypted: true)", None)
 
 
+def _ebs_volume_encrypted(props: dict[str, Any], report: ReportViolation) -> None:
+    # Unset, a volume is encrypted only if the account turned on EBS encryption by default, which no input shows.
+    if not _true(props.get("encrypted")):
+        report("EBS volume must be encrypted (encrypted: true)", None)
+
+
+def _instance_ebs_encrypted(props: dict[str, Any], report: ReportViolation) -> None:
+    # Left out, the root volume takes its encryption from the AMI's snapshot (unencrypted for the public AMIs).
+    if not _true((props.get("rootBlockDevice") or {}).get("encrypted")):
+        report("the instance's root volume must be encrypted (rootBlockDevice.encrypted: true)", None)
+    for device in props.get("ebsBlockDevices") or []:
+        if not _true(device.get("encrypted")):
+            report(f"EBS volume {device.get('deviceName')} must be encrypted (ebsBlockDevices[].encrypted: true)", None)
+
+
 def _node_class_ebs_encrypted(props: dict[str, Any], report: ReportViolation) -> None:
     # `encrypted` has no default in the EC2NodeClass schema: unset, the account's EBS default decides. Without
     # blockDeviceMappings Karpenter uses the AMI family's defaults, which are encrypted.
@@ -357,8 +372,14 @@ RULES: tuple[Rule, ...] = (
     ),
     _resource(
         "ebs-encrypted",
-        "Node volumes are encrypted at rest.",
-        _any(_aws(LT, _ebs_encrypted), _aws(NODE_CLASS, _node_class_ebs_encrypted)),
+        "EBS volumes are encrypted at rest: nodes', instances', standalone ones and those a StorageClass provisions.",
+        _any(
+            _aws(LT, _ebs_encrypted),
+            _aws(NODE_CLASS, _node_class_ebs_encrypted),
+            _aws("aws:ebs/volume:Volume", _ebs_volume_encrypted),
+            _aws("aws:ec2/instance:Instance", _instance_ebs_encrypted),
+            k8s.ebs_storage_class_encrypted,
+        ),
     ),
     _resource("no-public-node-ip", "Node interfaces get no public IPs.", _aws(LT, _no_public_ip_template)),
     _resource(

@@ -265,6 +265,7 @@ def fixed_cloud_plan() -> list[dict[str, Any]]:
             "gp3",
             ns=None,
             provisioner="ebs.csi.aws.com",
+            parameters={"type": "gp3", "encrypted": "true"},
             meta={"annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
         ),
         release("aws-load-balancer-controller", values={"nodeSelector": {"inferstack.io/pool": "system"}}),

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pulumi
 import pulumi_aws as aws
+import pulumi_kubernetes as k8s
 import pytest
 
 from inferstack_cli.plan import MockEngine
@@ -54,3 +56,64 @@ def test_an_eks_endpoint_public_only_to_an_allowlist_or_not_at_all_passes(messag
     assert messages(lambda: eks_cluster(endpoint_public_access=False), "eks-private-endpoint") == []
     allowlisted = {"endpoint_public_access": True, "public_access_cidrs": ["203.0.113.0/24"]}
     assert messages(lambda: eks_cluster(**allowlisted), "eks-private-endpoint") == []
+
+
+def ebs_volume(**fields: Any) -> aws.ebs.Volume:
+    return aws.ebs.Volume("team-scratch", availability_zone="us-east-1a", size=100, **fields)
+
+
+def instance(**fields: Any) -> aws.ec2.Instance:
+    secure: dict[str, Any] = {
+        "metadata_options": {"http_tokens": "required", "http_put_response_hop_limit": 1},
+        "root_block_device": {"encrypted": True},
+    }
+    return aws.ec2.Instance(
+        "team-bastion", ami="ami-0123456789abcdef0", instance_type="m7i.large", **{**secure, **fields}
+    )
+
+
+def storage_class(provisioner: str, **parameters: str) -> k8s.storage.v1.StorageClass:
+    return k8s.storage.v1.StorageClass(
+        "team-fast",
+        metadata={"name": "team-fast"},
+        provisioner=provisioner,
+        parameters={"type": "gp3", **parameters},
+        opts=pulumi.ResourceOptions(provider=k8s.Provider("team-cluster", kubeconfig="apiVersion: v1")),
+    )
+
+
+@pytest.mark.parametrize(
+    ("program", "names"),
+    [
+        (ebs_volume, "team-scratch"),
+        (lambda: instance(root_block_device={"encrypted": False}), "team-bastion"),
+        (lambda: instance(root_block_device=None), "team-bastion"),
+        (lambda: instance(ebs_block_devices=[{"device_name": "/dev/sdf", "volume_size": 100}]), "/dev/sdf"),
+        (lambda: storage_class("ebs.csi.aws.com"), "StorageClass team-fast"),
+        (lambda: storage_class("kubernetes.io/aws-ebs", encrypted="false"), "StorageClass team-fast"),
+    ],
+    ids=["volume", "instance-root", "instance-root-unset", "instance-disk", "storage-class", "in-tree-class"],
+)
+def test_an_unencrypted_ebs_volume_of_a_users_own_is_caught(
+    messages: Run, program: Callable[[], object], names: str
+) -> None:
+    # GIVEN an EBS volume a user's program creates outside a node template: a volume, an instance's disks, or the
+    # volumes a StorageClass provisions (the EBS CSI driver's `encrypted` defaults to false: its docs/parameters.md)
+    # WHEN the pack runs THEN the volume is named with the setting that encrypts it
+    (found,) = messages(program, "ebs-encrypted")
+    assert names in found and "encrypted" in found
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        lambda: ebs_volume(encrypted=True),
+        lambda: instance(ebs_block_devices=[{"device_name": "/dev/sdf", "encrypted": True}]),
+        lambda: storage_class("ebs.csi.aws.com", encrypted="true"),
+        lambda: storage_class("ebs.csi.eks.amazonaws.com", Encrypted="true"),  # the driver reads keys in any case
+        lambda: storage_class("rancher.io/local-path"),  # not EBS
+    ],
+    ids=["volume", "instance", "storage-class", "auto-mode-class", "not-ebs"],
+)
+def test_encrypted_ebs_volumes_and_other_storage_pass(messages: Run, program: Callable[[], object]) -> None:
+    assert messages(program, "ebs-encrypted") == []
