@@ -70,6 +70,13 @@ def _imdsv2(props: dict[str, Any], report: ReportViolation) -> None:
     _imds(props.get("metadataOptions") or {}, "launch template", "metadataOptions", report)
 
 
+def _instance_imdsv2(props: dict[str, Any], report: ReportViolation) -> None:
+    # An instance launched from a template takes the template's options, which the template's own check judges.
+    if props.get("launchTemplate") and not props.get("metadataOptions"):
+        return
+    _imds(props.get("metadataOptions") or {}, "EC2 instance", "metadataOptions", report)
+
+
 def _node_group_template(props: dict[str, Any], report: ReportViolation) -> None:
     if not props.get("launchTemplate"):
         report(
@@ -120,6 +127,11 @@ def _no_public_ip_template(props: dict[str, Any], report: ReportViolation) -> No
     for iface in props.get("networkInterfaces") or []:
         if _true(iface.get("associatePublicIpAddress")):
             report("node interfaces must not get public IPs (associatePublicIpAddress)", None)
+
+
+def _no_public_ip_instance(props: dict[str, Any], report: ReportViolation) -> None:
+    if _true(props.get("associatePublicIpAddress")):
+        report("instances must not get public IPs (associatePublicIpAddress: false)", None)
 
 
 def _no_public_ip_subnet(props: dict[str, Any], report: ReportViolation) -> None:
@@ -358,14 +370,16 @@ def _stack(
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
+INSTANCE = "aws:ec2/instance:Instance"
 
 RULES: tuple[Rule, ...] = (
     # AWS resources: the security baseline.
     _resource(
         "imdsv2-required",
-        "Nodes require IMDSv2 with hop limit 1 (launch templates, node groups, EC2NodeClasses).",
+        "Nodes and EC2 instances require IMDSv2 with hop limit 1 (launch templates, node groups, EC2NodeClasses).",
         _any(
             _aws(LT, _imdsv2),
+            _aws(INSTANCE, _instance_imdsv2),
             _aws("aws:eks/nodeGroup:NodeGroup", _node_group_template),
             _aws(NODE_CLASS, _node_class_imdsv2),
         ),
@@ -377,11 +391,15 @@ RULES: tuple[Rule, ...] = (
             _aws(LT, _ebs_encrypted),
             _aws(NODE_CLASS, _node_class_ebs_encrypted),
             _aws("aws:ebs/volume:Volume", _ebs_volume_encrypted),
-            _aws("aws:ec2/instance:Instance", _instance_ebs_encrypted),
+            _aws(INSTANCE, _instance_ebs_encrypted),
             k8s.ebs_storage_class_encrypted,
         ),
     ),
-    _resource("no-public-node-ip", "Node interfaces get no public IPs.", _aws(LT, _no_public_ip_template)),
+    _resource(
+        "no-public-node-ip",
+        "Node and instance interfaces get no public IPs.",
+        _any(_aws(LT, _no_public_ip_template), _aws(INSTANCE, _no_public_ip_instance)),
+    ),
     _resource(
         "no-public-subnet-ip",
         "Subnets do not map public IPs on launch.",

@@ -117,3 +117,39 @@ def test_an_unencrypted_ebs_volume_of_a_users_own_is_caught(
 )
 def test_encrypted_ebs_volumes_and_other_storage_pass(messages: Run, program: Callable[[], object]) -> None:
     assert messages(program, "ebs-encrypted") == []
+
+
+@pytest.mark.parametrize(
+    ("program", "rule", "says"),
+    [
+        (lambda: instance(metadata_options=None), "imdsv2-required", "httpTokens: required"),
+        (lambda: instance(metadata_options={"http_tokens": "optional"}), "imdsv2-required", "httpTokens: required"),
+        (lambda: instance(associate_public_ip_address=True), "no-public-node-ip", "associatePublicIpAddress"),
+    ],
+    ids=["imds-unset", "imdsv1", "public-ip"],
+)
+def test_a_users_own_instance_keeps_imdsv2_and_no_public_ip(
+    messages: Run, program: Callable[[], object], rule: str, says: str
+) -> None:
+    # GIVEN an EC2 instance of a user's own (a bastion, a self-managed node), which left alone answers IMDSv1 when
+    # its AMI allows it, or one given a public IP
+    # WHEN the pack runs THEN the rule that holds nodes to the baseline names the instance and the setting
+    found = messages(program, rule)
+    assert found and all("team-bastion" in m for m in found) and any(says in m for m in found)
+
+
+def test_an_instance_launched_from_a_template_is_judged_by_its_template(messages: Run) -> None:
+    # GIVEN an instance whose metadata options come from its launch template, which the rule judges on its own
+    def program() -> None:
+        template = aws.ec2.LaunchTemplate(
+            "team-template", metadata_options={"http_tokens": "required", "http_put_response_hop_limit": 1}
+        )
+        instance(metadata_options=None, launch_template={"id": template.id})
+
+    # THEN neither is refused
+    assert messages(program, "imdsv2-required") == []
+
+
+@pytest.mark.parametrize("rule", ["imdsv2-required", "no-public-node-ip"])
+def test_an_instance_with_imdsv2_and_no_public_ip_passes(messages: Run, rule: str) -> None:
+    assert messages(instance, rule) == []
