@@ -267,6 +267,13 @@ def _standalone_cache(props: dict[str, Any], report: ReportViolation) -> None:
         )
 
 
+def _serverless_cache_users(props: dict[str, Any], report: ReportViolation) -> None:
+    # A serverless cache always has TLS and at-rest encryption, but no AUTH token: RBAC is the only way to control
+    # access to it (https://docs.aws.amazon.com/AmazonElastiCache/latest/dg/Clusters.RBAC.html).
+    if not props.get("userGroupId"):
+        report("the serverless cache must authenticate clients: give it RBAC users (userGroupId)", None)
+
+
 def _cache_user_password(props: dict[str, Any], report: ReportViolation) -> None:
     mode = (props.get("authenticationMode") or {}).get("type")
     enabled = str(props.get("accessString", "")).split(" ", 1)[0] == "on"
@@ -451,6 +458,7 @@ RULES: tuple[Rule, ...] = (
         _any(
             _aws("aws:elasticache/replicationGroup:ReplicationGroup", _cache_encrypted),
             _aws("aws:elasticache/cluster:Cluster", _standalone_cache),
+            _aws("aws:elasticache/serverlessCache:ServerlessCache", _serverless_cache_users),
             _aws("aws:elasticache/user:User", _cache_user_password),
         ),
     ),

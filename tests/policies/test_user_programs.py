@@ -153,3 +153,19 @@ def test_an_instance_launched_from_a_template_is_judged_by_its_template(messages
 @pytest.mark.parametrize("rule", ["imdsv2-required", "no-public-node-ip"])
 def test_an_instance_with_imdsv2_and_no_public_ip_passes(messages: Run, rule: str) -> None:
     assert messages(instance, rule) == []
+
+
+def serverless_cache(**fields: Any) -> aws.elasticache.ServerlessCache:
+    return aws.elasticache.ServerlessCache("team-cache", engine="valkey", name="team-cache", **fields)
+
+
+def test_a_serverless_cache_without_a_user_group_is_caught(messages: Run) -> None:
+    # GIVEN a user's ElastiCache Serverless cache: always TLS and encrypted at rest, but access control is RBAC only
+    # ("RBAC is also the only way to control access to serverless caches": ElastiCache guide, Clusters.RBAC)
+    # WHEN it names no user group THEN the rule names it and the fix
+    (found,) = messages(serverless_cache, "elasticache-encrypted-authenticated")
+    assert "userGroupId" in found and "team-cache" in found
+
+
+def test_a_serverless_cache_with_a_user_group_passes(messages: Run) -> None:
+    assert messages(lambda: serverless_cache(user_group_id="team-users"), "elasticache-encrypted-authenticated") == []
