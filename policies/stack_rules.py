@@ -703,7 +703,7 @@ def _open_ingress(policy: Res) -> str | None:
     """How a policy admits every source, or ``None`` if each of its ingress rules names its peers.
 
     An ingress rule without ``from`` admits all sources; so does an ipBlock of every address, and a
-    peer with an empty namespaceSelector and no podSelector admits every pod of every namespace
+    peer with an empty namespaceSelector and no podSelector, or an empty one, admits every pod of every namespace
     (https://kubernetes.io/docs/concepts/services-networking/network-policies/).
     """
     spec = policy.inputs.get("spec") or {}
@@ -718,9 +718,19 @@ def _open_ingress(policy: Res) -> str | None:
             cidr = (peer.get("ipBlock") or {}).get("cidr")
             if cidr in _ALL_TRAFFIC:
                 return f"ipBlock {cidr}"
-            if not peer or (peer.get("namespaceSelector") == {} and "podSelector" not in peer):
+            namespaces = peer.get("namespaceSelector")
+            if not peer or (
+                isinstance(namespaces, Mapping)
+                and _everything(namespaces)
+                and _everything(peer.get("podSelector") or {})
+            ):
                 return "a peer that matches every pod in every namespace"
     return None
+
+
+def _everything(selector: Mapping[str, Any]) -> bool:
+    """Whether a label selector is empty (matches every object): no matchLabels and no matchExpressions."""
+    return not selector.get("matchLabels") and not selector.get("matchExpressions")
 
 
 def network_policy_guards(stack: Stack) -> Iterator[Finding]:

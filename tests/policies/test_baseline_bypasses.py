@@ -161,6 +161,8 @@ def test_a_model_server_no_policy_selects_is_caught() -> None:
         [{"ports": [{"port": 8000}]}],
         [{"from": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}],
         [{"from": [{"namespaceSelector": {}}]}],
+        [{"from": [{"namespaceSelector": {}, "podSelector": {}}]}],
+        [{"from": [{"namespaceSelector": {"matchLabels": {}}, "podSelector": {"matchExpressions": []}}]}],
     ],
 )
 def test_a_second_policy_that_lets_everyone_in_is_caught(ingress: list[dict[str, Any]]) -> None:
