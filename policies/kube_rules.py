@@ -304,6 +304,11 @@ SECRET_ASSIGNMENT = re.compile(
 ``tokens_per_minute`` is not one), the value is a literal (not ``${VAR}``, ``$(VAR)`` or a template)."""
 
 
+PULUMI_SECRET = "[secret]"
+"""How a Pulumi secret input reaches a rule (``policies.model.plain``): Pulumi encrypts it in the state, but a
+Kubernetes object that holds it as a plain field shows it to whoever may read the object."""
+
+
 def walk(node: Any, path: str = "", key: str = "") -> Iterator[tuple[str, str, Any]]:
     """(path, nearest key, node) of ``node`` and of everything under it, maps and lists alike (a list's items keep
     the key that holds the list)."""
@@ -340,7 +345,13 @@ def no_secret_in_configmap(res: Res) -> Iterator[Finding]:
     if res.kind != "ConfigMap":
         return
     for key, where, value in _configmap_entries(res):
-        if SECRET_NAME.search(key) and value.strip():
+        if value == PULUMI_SECRET:
+            yield (
+                f"{res.label} {where} holds a Pulumi secret, which the cluster keeps in plain text in a ConfigMap: "
+                "move it to a Secret and reference it",
+                None,
+            )
+        elif SECRET_NAME.search(key) and value.strip():
             yield (f"{res.label} {where} holds what its name says is a secret: move it to a Secret", None)
         elif SECRET_VALUE.search(value) or SECRET_ASSIGNMENT.search(value):
             yield (
@@ -360,18 +371,25 @@ def no_secret_in_env(res: Res) -> Iterator[Finding]:
         for i, word in enumerate(words):
             flag, _, inline = word.partition("=")
             value = inline or (words[i + 1] if i + 1 < len(words) else "")
-            literal = bool(value) and not value.startswith(("$", "-")) and value != "[secret]" and known(value)
-            if (SECRET_FLAG.match(flag) and literal) or SECRET_VALUE.search(word):
-                yield (
-                    f"{_where(pod, c)} passes a secret on its command line ({flag}), where the pod spec shows it in "
-                    "plain text: read it from an env var set by valueFrom.secretKeyRef, referenced as $(VAR)",
-                    None,
-                )
+            literal = bool(value) and not value.startswith(("$", "-")) and known(value)
+            if word == PULUMI_SECRET:
+                flag = words[i - 1] if i else "a Pulumi secret"
+            elif not (SECRET_FLAG.match(flag) and literal) and not SECRET_VALUE.search(word):
+                continue
+            yield (
+                f"{_where(pod, c)} passes a secret on its command line ({flag}), where the pod spec shows it in "
+                "plain text: read it from an env var set by valueFrom.secretKeyRef, referenced as $(VAR)",
+                None,
+            )
         for e in c.get("env") or []:
             value = e.get("value")
-            if not isinstance(value, str) or not value or not known(value) or value == "[secret]":
+            if not isinstance(value, str) or not value or not known(value):
                 continue
-            if (SECRET_NAME.search(str(e.get("name"))) and "$(" not in value) or SECRET_VALUE.search(value):
+            if (
+                value == PULUMI_SECRET
+                or (SECRET_NAME.search(str(e.get("name"))) and "$(" not in value)
+                or SECRET_VALUE.search(value)
+            ):
                 yield (
                     f"{_where(pod, c)} env {e.get('name')} carries a secret value in plain text: use "
                     "valueFrom.secretKeyRef",

@@ -169,3 +169,81 @@ def test_a_serverless_cache_without_a_user_group_is_caught(messages: Run) -> Non
 
 def test_a_serverless_cache_with_a_user_group_passes(messages: Run) -> None:
     assert messages(lambda: serverless_cache(user_group_id="team-users"), "elasticache-encrypted-authenticated") == []
+
+
+def k8s_opts() -> pulumi.ResourceOptions:
+    return pulumi.ResourceOptions(provider=k8s.Provider("team-cluster", kubeconfig="apiVersion: v1"))
+
+
+def worker(**container: Any) -> k8s.apps.v1.Deployment:
+    """A user's own Deployment, conforming to Pod Security restricted, with ``container``'s extra fields."""
+    context = {
+        "run_as_non_root": True,
+        "run_as_user": 1000,
+        "allow_privilege_escalation": False,
+        "read_only_root_filesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    image = "registry.example/worker:1.0@sha256:" + "a" * 64
+    return k8s.apps.v1.Deployment(
+        "team-worker",
+        metadata={"name": "team-worker", "namespace": "team-a"},
+        spec={
+            "selector": {"match_labels": {"app": "team-worker"}},
+            "template": {
+                "metadata": {"labels": {"app": "team-worker"}},
+                "spec": {
+                    "automount_service_account_token": False,
+                    "security_context": {"seccomp_profile": {"type": "RuntimeDefault"}},
+                    "containers": [{"name": "worker", "image": image, "security_context": context, **container}],
+                },
+            },
+        },
+        opts=k8s_opts(),
+    )
+
+
+def redis_url() -> pulumi.Output[str]:
+    """A Pulumi secret: the cache's URL with its password (made inside each program, on the mock engine's loop)."""
+    return pulumi.Output.secret("rediss://:s3cr3t-t0ken@cache.team-a:6379")
+
+
+SECRET_REF = "valueFrom.secretKeyRef"
+
+
+@pytest.mark.parametrize(
+    ("program", "rule", "names", "fix"),
+    [
+        (
+            lambda: k8s.core.v1.ConfigMap(
+                "team-config", metadata={"name": "team-config"}, data={"cache-url": redis_url()}, opts=k8s_opts()
+            ),
+            "k8s-no-secret-in-configmap",
+            "ConfigMap team-config key cache-url",
+            "move it to a Secret",
+        ),
+        (
+            lambda: worker(env=[{"name": "CACHE_URL", "value": redis_url()}]),
+            "k8s-no-secret-in-env",
+            "env CACHE_URL",
+            SECRET_REF,
+        ),
+        (lambda: worker(args=["--cache-url", redis_url()]), "k8s-no-secret-in-env", "(--cache-url)", SECRET_REF),
+    ],
+    ids=["configmap", "env", "command-line"],
+)
+def test_a_pulumi_secret_written_into_a_plain_kubernetes_field_is_caught(
+    messages: Run, program: Callable[[], object], rule: str, names: str, fix: str
+) -> None:
+    # GIVEN a Pulumi secret (a password inside a URL) that a user's program puts in a ConfigMap, an env literal or
+    # an argument: Pulumi keeps it encrypted in the state, but the cluster stores the object in plain text for
+    # anyone who may read ConfigMaps or Deployments, whatever its key or flag is called
+    # WHEN the pack runs THEN the field is named, with the fix
+    (found,) = messages(program, rule)
+    assert names in found and fix in found
+
+
+def test_a_secret_referenced_from_a_kubernetes_secret_passes(messages: Run) -> None:
+    reference = {"secret_key_ref": {"name": "team-cache-auth", "key": "url"}}
+    program = lambda: worker(env=[{"name": "CACHE_URL", "value_from": reference}], args=["--cache-url", "$(CACHE_URL)"])  # noqa: E731
+    assert messages(program, "k8s-no-secret-in-env") == []
