@@ -685,13 +685,25 @@ def _guarded(stack: Stack, pod: Pod) -> str | None:
 
     if pod.owner.kind in ("Job", "CronJob"):
         return None
-    engines = {_repository(i) for i in engine_support.ENGINE_IMAGES}
+    engines = {_image_path(i) for i in engine_support.ENGINE_IMAGES}
     images = [str(c.get("image")) for c in pod.containers(init=False)]
-    if MODEL_POD_LABEL in (pod.labels or {}) or any(_repository(i) in engines for i in images):
+    if MODEL_POD_LABEL in (pod.labels or {}) or any(_mirrors(_image_path(i), engines) for i in images):
         return "model server"
     if any(_repository(i).rsplit("/", 1)[-1] in CACHE_IMAGES for i in images):
         return "cache"
     return None
+
+
+def _image_path(image: str) -> str:
+    """An image's repository without its registry: ``vllm/vllm-openai`` for ``docker.io/vllm/vllm-openai:v0.11.0``.
+    The first segment is a registry when it has a dot or a port, or is ``localhost`` (the Docker reference grammar)."""
+    first, _, rest = _repository(image).partition("/")
+    return rest if rest and ("." in first or ":" in first or first == "localhost") else _repository(image)
+
+
+def _mirrors(path: str, engines: set[str]) -> bool:
+    """Whether a repository is an engine's, in any registry or under a mirror's prefix (``mirror/vllm/vllm-openai``)."""
+    return any(path == e or path.endswith("/" + e) for e in engines)
 
 
 def _selects(policy: Res, labels: Mapping[str, Any]) -> bool:

@@ -247,3 +247,19 @@ def test_a_secret_referenced_from_a_kubernetes_secret_passes(messages: Run) -> N
     reference = {"secret_key_ref": {"name": "team-cache-auth", "key": "url"}}
     program = lambda: worker(env=[{"name": "CACHE_URL", "value_from": reference}], args=["--cache-url", "$(CACHE_URL)"])  # noqa: E731
     assert messages(program, "k8s-no-secret-in-env") == []
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "docker.io/vllm/vllm-openai:v0.11.0",  # Docker Hub's full name for the kit's vllm/vllm-openai
+        "harbor.dc1.example/mirror/vllm/vllm-openai:v0.11.0",  # an air-gapped site's mirror
+        "harbor.dc1.example/nvidia/tritonserver:25.09-trtllm-python-py3",
+    ],
+)
+def test_a_users_model_server_from_a_mirror_is_still_guarded(messages: Run, image: str) -> None:
+    # GIVEN a user's own model server Deployment running a kit engine image from another registry, no NetworkPolicy
+    program = lambda: worker(image=image + "@sha256:" + "b" * 64)  # noqa: E731
+    # WHEN the pack runs THEN it is named as a model server every pod can reach
+    (found,) = messages(program, "stack-network-policy-guards-cache-and-servers")
+    assert "Deployment team-a/team-worker is a model server" in found
