@@ -746,8 +746,8 @@ def _everything(selector: Mapping[str, Any]) -> bool:
 
 
 def network_policy_guards(stack: Stack) -> Iterator[Finding]:
-    """The cache's and the model servers' pods are each selected by an ingress NetworkPolicy, and none lets
-    everyone in (NetworkPolicies add up: one open policy opens the pod)."""
+    """The cache's and the model servers' pods are each selected by an ingress NetworkPolicy of their namespace and
+    cluster (provider), and none lets everyone in (NetworkPolicies add up: one open policy opens the pod)."""
     for pod in stack.pods:
         what = _guarded(stack, pod)
         if what is None:
@@ -756,6 +756,7 @@ def network_policy_guards(stack: Stack) -> Iterator[Finding]:
             np
             for np in stack.by_kind["NetworkPolicy"]
             if np.namespace == pod.owner.namespace
+            and np.provider == pod.owner.provider
             and "Ingress" in ((np.inputs.get("spec") or {}).get("policyTypes") or ["Ingress"])
             and _selects(np, pod.labels or {})
         ]

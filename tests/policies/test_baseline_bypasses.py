@@ -15,6 +15,7 @@ from policy_builders import (
     DIGEST,
     container,
     deployment,
+    edit,
     fixed_cloud_plan,
     k8s,
     pod_spec,
@@ -186,6 +187,16 @@ def test_a_policy_in_another_namespace_guards_nothing() -> None:
     plan = without(fixed_cloud_plan(), "llama", "NetworkPolicy")
     elsewhere = policy("llama", {"matchLabels": {"inferstack.io/model": "llama"}}, [{"from": [GATEWAY_PEER]}], "apps")
     assert violations([*plan, elsewhere], GUARD)
+
+
+def test_a_policy_in_another_cluster_guards_nothing() -> None:
+    # GIVEN one program deploying to two clusters (each object's provider), whose model server's NetworkPolicy went to
+    # the other cluster, in the same namespace
+    plan = fixed_cloud_plan()
+    edit(plan, "llama", "NetworkPolicy")["provider"] = "urn:pulumi:test::inferstack::pulumi:providers:kubernetes::dc2"
+    # WHEN the pack runs THEN the server is named as unguarded in its own cluster
+    (found,) = violations(plan, GUARD)
+    assert "Deployment serving/llama" in found["message"] and "no NetworkPolicy selects" in found["message"]
 
 
 SSE = "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
