@@ -61,7 +61,8 @@ def _where(pod: Pod, c: Mapping[str, Any]) -> str:
 
 def pss_non_root(res: Res) -> Iterator[Finding]:
     for pod, c in _containers(res):
-        root = _sc(pod, c, "runAsNonRoot") is not True or _sc(pod, c, "runAsUser") == 0
+        unset = not pod.partial and _sc(pod, c, "runAsNonRoot") is not True
+        root = unset or _sc(pod, c, "runAsUser") == 0
         if root and not any(a.run_as_root for a in _allowances(pod, c)):
             yield (
                 f"{_where(pod, c)} may run as root: set securityContext.runAsNonRoot: true and a non-zero "
@@ -72,7 +73,8 @@ def pss_non_root(res: Res) -> Iterator[Finding]:
 
 def pss_no_privilege_escalation(res: Res) -> Iterator[Finding]:
     for pod, c in _containers(res):
-        escalates = (c.get("securityContext") or {}).get("allowPrivilegeEscalation") is not False
+        value = (c.get("securityContext") or {}).get("allowPrivilegeEscalation")
+        escalates = value is True or (value is None and not pod.partial)
         if escalates and not any(a.privileged for a in _allowances(pod, c)):
             yield (
                 f"{_where(pod, c)} must set securityContext.allowPrivilegeEscalation: false "
@@ -88,7 +90,7 @@ def pss_drop_all_capabilities(res: Res) -> Iterator[Finding]:
         drop = [str(x).upper() for x in caps.get("drop") or []]
         added = [str(x).upper() for x in caps.get("add") or []]
         extra = [x for x in added if x not in allowed and "ALL" not in allowed]
-        if "ALL" not in drop and "ALL" not in allowed:
+        if "ALL" not in drop and "ALL" not in allowed and not (pod.partial and "drop" not in caps):
             yield (
                 f"{_where(pod, c)} must drop ALL capabilities (securityContext.capabilities.drop: [ALL]; "
                 "Pod Security restricted, 'Capabilities')",
@@ -105,7 +107,7 @@ def pss_drop_all_capabilities(res: Res) -> Iterator[Finding]:
 def pss_seccomp(res: Res) -> Iterator[Finding]:
     for pod, c in _containers(res):
         profile = (_sc(pod, c, "seccompProfile") or {}).get("type")
-        if profile not in ("RuntimeDefault", "Localhost"):
+        if profile not in ("RuntimeDefault", "Localhost") and not (pod.partial and profile is None):
             yield (
                 f"{_where(pod, c)} has seccompProfile {profile or 'unset'}: set the pod's "
                 "securityContext.seccompProfile.type: RuntimeDefault (Pod Security restricted, 'Seccomp')",
@@ -129,7 +131,8 @@ def pss_host_and_privileged(res: Res) -> Iterator[Finding]:
 
 def read_only_root(res: Res) -> Iterator[Finding]:
     for pod, c in _containers(res):
-        read_only = (c.get("securityContext") or {}).get("readOnlyRootFilesystem") is True
+        value = (c.get("securityContext") or {}).get("readOnlyRootFilesystem")
+        read_only = value is True or (pod.partial and value is None)
         if not read_only and not any(a.writable_root for a in _allowances(pod, c)):
             yield (
                 f"{_where(pod, c)} may write to its root filesystem: set securityContext.readOnlyRootFilesystem: "
@@ -189,7 +192,7 @@ def ebs_storage_class_encrypted(res: Res) -> Iterator[Finding]:
 def resource_requests(res: Res) -> Iterator[Finding]:
     for pod, c in _containers(res):
         have = resources_of(c)
-        missing = [r for r in ("cpu", "memory") if r not in have]
+        missing = [r for r in ("cpu", "memory") if r not in have and not pod.partial]
         if missing:
             yield (
                 f"{_where(pod, c)} requests no {' or '.join(missing)}: every container, init containers and Jobs "
@@ -235,7 +238,8 @@ def no_latest(res: Res) -> Iterator[Finding]:
 
 def automount_token_off(res: Res) -> Iterator[Finding]:
     for pod in pods(res):
-        if pod.spec.get("automountServiceAccountToken") is not False:
+        value = pod.spec.get("automountServiceAccountToken")
+        if value is True or (value is None and not pod.partial):
             yield (
                 f"{pod.label} mounts a service-account token it does not need: set automountServiceAccountToken: "
                 "false, or, if the pod talks to the Kubernetes API, add it to policies/exceptions.py EXCEPTIONS "

@@ -175,6 +175,12 @@ class Pod:
     labels: Mapping[str, Any] = field(default_factory=dict)
 
     @property
+    def partial(self) -> bool:
+        """A patch (``DeploymentPatch``, server-side apply) writes some fields of an object already in the cluster; a
+        field it leaves out keeps its live value, which the plan cannot see, so only what it writes is judged."""
+        return self.owner.type.endswith("Patch")
+
+    @property
     def label(self) -> str:
         return self.owner.label if self.where in ("", "spec.template.spec") else f"{self.owner.label} ({self.where})"
 

@@ -263,3 +263,41 @@ def test_a_users_model_server_from_a_mirror_is_still_guarded(messages: Run, imag
     # WHEN the pack runs THEN it is named as a model server every pod can reach
     (found,) = messages(program, "stack-network-policy-guards-cache-and-servers")
     assert "Deployment team-a/team-worker is a model server" in found
+
+
+def coredns_patch(**pod: Any) -> k8s.apps.v1.DeploymentPatch:
+    """A server-side apply patch of a Deployment the stack does not own: only the fields it writes."""
+    spec: dict[str, Any] = {"replicas": 3}
+    if pod:
+        spec["template"] = {"spec": pod}
+    return k8s.apps.v1.DeploymentPatch(
+        "coredns-replicas", metadata={"name": "coredns", "namespace": "kube-system"}, spec=spec, opts=k8s_opts()
+    )
+
+
+POD_RULES = (
+    "pss-run-as-non-root",
+    "pss-no-privilege-escalation",
+    "pss-drop-all-capabilities",
+    "pss-seccomp-runtime-default",
+    "k8s-read-only-root-filesystem",
+    "k8s-cpu-memory-requests",
+    "k8s-automount-token-off",
+)
+
+
+@pytest.mark.parametrize("rule", POD_RULES)
+def test_a_patch_is_not_refused_for_the_fields_it_leaves_to_the_live_object(messages: Run, rule: str) -> None:
+    # GIVEN a patch that sets a Deployment's replicas (and a container's image), leaving its pod settings as they are
+    program = lambda: coredns_patch(containers=[{"name": "coredns", "image": "registry.example/coredns:1.11"}])  # noqa: E731
+    # THEN no rule asks it to write what it does not change
+    assert messages(program, rule) == []
+
+
+def test_what_a_patch_writes_is_still_judged(messages: Run) -> None:
+    # GIVEN a patch that turns on hostNetwork and a privileged container
+    program = lambda: coredns_patch(  # noqa: E731
+        host_network=True, containers=[{"name": "coredns", "security_context": {"privileged": True}}]
+    )
+    # THEN both are refused
+    assert len(messages(program, "pss-no-host-namespaces-or-privileged")) == 2
