@@ -66,11 +66,19 @@ def refused_by_plan(tmp_path: Path, stack: str, edit: Callable[[dict[str, Any]],
     document = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())
     edit(document["config"]["inferstack:environment"])
     (tmp_path / f"Pulumi.{name}.yaml").write_text(yaml.safe_dump(document))
-    result = plan_cli(tmp_path, name)
+    line = refused_line(tmp_path, name)
+    assert line.startswith(f"{tmp_path}/Pulumi.{name}.yaml: inferstack:environment.")
+    return line
+
+
+def refused_line(stacks_dir: Path, name: str) -> str:
+    """`inferstack plan` on the stack file ``name`` in ``stacks_dir``: exit 2, no traceback, one line for the stack
+    file with what is allowed and the fix. Returns that line."""
+    result = plan_cli(stacks_dir, name)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith(f"{tmp_path}/Pulumi.{name}.yaml: inferstack:environment.")
+    assert line.startswith(f"{stacks_dir}/Pulumi.{name}.yaml: ")
     assert "; allowed: " in line and "; fix: " in line
     return line
 

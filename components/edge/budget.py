@@ -12,6 +12,7 @@ counted here. k3s's own pods are in each node's ``reserved*`` share.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from components.addons.cluster_addons import DCGM_EXPORTER_RESOURCES
@@ -22,21 +23,21 @@ from components.gateway.gateway import gateway_demand
 from components.kube.budget import Demand, demand, surge_pods
 from components.kube.requests import Requests, pod_requests
 from components.observability.observability import SMALL_SITE_PROMETHEUS_RESOURCES, observability_demand
-from components.serving._placement import place
+from components.serving._placement import Placement, place
 from components.specs import CacheSpec, GatewaySpec, ModelDeploySpec, ObservabilitySpec
 
 MODEL_CACHE_GIB = 20
 """The per-pod local-path volume a llama.cpp server keeps its GGUF file on (the largest catalog file is 7.6 GB)."""
 
 
-def cpu_decoders(nodes: tuple[EdgeNodeSpec, ...], models: tuple[ModelDeploySpec, ...]) -> dict[str, int]:
-    """Per node: the llama.cpp chat pods decoding on its CPU (every replica), which share its decode threads
-    (``InferenceServerArgs.cpu_decoders``). Models that cannot be placed are left out (the model checks report them).
-    """
+def placed(
+    nodes: tuple[EdgeNodeSpec, ...], models: tuple[ModelDeploySpec, ...]
+) -> Iterator[tuple[ModelDeploySpec, EdgeNodeSpec, Placement]]:
+    """Each model with its node and placement. Models that cannot be placed are left out (the model checks report
+    them)."""
     from components.serving._placement import PlacementProblem
 
     by_name = {n.name: n for n in nodes}
-    count = dict.fromkeys(by_name, 0)
     for spec in models:
         node = by_name.get(spec.pool)
         if node is None:
@@ -45,6 +46,15 @@ def cpu_decoders(nodes: tuple[EdgeNodeSpec, ...], models: tuple[ModelDeploySpec,
             placement = place(spec, node)
         except PlacementProblem:
             continue
+        yield spec, node, placement
+
+
+def cpu_decoders(nodes: tuple[EdgeNodeSpec, ...], models: tuple[ModelDeploySpec, ...]) -> dict[str, int]:
+    """Per node: the llama.cpp chat pods decoding on its CPU (every replica), which share its decode threads
+    (``InferenceServerArgs.cpu_decoders``). Models that cannot be placed are left out (the model checks report them).
+    """
+    count = {n.name: 0 for n in nodes}
+    for spec, node, placement in placed(nodes, models):
         if not placement.gpu_offload and not placement.model.is_embedding:
             count[node.name] += spec.replicas
     return count
@@ -87,20 +97,11 @@ def site_demand(
     ``rollout_surge`` is the tier's (``stacks.tiers``, ``grows_nodes``): a model's pods are its replicas plus the
     pods its rollout adds, read from the same ``rollout_strategy`` its Deployment renders. A site's nodes do not
     grow, so a rollout adds none and the budget holds the replicas alone."""
-    from components.serving._placement import PlacementProblem
     from components.serving.inference_server import rollout_strategy, server_pod
 
-    by_name = {n.name: n for n in nodes}
     decoders = cpu_decoders(nodes, models)
     workloads: list[Demand] = []
-    for spec in models:
-        node = by_name.get(spec.pool)
-        if node is None:
-            continue
-        try:
-            placement = place(spec, node)
-        except PlacementProblem:
-            continue
+    for spec, node, placement in placed(nodes, models):
         args = serving_args(spec, node, rollout_surge, max(1, decoders[node.name]))
         pods = spec.replicas + surge_pods(rollout_strategy(rollout_surge))
         workloads.append(Demand(spec.name, pod_requests(server_pod(args, placement)), pods, node.name))

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from helpers import ROOT, config_errors, plan_cli, plan_with
+from helpers import ROOT, config_errors, plan_with, refused_line
 from inferstack_cli import render
 from inferstack_cli.main import main
 from inferstack_cli.plan import Plan
@@ -28,17 +28,6 @@ def bundled_document(stack: str) -> dict[str, Any]:
 
 def manifests(plan: Plan) -> list[dict[str, Any]]:
     return [yaml.safe_load(t) for p, t in render.renders(plan.resources).items() if p.startswith("manifests/")]
-
-
-def refused_line(tmp_path: Path, name: str) -> str:
-    """`inferstack plan` on the variant: exit 2, no traceback, one line for the stack file. Returns that line."""
-    result = plan_cli(tmp_path, name)
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert "Traceback" not in result.stdout + result.stderr
-    (line,) = result.stderr.strip().splitlines()
-    assert line.startswith(f"{tmp_path}/Pulumi.{name}.yaml: ")
-    assert "; allowed: " in line and "; fix: " in line
-    return line
 
 
 def test_aws_region_that_differs_from_the_environment_region_is_refused(tmp_path: Path) -> None:
