@@ -60,15 +60,19 @@ def _where(pod: Pod, c: Mapping[str, Any]) -> str:
 
 
 def pss_non_root(res: Res) -> Iterator[Finding]:
-    for pod, c in _containers(res):
-        unset = not pod.partial and _sc(pod, c, "runAsNonRoot") is not True
-        root = unset or _sc(pod, c, "runAsUser") == 0
-        if root and not any(a.run_as_root for a in _allowances(pod, c)):
-            yield (
-                f"{_where(pod, c)} may run as root: set securityContext.runAsNonRoot: true and a non-zero "
-                f"runAsUser (Pod Security restricted, 'Running as Non-root'), {ALLOW_HINT}",
-                None,
-            )
+    for pod in pods(res):
+        # A patch that writes only the pod's securityContext sets it for every live container: judged as one.
+        for c in pod.containers() or ([{}] if pod.partial else []):
+            non_root = _sc(pod, c, "runAsNonRoot")
+            # A patch is judged on what it writes: runAsNonRoot left out keeps the live value; false turns root on.
+            unset = non_root is False or (not pod.partial and non_root is not True)
+            root = unset or _sc(pod, c, "runAsUser") == 0
+            if root and not any(a.run_as_root for a in _allowances(pod, c)):
+                yield (
+                    f"{_where(pod, c) if c else pod.label} may run as root: set securityContext.runAsNonRoot: true "
+                    f"and a non-zero runAsUser (Pod Security restricted, 'Running as Non-root'), {ALLOW_HINT}",
+                    None,
+                )
 
 
 def pss_no_privilege_escalation(res: Res) -> Iterator[Finding]:
@@ -375,10 +379,14 @@ def no_secret_in_env(res: Res) -> Iterator[Finding]:
         for i, word in enumerate(words):
             flag, _, inline = word.partition("=")
             value = inline or (words[i + 1] if i + 1 < len(words) else "")
-            literal = bool(value) and not value.startswith(("$", "-")) and known(value)
+            # A Pulumi secret as a word of its own is found at that word (below), not again at the flag before it.
+            literal = bool(value) and value != PULUMI_SECRET and not value.startswith(("$", "-")) and known(value)
             if word == PULUMI_SECRET:
-                flag = words[i - 1] if i else "a Pulumi secret"
-            elif not (SECRET_FLAG.match(flag) and literal) and not SECRET_VALUE.search(word):
+                previous = words[i - 1] if i else ""
+                flag = previous if previous.startswith("-") and "=" not in previous else f"argument {i}"
+            elif (
+                inline != PULUMI_SECRET and not (SECRET_FLAG.match(flag) and literal) and not SECRET_VALUE.search(word)
+            ):
                 continue
             yield (
                 f"{_where(pod, c)} passes a secret on its command line ({flag}), where the pod spec shows it in "

@@ -243,6 +243,23 @@ def test_a_pulumi_secret_written_into_a_plain_kubernetes_field_is_caught(
     assert names in found and fix in found
 
 
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["--api-key", "SECRET"], "(--api-key)"),  # a flag named like a secret: one finding, not one per word
+        (["--port", "8000", "SECRET"], "(argument 2)"),  # a positional secret: no flag to name
+        (["SECRET"], "(argument 0)"),  # "--api-key=" + a secret is a secret: Pulumi masks the whole argument
+    ],
+    ids=["secret-flag", "positional", "whole-argument"],
+)
+def test_a_pulumi_secret_on_the_command_line_is_one_finding_named_by_its_place(
+    messages: Run, args: list[str], names: str
+) -> None:
+    program = lambda: worker(args=[redis_url() if a == "SECRET" else a for a in args])  # noqa: E731
+    (found,) = messages(program, "k8s-no-secret-in-env")
+    assert names in found
+
+
 def test_a_secret_referenced_from_a_kubernetes_secret_passes(messages: Run) -> None:
     reference = {"secret_key_ref": {"name": "team-cache-auth", "key": "url"}}
     program = lambda: worker(env=[{"name": "CACHE_URL", "value_from": reference}], args=["--cache-url", "$(CACHE_URL)"])  # noqa: E731
@@ -292,6 +309,19 @@ def test_a_patch_is_not_refused_for_the_fields_it_leaves_to_the_live_object(mess
     program = lambda: coredns_patch(containers=[{"name": "coredns", "image": "registry.example/coredns:1.11"}])  # noqa: E731
     # THEN no rule asks it to write what it does not change
     assert messages(program, rule) == []
+
+
+@pytest.mark.parametrize("level", ["pod", "container"])
+def test_a_patch_that_turns_root_back_on_is_refused(messages: Run, level: str) -> None:
+    # GIVEN a patch writing runAsNonRoot: false, at the pod or at the container level
+    context = {"run_as_non_root": False}
+    program = (
+        (lambda: coredns_patch(security_context=context))
+        if level == "pod"
+        else (lambda: coredns_patch(containers=[{"name": "coredns", "security_context": context}]))
+    )
+    # THEN it is refused: what a patch writes is judged
+    assert len(messages(program, "pss-run-as-non-root")) == 1
 
 
 def test_what_a_patch_writes_is_still_judged(messages: Run) -> None:
