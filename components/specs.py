@@ -370,10 +370,11 @@ class ClusterSpec(Spec):
         return self.ami_release_version.rsplit("-", 1)[1] if self.ami_release_version else None
 
 
-GP3_MAX_GIB = 65_536
-"""The largest gp3 volume (EC2 API ``CreateVolume`` ``Size``: "gp3: 1 - 65,536 GiB", since gp3 grew to 64 TiB; the
-launch-template reference still printed 16,384 when this was written, a bound this one does not enforce). EC2
-refuses a larger root volume when it launches the node."""
+GP3_MAX_GIB = 16_384
+"""The largest root volume a node's template may ask for: the EC2 API's launch-template block device
+(``LaunchTemplateEbsBlockDeviceRequest.VolumeSize``: "gp2 and gp3: 1 - 16,384 GiB"), which EC2 refuses beyond at
+launch. ``CreateVolume`` takes gp3 to 65,536 GiB, and Karpenter's EC2NodeClass to 59,000Gi (its ``volumeSize``
+pattern, CRD v1.14.1): the launch template's bound is the one every pool passes."""
 
 
 class ScalingSpec(Spec):

@@ -170,7 +170,7 @@ def test_a_checkpoint_too_big_to_quantize_on_the_node_is_refused(tmp_path: Path)
 
 @pytest.mark.parametrize("section", ["gpuPools", "systemPool"])
 def test_a_root_volume_larger_than_gp3_allows_is_refused(section: str) -> None:
-    # GIVEN a root volume of 100,000 GiB, which EC2 refuses for gp3 at launch (1 to 65,536 GiB)
+    # GIVEN a root volume of 100,000 GiB, which EC2 refuses for gp3 at launch (a launch template's 1 to 16,384 GiB)
     def edit(env: dict[str, Any]) -> None:
         pool = env["gpuPools"][0] if section == "gpuPools" else env["systemPool"]
         pool["rootVolumeGib"] = 100_000
@@ -179,4 +179,4 @@ def test_a_root_volume_larger_than_gp3_allows_is_refused(section: str) -> None:
     (line,) = config_errors(edit, stack="dev")
 
     # THEN the plan refuses it with the bound, instead of a launch template that never launches a node
-    assert ".rootVolumeGib: got 100000; allowed: less than or equal to 65536" in line
+    assert ".rootVolumeGib: got 100000; allowed: less than or equal to 16384" in line
