@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic.alias_generators import to_camel
 
 from components.catalog.models import MODELS
-from components.edge.budget import node_capacity, site_demand
+from components.edge.budget import cpu_decoders, node_capacity, placed, site_demand
 from components.edge.specs import EdgeNodeSpec
 from components.kube.budget import Demand, biggest, shortfall, total
 from components.kube.requests import Requests
@@ -89,7 +89,36 @@ def edge_checks(env: EdgeEnvironment) -> list[ConfigIssue]:
 
     if issues:
         return issues
+    issues += _shared_decode(env)
     issues += _budget(env)
+    return issues
+
+
+def _shared_decode(env: EdgeEnvironment) -> list[ConfigIssue]:
+    """The ITL floor of CPU decoders that share a node: each reads its weights per token through the node's memory
+    bandwidth, which the node's CPU decoders (every replica) split when they decode at once. One decoder alone is held
+    to the whole bandwidth by its placement."""
+    decoders = cpu_decoders(env.nodes, env.models)
+    issues = []
+    for spec, node, placement in placed(env.nodes, env.models):
+        sharing = decoders[node.name]
+        if sharing < 2 or placement.gpu_offload or placement.model.is_embedding or placement.gguf is None:
+            continue
+        share = node.memory_bandwidth_gb_s / sharing
+        floor_ms = placement.gguf.size_gb / share * 1e3
+        if floor_ms > spec.slo.itl_p99_ms:
+            i = env.models.index(spec)
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.models[{i}].slo.itlP99Ms",
+                    f"{spec.slo.itl_p99_ms:g} ms for {spec.name} on the CPU of {node.name}, shared by {sharing} "
+                    "decoding servers",
+                    f"at least the decode floor, {floor_ms:.1f} ms ({placement.gguf.size_gb:.2f} GB read per token at "
+                    f"{share:g} GB/s, nodes[].memoryBandwidthGbS {node.memory_bandwidth_gb_s:g} split {sharing} ways)",
+                    "loosen slo.itlP99Ms, serve fewer chat models or replicas from this node's CPU (models[].pool), "
+                    "or set nodes[].memoryBandwidthGbS to the node's measured bandwidth",
+                )
+            )
     return issues
 
 

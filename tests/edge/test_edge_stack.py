@@ -13,7 +13,7 @@ import yaml
 from components.edge.budget import site_demand
 from components.edge.specs import K3S_TRAEFIK_PORTS
 from components.kube.requests import Requests, container_requests
-from helpers import ROOT, plan_with, raw_environment
+from helpers import ROOT, config_errors, plan_with, raw_environment
 from inferstack_cli import render
 from inferstack_cli.mocks import PLACEHOLDER_HOST
 from inferstack_cli.plan import Plan, run_plan
@@ -209,7 +209,8 @@ def test_two_chat_models_on_one_cpu_node_share_its_decode_threads(tmp_path: Any)
     # GIVEN a CPU-only node of 32 cores serving two chat models (and the embedder): each server used to take half the
     # node's cores, so two of them asked for all 32 and no node, however large, could hold both
     def two_on_cpu(env: dict[str, Any]) -> None:
-        env["nodes"] = [{"name": "store-0042", "cpu": 32, "memoryGib": 64}]
+        # 100 GB/s of memory bandwidth: two decoders share it (llama-3b's 2.02 GB per token at 50 GB/s: 40 ms)
+        env["nodes"] = [{"name": "store-0042", "cpu": 32, "memoryGib": 64, "memoryBandwidthGbS": 100}]
         env["models"][0]["slo"] = {"itlP99Ms": 60}
         qwen = {"name": "qwen", "model": "Qwen/Qwen2.5-1.5B-Instruct", "slo": {"itlP99Ms": 60}}
         env["models"].append(dict(env["models"][0], **qwen))
@@ -224,6 +225,23 @@ def test_two_chat_models_on_one_cpu_node_share_its_decode_threads(tmp_path: Any)
     # AND the embedder keeps its own two threads
     embedder = named(plan, "Deployment", "minilm")["spec"]["template"]["spec"]["containers"][0]
     assert embedder["args"][embedder["args"].index("--threads") + 1] == "2"
+
+
+def test_cpu_decoders_sharing_a_node_are_held_to_their_share_of_its_memory_bandwidth(tmp_path: Any) -> None:
+    # GIVEN the same two chat models on a node of 50 GB/s (the default): alone, llama-3b Q4_K_M reads 2.02 GB per
+    # token in 40 ms, under its 60 ms target; decoding beside qwen, each gets half the bandwidth
+    def two_on_cpu(env: dict[str, Any]) -> None:
+        env["nodes"] = [{"name": "store-0042", "cpu": 32, "memoryGib": 64}]
+        env["models"][0]["slo"] = {"itlP99Ms": 60}
+        qwen = {"name": "qwen", "model": "Qwen/Qwen2.5-1.5B-Instruct", "slo": {"itlP99Ms": 60}}
+        env["models"].append(dict(env["models"][0], **qwen))
+
+    # THEN llama-3b is refused at its target: 2.02 GB at 25 GB/s is 80.8 ms; qwen (1.12 GB, 44.8 ms) is not
+    (line,) = config_errors(two_on_cpu, stack="edge")
+    assert (
+        "models[0].slo.itlP99Ms: got 60 ms for llama-3b on the CPU of store-0042, shared by 2 decoding servers" in line
+    )
+    assert "80.8 ms (2.02 GB read per token at 25 GB/s" in line
 
 
 def test_a_hub_by_url_reads_its_key_from_a_secret_config_value(tmp_path: Any) -> None:
