@@ -253,7 +253,9 @@ def automount_token_off(res: Res) -> Iterator[Finding]:
 
 
 INTERNET_OPT_IN = "inferstack.io/internet-facing"
-"""The annotation a component sets only when the stack's config asks for an internet-facing endpoint."""
+"""The deliberate opt-in to face the internet: an annotation on a Service or Ingress, a tag on an AWS load balancer or
+security group (``policies/rules.py``). No kit component sets it (``gateway.loadBalancer`` is ``none`` or ``internal``):
+a user's own resource carries it when the user means it."""
 _INTERNAL_MARKERS = {
     # Only annotations a controller of stack_rules.LB_CONTROLLERS reads: another cloud's marker (GKE's
     # networking.gke.io/load-balancer-type, Azure's azure-load-balancer-internal) is ignored on EKS and k3s,

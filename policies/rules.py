@@ -14,6 +14,7 @@ Exceptions live in ``policies/exceptions.py``; tier guarantees in ``policies/tie
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -29,6 +30,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from components.specs import WIDEST_ALLOWLIST_PREFIX
 from policies import kube_names as names
 from policies import kube_rules as k8s
 from policies import stack_rules as sr
@@ -163,6 +165,85 @@ def _eks_secrets(props: dict[str, Any], report: ReportViolation) -> None:
     config = props.get("encryptionConfig") or {}
     if "secrets" not in (config.get("resources") or []) or not (config.get("provider") or {}).get("keyArn"):
         report("EKS secrets must be envelope-encrypted with a KMS key (encryptionConfig.resources: [secrets])", None)
+
+
+OPT_IN = f'tag {k8s.INTERNET_OPT_IN}: "true"'
+"""The deliberate opt-in an AWS resource of a user's own carries to face the internet: the tag twin of the annotation
+a Kubernetes Service carries (``k8s-no-internet-facing-service``)."""
+
+
+def _opted_in(props: dict[str, Any]) -> bool:
+    return _true((props.get("tags") or {}).get(k8s.INTERNET_OPT_IN))
+
+
+def _lb_internal(props: dict[str, Any], report: ReportViolation) -> None:
+    # Scheme, unset: "The default is an Internet-facing load balancer", and a Gateway Load Balancer takes none: it sits
+    # in the VPC's traffic path, with no address of its own (ELBv2 API, CreateLoadBalancer:
+    # https://docs.aws.amazon.com/elasticloadbalancing/latest/APIReference/API_CreateLoadBalancer.html; the classic
+    # ELB API's CreateLoadBalancer defaults to internet-facing too).
+    if props.get("loadBalancerType") == "gateway" or _opted_in(props):
+        return
+    internal = props.get("internal")
+    if internal is None or (known(internal) and not _true(internal)):
+        unset = " (internal unset: Elastic Load Balancing's default scheme)" if internal is None else ""
+        report(
+            f"the load balancer is internet-facing{unset}: set internal: true, or, if it is meant to face the "
+            f"internet, opt in with the {OPT_IN}",
+            None,
+        )
+
+
+UNIQUE_LOCAL = ipaddress.IPv6Network("fc00::/7")
+"""IPv6's private range (RFC 4193), the one private range wider than /8."""
+
+
+def _internet_ranges(*ranges: Any) -> list[str]:
+    """The source ranges that reach into the internet: wider than any one organisation's network, the config's
+    allowlist bound (``[0.0.0.0/1, 128.0.0.0/1]`` is ``0.0.0.0/0`` in two halves), and not private."""
+    wide = []
+    for cidr in ranges:
+        try:
+            network = ipaddress.ip_network(str(cidr), strict=False)
+        except ValueError:
+            continue  # unknown during preview, or a value EC2 refuses itself
+        private = isinstance(network, ipaddress.IPv6Network) and network.subnet_of(UNIQUE_LOCAL)
+        if network.prefixlen < WIDEST_ALLOWLIST_PREFIX and not private:
+            wide.append(str(cidr))
+    return wide
+
+
+def _open_to(what: str, wide: list[str], fix: str) -> str:
+    return (
+        f"{what} admits {', '.join(wide)}: the internet. Admit only the networks that need it (a VPC or office CIDR, "
+        f"/{WIDEST_ALLOWLIST_PREFIX} or longer; a security group; a prefix list), or, if it is meant to face the "
+        f"internet, {fix}"
+    )
+
+
+def _group_ingress(props: dict[str, Any], report: ReportViolation) -> None:
+    # Egress is not judged: a node's traffic out to anywhere (image pulls, AWS APIs through the NAT) is the norm.
+    if _opted_in(props):
+        return
+    for i, rule in enumerate(props.get("ingress") or []):
+        wide = _internet_ranges(*(rule.get("cidrBlocks") or []), *(rule.get("ipv6CidrBlocks") or []))
+        if wide:
+            report(_open_to(f"security group ingress[{i}]", wide, f"opt the group in with the {OPT_IN}"), None)
+
+
+def _legacy_rule_ingress(props: dict[str, Any], report: ReportViolation) -> None:
+    # aws.ec2.SecurityGroupRule has no tags: the provider's docs steer to aws.vpc.SecurityGroupIngressRule instead.
+    if props.get("type") != "ingress":
+        return
+    wide = _internet_ranges(*(props.get("cidrBlocks") or []), *(props.get("ipv6CidrBlocks") or []))
+    if wide:
+        fix = f"write it as an aws.vpc.SecurityGroupIngressRule (one range each) with the {OPT_IN}"
+        report(_open_to("security group rule (type ingress)", wide, fix), None)
+
+
+def _ingress_rule(props: dict[str, Any], report: ReportViolation) -> None:
+    wide = [] if _opted_in(props) else _internet_ranges(props.get("cidrIpv4"), props.get("cidrIpv6"))
+    if wide:
+        report(_open_to("security group ingress rule", wide, f"opt the rule in with the {OPT_IN}"), None)
 
 
 def _bucket_public_access(props: dict[str, Any], report: ReportViolation) -> None:
@@ -416,6 +497,21 @@ RULES: tuple[Rule, ...] = (
         "eks-private-endpoint",
         "The EKS endpoint is private or allowlisted.",
         _aws("aws:eks/cluster:Cluster", _eks_endpoint),
+    ),
+    _resource(
+        "sg-no-internet-ingress",
+        "No security group admits ingress from the internet unless tagged as a deliberate opt-in.",
+        _any(
+            _aws("aws:ec2/securityGroup:SecurityGroup", _group_ingress),
+            _aws("aws:ec2/defaultSecurityGroup:DefaultSecurityGroup", _group_ingress),
+            _aws("aws:ec2/securityGroupRule:SecurityGroupRule", _legacy_rule_ingress),
+            _aws("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", _ingress_rule),
+        ),
+    ),
+    _resource(
+        "elb-internal",
+        "Load balancers are internal unless tagged as a deliberate internet-facing opt-in.",
+        _any(*(_aws(f"aws:{module}/loadBalancer:LoadBalancer", _lb_internal) for module in ("lb", "alb", "elb"))),
     ),
     _resource("eks-secrets-kms", "EKS secrets are encrypted with KMS.", _aws("aws:eks/cluster:Cluster", _eks_secrets)),
     _resource(

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from pulumi_policy import ResourceValidationPolicy, StackValidationPolicy
 
+from helpers import ROOT
 from policies.rules import POLICIES, RULES, RULES_BY_ID
 from policy_builders import (
     DIGEST,
@@ -98,6 +100,20 @@ CASES: dict[str, tuple[Plan, Plan, str | None]] = {
     "eks-private-endpoint": (
         one("aws:eks/cluster:Cluster", vpcConfig={"endpointPrivateAccess": False}),
         one("aws:eks/cluster:Cluster", vpcConfig={"endpointPrivateAccess": True, "endpointPublicAccess": False}),
+        None,
+    ),
+    "sg-no-internet-ingress": (
+        one("aws:ec2/securityGroup:SecurityGroup", ingress=[{"protocol": "tcp", "cidrBlocks": ["0.0.0.0/0"]}]),
+        one(
+            "aws:ec2/securityGroup:SecurityGroup",
+            ingress=[{"protocol": "tcp", "cidrBlocks": ["10.0.0.0/16"]}],
+            egress=[{"protocol": "-1", "cidrBlocks": ["0.0.0.0/0"]}],
+        ),
+        None,
+    ),
+    "elb-internal": (
+        one("aws:lb/loadBalancer:LoadBalancer", loadBalancerType="network"),
+        one("aws:lb/loadBalancer:LoadBalancer", loadBalancerType="network", internal=True),
         None,
     ),
     "eks-secrets-kms": (
@@ -488,6 +504,14 @@ def test_rule_passes_a_conforming_input(rule: str) -> None:
 def test_every_rule_has_a_catch_and_a_pass_case() -> None:
     assert set(CASES) == set(RULES_BY_ID)
     assert len(RULES) >= 30
+
+
+def test_the_readme_has_a_row_for_every_rule_at_its_kind_and_enforcement() -> None:
+    # GIVEN the README's table of rules (`| id | kind | enforcement | what it checks |`)
+    table = (ROOT / "README.md").read_text().split("| id | kind | enforcement | what it checks |", 1)[1]
+    rows = re.findall(r"^\| `([a-z0-9-]+)` \| (\w+)[^|]* \| (\w+) \|", table, re.M)
+    # THEN each rule of the pack has one row, with its kind and the enforcement it runs at, and nothing else has one
+    assert sorted(rows) == sorted((r.id, r.kind, r.effective.value) for r in RULES)
 
 
 def test_the_fixed_stack_is_clean_under_every_rule() -> None:

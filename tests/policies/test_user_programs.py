@@ -331,3 +331,154 @@ def test_what_a_patch_writes_is_still_judged(messages: Run) -> None:
     )
     # THEN both are refused
     assert len(messages(program, "pss-no-host-namespaces-or-privileged")) == 2
+
+
+OPT_IN = {"inferstack.io/internet-facing": "true"}
+"""The tag a user's program sets on an AWS resource it means to face the internet (a Service's annotation's twin)."""
+VPC_ID = "vpc-0123456789abcdef0"
+GROUP_ID = "sg-0123456789abcdef0"
+HTTPS: Any = {"protocol": "tcp", "from_port": 443, "to_port": 443}
+
+
+def security_group(**fields: Any) -> aws.ec2.SecurityGroup:
+    return aws.ec2.SecurityGroup("team-web", vpc_id=VPC_ID, **fields)
+
+
+def ingress_rule(**fields: Any) -> aws.vpc.SecurityGroupIngressRule:
+    return aws.vpc.SecurityGroupIngressRule(
+        "team-web-https", security_group_id=GROUP_ID, ip_protocol="tcp", from_port=443, to_port=443, **fields
+    )
+
+
+def legacy_rule(kind: str, **fields: Any) -> aws.ec2.SecurityGroupRule:
+    return aws.ec2.SecurityGroupRule("team-web-https", type=kind, security_group_id=GROUP_ID, **HTTPS, **fields)
+
+
+@pytest.mark.parametrize(
+    ("program", "names", "says"),
+    [
+        (lambda: security_group(ingress=[{**HTTPS, "cidr_blocks": ["0.0.0.0/0"]}]), "team-web", "0.0.0.0/0"),
+        (lambda: security_group(ingress=[{**HTTPS, "ipv6_cidr_blocks": ["::/0"]}]), "team-web", "::/0"),
+        (lambda: legacy_rule("ingress", cidr_blocks=["0.0.0.0/0"]), "team-web-https", "0.0.0.0/0"),
+        (lambda: ingress_rule(cidr_ipv4="0.0.0.0/0"), "team-web-https", "0.0.0.0/0"),
+        (lambda: ingress_rule(cidr_ipv6="::/0"), "team-web-https", "::/0"),
+        (
+            lambda: aws.ec2.DefaultSecurityGroup(
+                "team-default", vpc_id=VPC_ID, ingress=[{**HTTPS, "cidr_blocks": ["0.0.0.0/0"]}]
+            ),
+            "team-default",
+            "0.0.0.0/0",
+        ),
+        # the internet in two halves, as the config's allowlists refuse it (README, cloud quick start)
+        (
+            lambda: security_group(ingress=[{**HTTPS, "cidr_blocks": ["10.0.0.0/8", "0.0.0.0/1"]}]),
+            "team-web",
+            "admits 0.0.0.0/1:",
+        ),
+    ],
+    ids=[
+        "group-inline",
+        "group-inline-ipv6",
+        "group-rule",
+        "ingress-rule",
+        "ingress-rule-ipv6",
+        "default-group",
+        "half-the-internet",
+    ],
+)
+def test_a_security_group_open_to_the_internet_is_caught(
+    messages: Run, program: Callable[[], object], names: str, says: str
+) -> None:
+    # GIVEN a user's security group, or a rule added to one, that admits every address (or a range wider than any
+    # organisation's network): whatever it guards answers the internet, however private its subnet
+    # WHEN the pack runs THEN the group or rule is named with the range and the opt-in
+    (found,) = messages(program, "sg-no-internet-ingress")
+    assert names in found and says in found and "inferstack.io/internet-facing" in found
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        lambda: security_group(egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}]),
+        lambda: legacy_rule("egress", cidr_blocks=["0.0.0.0/0"], ipv6_cidr_blocks=["::/0"]),
+        lambda: aws.vpc.SecurityGroupEgressRule(
+            "team-web-out", security_group_id=GROUP_ID, ip_protocol="-1", cidr_ipv4="0.0.0.0/0"
+        ),
+        lambda: security_group(ingress=[{**HTTPS, "cidr_blocks": ["10.0.0.0/16"], "ipv6_cidr_blocks": ["fc00::/7"]}]),
+        lambda: security_group(ingress=[{**HTTPS, "self": True}, {**HTTPS, "security_groups": [GROUP_ID]}]),
+        lambda: ingress_rule(cidr_ipv4="203.0.113.0/24"),  # an office's public range, as cluster.deployerCidrs takes
+        lambda: ingress_rule(prefix_list_id="pl-0123456789abcdef0"),
+        lambda: security_group(ingress=[{**HTTPS, "cidr_blocks": ["0.0.0.0/0"]}], tags=OPT_IN),
+        lambda: ingress_rule(cidr_ipv4="0.0.0.0/0", tags=OPT_IN),
+    ],
+    ids=[
+        "group-egress",
+        "rule-egress",
+        "egress-rule",
+        "vpc-and-ula",
+        "self-and-group",
+        "office",
+        "prefix-list",
+        "group-opted-in",
+        "rule-opted-in",
+    ],
+)
+def test_egress_private_or_named_sources_and_an_opt_in_pass(messages: Run, program: Callable[[], object]) -> None:
+    assert messages(program, "sg-no-internet-ingress") == []
+
+
+def test_the_kits_efa_security_group_passes(messages: Run) -> None:
+    # GIVEN the group every EFA node carries: all traffic from itself, and egress to 0.0.0.0/0 for ordinary
+    # outbound traffic (egress to anywhere is what every node needs: image pulls, S3 through the NAT)
+    from components.aws.efa import efa_security_group
+
+    program = lambda: efa_security_group(  # noqa: E731
+        "team-efa", pool="h100", vpc_id=VPC_ID, tags={}, opts=pulumi.ResourceOptions()
+    )
+    # THEN it is not refused
+    assert messages(program, "sg-no-internet-ingress") == []
+
+
+SUBNETS = ["subnet-a", "subnet-b"]
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        lambda: aws.lb.LoadBalancer("team-lb", subnets=SUBNETS),
+        lambda: aws.lb.LoadBalancer("team-lb", subnets=SUBNETS, load_balancer_type="network", internal=False),
+        lambda: aws.alb.LoadBalancer("team-lb", subnets=SUBNETS),
+        lambda: aws.elb.LoadBalancer(
+            "team-lb",
+            subnets=SUBNETS,
+            listeners=[{"instance_port": 8080, "instance_protocol": "http", "lb_port": 80, "lb_protocol": "http"}],
+        ),
+    ],
+    ids=["lb-unset", "nlb-false", "alb-unset", "classic-unset"],
+)
+def test_a_load_balancer_left_internet_facing_is_caught(messages: Run, program: Callable[[], object]) -> None:
+    # GIVEN a user's own load balancer that does not say internal: Elastic Load Balancing's default scheme is
+    # internet-facing, a public DNS name and public addresses in the subnets' zones
+    # WHEN the pack runs THEN it is named with the fix and the deliberate opt-in
+    (found,) = messages(program, "elb-internal")
+    assert "team-lb" in found and "internal: true" in found and "inferstack.io/internet-facing" in found
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        lambda: aws.lb.LoadBalancer("team-lb", subnets=SUBNETS, internal=True),
+        lambda: aws.alb.LoadBalancer("team-lb", subnets=SUBNETS, internal=True),
+        lambda: aws.elb.LoadBalancer(
+            "team-lb",
+            subnets=SUBNETS,
+            internal=True,
+            listeners=[{"instance_port": 8080, "instance_protocol": "http", "lb_port": 80, "lb_protocol": "http"}],
+        ),
+        lambda: aws.lb.LoadBalancer("team-lb", subnets=SUBNETS, load_balancer_type="gateway"),
+        lambda: aws.lb.LoadBalancer("team-lb", subnets=SUBNETS, tags=OPT_IN),
+    ],
+    ids=["lb", "alb", "classic", "gateway", "opted-in"],
+)
+def test_an_internal_gateway_or_opted_in_load_balancer_passes(messages: Run, program: Callable[[], object]) -> None:
+    assert messages(program, "elb-internal") == []
