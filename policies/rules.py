@@ -141,6 +141,25 @@ def _no_public_ip_subnet(props: dict[str, Any], report: ReportViolation) -> None
         report("subnets must not assign public IPs on launch (mapPublicIpOnLaunch: false)", None)
 
 
+UNIQUE_LOCAL = ipaddress.IPv6Network("fc00::/7")
+"""IPv6's private range (RFC 4193), the one private range wider than /8."""
+
+
+def _internet_ranges(*ranges: Any) -> list[str]:
+    """The source ranges that reach into the internet: wider than any one organisation's network, the config's
+    allowlist bound (``[0.0.0.0/1, 128.0.0.0/1]`` is ``0.0.0.0/0`` in two halves), and not private."""
+    wide = []
+    for cidr in ranges:
+        try:
+            network = ipaddress.ip_network(str(cidr), strict=False)
+        except ValueError:
+            continue  # unset, unknown during preview, or a value EC2 refuses itself
+        private = isinstance(network, ipaddress.IPv6Network) and network.subnet_of(UNIQUE_LOCAL)
+        if network.prefixlen < WIDEST_ALLOWLIST_PREFIX and not private:
+            wide.append(str(cidr))
+    return wide
+
+
 def _eks_endpoint(props: dict[str, Any], report: ReportViolation) -> None:
     vpc = props.get("vpcConfig") or {}
     if not vpc.get("endpointPrivateAccess"):
@@ -149,14 +168,15 @@ def _eks_endpoint(props: dict[str, Any], report: ReportViolation) -> None:
     # (https://docs.aws.amazon.com/eks/latest/APIReference/API_VpcConfigRequest.html).
     if _true(vpc.get("endpointPublicAccess", True)):
         cidrs = vpc.get("publicAccessCidrs") or []
-        if not cidrs or "0.0.0.0/0" in cidrs:
+        wide = _internet_ranges(*cidrs)
+        if not cidrs or wide:
             unset = (
                 "" if "endpointPublicAccess" in vpc else " (vpcConfig.endpointPublicAccess unset: the API's default)"
             )
             report(
-                f"the EKS API endpoint is public{unset} and open to {cidrs or 'the internet'}: set "
-                "vpcConfig.endpointPublicAccess: false, or give it an explicit CIDR allowlist "
-                "(cluster.endpointPublicAccessCidrs)",
+                f"the EKS API endpoint is public{unset} and open to {wide or 'the internet'}: set "
+                "vpcConfig.endpointPublicAccess: false, or give it an explicit CIDR allowlist, each "
+                f"/{WIDEST_ALLOWLIST_PREFIX} or longer (cluster.endpointPublicAccessCidrs)",
                 None,
             )
 
@@ -191,25 +211,6 @@ def _lb_internal(props: dict[str, Any], report: ReportViolation) -> None:
             f"internet, opt in with the {OPT_IN}",
             None,
         )
-
-
-UNIQUE_LOCAL = ipaddress.IPv6Network("fc00::/7")
-"""IPv6's private range (RFC 4193), the one private range wider than /8."""
-
-
-def _internet_ranges(*ranges: Any) -> list[str]:
-    """The source ranges that reach into the internet: wider than any one organisation's network, the config's
-    allowlist bound (``[0.0.0.0/1, 128.0.0.0/1]`` is ``0.0.0.0/0`` in two halves), and not private."""
-    wide = []
-    for cidr in ranges:
-        try:
-            network = ipaddress.ip_network(str(cidr), strict=False)
-        except ValueError:
-            continue  # unknown during preview, or a value EC2 refuses itself
-        private = isinstance(network, ipaddress.IPv6Network) and network.subnet_of(UNIQUE_LOCAL)
-        if network.prefixlen < WIDEST_ALLOWLIST_PREFIX and not private:
-            wide.append(str(cidr))
-    return wide
 
 
 def _open_to(what: str, wide: list[str], fix: str) -> str:

@@ -52,6 +52,16 @@ def test_an_eks_endpoint_left_at_the_apis_default_is_public(messages: Run) -> No
     assert "endpointPublicAccess" in found and "team-eks" in found
 
 
+@pytest.mark.parametrize("cidrs", [["0.0.0.0/1", "128.0.0.0/1"], ["203.0.113.0/24", "0.0.0.0/4"]])
+def test_an_eks_endpoint_allowlist_wider_than_any_network_is_public(messages: Run, cidrs: list[str]) -> None:
+    # GIVEN a user's cluster whose public endpoint "allowlist" reaches into the internet: 0.0.0.0/0 in two halves, or a
+    # range wider than /8, which the config refuses for cluster.endpointPublicAccessCidrs
+    program = lambda: eks_cluster(endpoint_public_access=True, public_access_cidrs=cidrs)  # noqa: E731
+    # WHEN the pack runs THEN the endpoint is named as open to the internet
+    (found,) = messages(program, "eks-private-endpoint")
+    assert "open to" in found and cidrs[-1] in found and "team-eks" in found
+
+
 def test_an_eks_endpoint_public_only_to_an_allowlist_or_not_at_all_passes(messages: Run) -> None:
     assert messages(lambda: eks_cluster(endpoint_public_access=False), "eks-private-endpoint") == []
     allowlisted = {"endpoint_public_access": True, "public_access_cidrs": ["203.0.113.0/24"]}
