@@ -65,19 +65,13 @@ def edge_checks(env: EdgeEnvironment) -> list[ConfigIssue]:
             )
         )
 
-    hub = env.hub  # a hub without a key: common_checks (every tier)
-    if hub is not None and not env.gateway.enabled:
-        # Only the gateway sends prompts to the hub (its routes and fallback): without it, `pulumi up` would read the
-        # hub stack (or its key) for nothing.
-        issues.append(
-            ConfigIssue(
-                f"{CONFIG_KEY}.hub",
-                "a hub with gateway.enabled: false",
-                "a hub only behind the site's gateway, which routes and falls back to it",
-                "remove `hub`, or turn the gateway on",
-            )
-        )
-    elif hub is not None and not any(r.large == HUB_TARGET for r in env.gateway.routes) and not hub.fallback:
+    hub = env.hub  # a hub without a key, or with the gateway off: hub_checks (every tier)
+    if (
+        hub is not None
+        and env.gateway.enabled
+        and not any(r.large == HUB_TARGET for r in env.gateway.routes)
+        and not hub.fallback
+    ):
         issues.append(
             ConfigIssue(
                 f"{CONFIG_KEY}.hub",

@@ -382,6 +382,17 @@ def hub_checks(env: Environment, hub: HubSpec | None, stack: str | None = None) 
                 "name the hub's stack, or remove `hub`",
             )
         )
+    if hub is not None and not env.gateway.enabled:
+        # Only the gateway sends prompts to the hub (its routes and fallback): without it, `pulumi up` would read the
+        # hub stack (or its key) for nothing.
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.hub",
+                "a hub with gateway.enabled: false",
+                "a hub only behind this stack's gateway, which routes and falls back to it",
+                "remove `hub`, or turn the gateway on",
+            )
+        )
     if hub is not None and hub.url is not None and hub.api_key_secret is None:
         issues.append(
             ConfigIssue(

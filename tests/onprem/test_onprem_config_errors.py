@@ -94,6 +94,15 @@ def test_a_multi_node_model_without_an_rdma_fabric() -> None:
     assert "models[2].pipelineParallel: got 2 (the group spans 2 servers) with fabric.kind 'none'" in line
 
 
+def test_a_hub_without_a_gateway_to_send_to_it_is_refused() -> None:
+    # GIVEN the gateway off and the bundled hub kept: the hub was ignored in silence (as it was at the edge)
+    lines = [line for line in errors(lambda e: e.update(gateway={"enabled": False})) if ".hub:" in line]
+    # THEN it is refused as unused, with the two ways out
+    assert len(lines) == 1
+    assert "inferstack:environment.hub: got a hub with gateway.enabled: false" in lines[0]
+    assert "fix: remove `hub`, or turn the gateway on" in lines[0]
+
+
 def test_the_doca_driver_is_refused_without_a_fabric() -> None:
     # GIVEN no RDMA fabric (so no Network Operator) and the DOCA driver container asked of the operator
     def edit(env: dict[str, Any]) -> None:
