@@ -135,8 +135,8 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
                 )
             )
     if not env.fabric.rdma and env.network_operator.mofed == "operator":
-        # Without a fabric the kit installs no Network Operator (the same test as fabric.secondaryNetwork's below), so
-        # the DOCA driver container asked for here would never be deployed.
+        # Without an RDMA fabric (fabric.rdma) the kit installs no Network Operator, so the DOCA driver container asked
+        # for here would never be deployed.
         issues.append(
             ConfigIssue(
                 f"{CONFIG_KEY}.networkOperator.mofed",

@@ -52,3 +52,10 @@ def check_name(field: str, value: str) -> None:
     """Refuse a name Kubernetes would refuse, before a render hands it on."""
     if not _DNS_LABEL.match(value) or len(value) > 63:
         raise ValueError(f"{field}: {value!r} is not a DNS-1123 label; use lowercase letters, digits and '-'")
+
+
+def one_or_several(names: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    """A field that takes one namespace or several (``gateway_namespace``), as a tuple: each once, in order."""
+    if names is None:
+        return ()
+    return tuple(dict.fromkeys((names,) if isinstance(names, str) else names))

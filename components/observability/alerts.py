@@ -28,6 +28,7 @@ from typing import Any, Final, Literal
 
 from components.catalog.charts import CHARTS, prometheus_selector_labels
 from components.catalog.models import MODELS
+from components.kube.objects import one_or_several
 from components.observability.dashboards import (
     BY_MODEL,
     DCGM_XID_ERRORS,
@@ -131,10 +132,7 @@ class ModelSlo:
     @property
     def gateway_namespaces(self) -> tuple[str, ...]:
         """Where the gateways in front of the model run, each once, in order; none without a gateway."""
-        if self.gateway_namespace is None:
-            return ()
-        named = (self.gateway_namespace,) if isinstance(self.gateway_namespace, str) else self.gateway_namespace
-        return tuple(dict.fromkeys(named))
+        return one_or_several(self.gateway_namespace)
 
     @property
     def matchers(self) -> tuple[str, str, str]:
@@ -155,13 +153,13 @@ def model_slos(
     models: Iterable[ModelDeploySpec],
     namespace: str,
     pool_of: Callable[[str], ServingPool],
-    gateway_namespace: str | None = None,
+    gateway_namespace: str | tuple[str, ...] | None = None,
 ) -> list[ModelSlo]:
     """The SLOs of a stack's ``models[]`` entries, served in ``namespace`` on the pools ``pool_of`` names.
 
     The workload kind comes from the same placement the InferenceServer deploys (``place``), so the availability
-    alert reads the object that exists. ``gateway_namespace``: where the stack's gateway runs, ``None`` without
-    one; it relays chat models only.
+    alert reads the object that exists. ``gateway_namespace``: where the stack's gateway runs, or each gateway in
+    front of the models (as ``ModelSlo.gateway_namespace``), ``None`` without one; gateways relay chat models only.
     """
     slos = []
     for m in models:

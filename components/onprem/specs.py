@@ -373,8 +373,8 @@ class OnpremLoadBalancerSpec(Spec):
     metallb: MetalLbSpec | None = None
     load_balancer_class: LabelKey | None = None
     """``existing``: the ``spec.loadBalancerClass`` your load balancer serves (e.g. ``kube-vip.io/kube-vip-class``);
-    empty: the cluster default. The API server checks it as a label key is checked (``ValidateQualifiedName`` in
-    kubernetes ``validateLoadBalancerClassField``)."""
+    left out: the cluster default (an empty string is no label key, and refused). The API server checks it as a
+    label key is checked (``ValidateQualifiedName`` in kubernetes ``validateLoadBalancerClassField``)."""
     source_ranges: tuple[Cidr, ...] = (
         IPv4Network("10.0.0.0/8"),
         IPv4Network("172.16.0.0/12"),

@@ -24,7 +24,7 @@ from components.catalog.engine_support import check_engine_args, missing_paths
 from components.catalog.instances import InstanceSpec
 from components.catalog.models import MODEL_CACHE_ROOT, gguf_dir, hf_checkpoint_dir, trtllm_engine_dir
 from components.kube.labels import POOL_LABEL
-from components.kube.objects import custom_resource
+from components.kube.objects import custom_resource, one_or_several
 from components.observability.dashboards import MODEL_POD_LABEL
 from components.serving._llamacpp import LLAMACPP_HTTP_PORT, llamacpp_args, prompt_cache_mib
 from components.serving._placement import Placement, engine_build_memory_gib, host_memory_share_gib, place
@@ -730,7 +730,7 @@ def autoscaler(args: InferenceServerArgs, placement: Placement, workload_kind: s
 
 def gateway_namespaces(args: InferenceServerArgs) -> tuple[str, ...]:
     """Where the gateways in front of the model run (``gateway_namespace``, one or several)."""
-    return (args.gateway_namespace,) if isinstance(args.gateway_namespace, str) else args.gateway_namespace
+    return one_or_several(args.gateway_namespace)
 
 
 def network_policy(args: InferenceServerArgs) -> dict[str, Any]:

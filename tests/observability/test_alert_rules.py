@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from components.observability.alerts import FATAL_XIDS, ModelSlo, prometheus_rule
+from components.observability.alerts import FATAL_XIDS, ModelSlo, model_slos, prometheus_rule
 from components.observability.observability import FORWARDED_METRICS
 from crdcheck import validate
-from helpers import ROOT
+from helpers import ROOT, raw_environment
 from inferstack_cli.plan import Plan
 from promql import reads_own_series_only, selectors
+from stacks.environment import load_environment
 
 
 def _rules(rule: dict[str, Any], group: str) -> list[dict[str, Any]]:
@@ -110,6 +111,15 @@ def test_a_triton_model_behind_two_gateways_has_its_ttft_from_both() -> None:
     )
     assert slo.gateway_namespaces == ("team-b", "team-a")
     assert _alerts(prometheus_rule([slo]), "InferstackTTFTSLOBurn")
+
+
+def test_model_slos_takes_every_gateway_in_front_of_the_models() -> None:
+    # GIVEN the bundled edge site's models, fronted by two teams' gateways, their SLOs made with model_slos
+    env = load_environment(raw_environment("edge"), "stacks/Pulumi.edge.yaml")
+    nodes = {n.name: n for n in env.nodes}
+    slos = model_slos(env.models, "ml", nodes.__getitem__, ("team-a", "team-b"))
+    # THEN each chat model's SLO names both, and the embedder none (no gateway relays it)
+    assert {s.name: s.gateway_namespaces for s in slos} == {"llama-3b": ("team-a", "team-b"), "minilm": ()}
 
 
 @pytest.mark.parametrize(
