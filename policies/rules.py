@@ -352,7 +352,13 @@ def _standalone_cache(props: dict[str, Any], report: ReportViolation) -> None:
 def _serverless_cache_users(props: dict[str, Any], report: ReportViolation) -> None:
     # A serverless cache always has TLS and at-rest encryption, but no AUTH token: RBAC is the only way to control
     # access to it (https://docs.aws.amazon.com/AmazonElastiCache/latest/dg/Clusters.RBAC.html).
-    if not props.get("userGroupId"):
+    if str(props.get("engine", "")).lower() == "memcached":
+        # UserGroupId is "Available for Valkey and Redis OSS only" (ElastiCache API, CreateServerlessCache).
+        report(
+            "a serverless Memcached cache has no access control (no RBAC users): use engine valkey with a user group",
+            None,
+        )
+    elif not props.get("userGroupId"):
         report("the serverless cache must authenticate clients: give it RBAC users (userGroupId)", None)
 
 

@@ -166,7 +166,7 @@ def test_an_instance_with_imdsv2_and_no_public_ip_passes(messages: Run, rule: st
 
 
 def serverless_cache(**fields: Any) -> aws.elasticache.ServerlessCache:
-    return aws.elasticache.ServerlessCache("team-cache", engine="valkey", name="team-cache", **fields)
+    return aws.elasticache.ServerlessCache("team-cache", name="team-cache", **{"engine": "valkey", **fields})
 
 
 def test_a_serverless_cache_without_a_user_group_is_caught(messages: Run) -> None:
@@ -175,6 +175,13 @@ def test_a_serverless_cache_without_a_user_group_is_caught(messages: Run) -> Non
     # WHEN it names no user group THEN the rule names it and the fix
     (found,) = messages(serverless_cache, "elasticache-encrypted-authenticated")
     assert "userGroupId" in found and "team-cache" in found
+
+
+def test_a_serverless_memcached_is_told_to_use_valkey_not_a_user_group_it_cannot_have(messages: Run) -> None:
+    # GIVEN a serverless Memcached cache, for which CreateServerlessCache takes no UserGroupId (Valkey and Redis OSS
+    # only): it has no access control at all
+    (found,) = messages(lambda: serverless_cache(engine="memcached"), "elasticache-encrypted-authenticated")
+    assert "use engine valkey with a user group" in found and "userGroupId)" not in found
 
 
 def test_a_serverless_cache_with_a_user_group_passes(messages: Run) -> None:
