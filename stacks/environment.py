@@ -638,8 +638,12 @@ def cloud_checks(env: CloudEnvironment) -> list[ConfigIssue]:
                             f"{size} on a Karpenter pool (Karpenter launches nodes for pending pods and keeps none "
                             "warm)",
                             f"0 or no {key}: a Karpenter pool grows from zero up to maxSize",
-                            "keep warm capacity with models[].replicas (their pods hold the nodes), or set "
-                            "provisioner: managed for a fixed node count",
+                            "keep warm capacity with models[].replicas (their pods hold the nodes)"
+                            + (
+                                ""  # a Capacity Block pool is Karpenter's: a managed one is refused above
+                                if pool.capacity.type == "capacity-block"
+                                else ", or set provisioner: managed for a fixed node count"
+                            ),
                         )
                     )
         if pool.capacity.reserved and not pool.capacity.reservation_id:
@@ -679,15 +683,6 @@ def cloud_checks(env: CloudEnvironment) -> list[ConfigIssue]:
                     f"true with capacity.type {pool.capacity.type!r} and provisioner {pool.provisioner!r}",
                     "a Karpenter pool with an odcr or capacity-block reservation",
                     "remove `onDemandFallback`, or use a reservation with `provisioner: karpenter`",
-                )
-            )
-        if pool.capacity.type == "capacity-block" and pool.min_size != pool.max_size and pool.provisioner == "managed":
-            issues.append(
-                ConfigIssue(
-                    f"{at}.minSize",
-                    f"{pool.min_size} with maxSize {pool.max_size} on a Capacity Block",
-                    "minSize == maxSize == the block's instance count",
-                    "set minSize and maxSize to the number of instances in the block",
                 )
             )
         if pool.placement_group and not pool.efa_enabled:

@@ -95,6 +95,19 @@ def test_a_node_floor_on_a_karpenter_pool_is_refused_not_ignored(key: str) -> No
     assert "models[].replicas" in line and "provisioner: managed" in line
 
 
+def test_a_node_floor_on_a_capacity_block_pool_is_not_told_to_turn_managed() -> None:
+    # GIVEN prod's Capacity Block pool (Karpenter's: a managed one is refused) asked to keep its block's two nodes,
+    # as the README once said (min = max = the block's size)
+    def edit(env: dict[str, Any]) -> None:
+        (pool,) = [p for p in env["gpuPools"] if p.get("capacity", {}).get("type") == "capacity-block"]
+        pool.update(minSize=2)
+
+    (line,) = config_errors(edit, stack="prod")
+    # THEN the fix is the replicas alone: provisioner: managed would be refused in turn
+    assert ".minSize: got 2 on a Karpenter pool" in line
+    assert "models[].replicas" in line and "provisioner: managed" not in line
+
+
 def p4d_tp1(env: dict[str, Any]) -> None:
     """dev on one p4d.24xlarge (8 A100s, 4 EFA interfaces): an 8B model at TP1, one replica per GPU."""
     env["gpuPools"][0].update(name="a100", instanceType="p4d.24xlarge", maxSize=1)
