@@ -24,20 +24,14 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
-    from inferstack_cli.plan import read_stack_config, source_name
+    from inferstack_cli.plan import load_stack
     from stacks import program
-    from stacks.environment import AWS_REGION_KEY, CONFIG_KEY, load_environment, provider_region_issues
     from stacks.preflight import NOT_COVERED, TIERS
 
     stacks_dir = Path(args.stacks_dir) if args.stacks_dir else program.STACKS_DIR
     try:
-        config = read_stack_config(args.stack, stacks_dir)
-        source = source_name(args.stack, stacks_dir)
-        env = load_environment(config.get(CONFIG_KEY), source)
-        # The account's answers are for env.region; `pulumi up` deploys to aws:region.
-        region_issues = provider_region_issues(env, config.get(AWS_REGION_KEY))
-        if region_issues:
-            raise ConfigError(source, region_issues)
+        # The account's answers are for env.region; `pulumi up` deploys to aws:region (load_stack checks they agree).
+        _, env = load_stack(args.stack, stacks_dir)
     except ConfigError as err:
         print(err, file=sys.stderr)
         return EXIT_CONFIG

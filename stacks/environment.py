@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from ipaddress import IPv4Network
 from typing import Annotated, Any, Literal
@@ -322,29 +323,37 @@ AWS_REGION_KEY = "aws:region"
 """The default AWS provider's region: every AWS resource of the cloud tier is created there."""
 
 
-def provider_region_issues(env: Environment, aws_region: Any) -> list[ConfigIssue]:
-    """``aws:region`` equals the cloud environment's ``region``.
+def provider_region_issues(env: Environment, aws_region: Any, source: str = AWS_REGION_KEY) -> list[ConfigIssue]:
+    """The AWS provider's region (``aws_region``, read from ``source``) equals the cloud environment's ``region``.
 
     The cloud tier creates its AWS resources through Pulumi's default AWS provider, whose region is the stack's
     ``aws:region`` or, without it, the ``AWS_REGION`` / ``AWS_DEFAULT_REGION`` of the shell that runs ``pulumi up``
     (pulumi-aws, provider configuration ``region``). The subnets, the kubeconfig, the ACM check and ``inferstack
-    preflight`` follow ``region``: a provider elsewhere creates the VPC in one region and asks for zones of another."""
-    if not isinstance(env, CloudEnvironment) or aws_region == env.region:
+    preflight`` follow ``region``: a provider elsewhere creates the VPC in one region and asks for zones of another.
+    ``None`` (not known here: a shell or a Pulumi ESC environment may give it at ``pulumi up``) passes."""
+    if not isinstance(env, CloudEnvironment) or aws_region is None or aws_region == env.region:
         return []
-    received = (
-        "nothing (the AWS provider would take the region of the shell's AWS_REGION)"
-        if aws_region is None
-        else f"{_show(aws_region)} (the environment's region is {env.region!r})"
-    )
     return [
         ConfigIssue(
             AWS_REGION_KEY,
-            received,
+            f"{_show(aws_region)}{'' if source == AWS_REGION_KEY else f' from {source}'} (the environment's region "
+            f"is {env.region!r})",
             f"the environment's region, {env.region}: the provider creates every AWS resource there",
             f"set `aws:region: {env.region}` under `config:` (pulumi config set aws:region {env.region}), or change "
             "the environment's region and zones",
         )
     ]
+
+
+def provider_region(configured: str | None, environ: Mapping[str, str]) -> tuple[str | None, str]:
+    """The region the default AWS provider will use at ``pulumi up``, and where it comes from: ``aws:region``, else
+    the shell's ``AWS_REGION``, else its ``AWS_DEFAULT_REGION`` (pulumi-aws provider configuration)."""
+    if configured:
+        return configured, AWS_REGION_KEY
+    for variable in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        if environ.get(variable):
+            return environ[variable], variable
+    return None, AWS_REGION_KEY
 
 
 def cross_checks(env: Environment, stack: str | None = None) -> list[ConfigIssue]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +13,14 @@ import pulumi
 
 from components.observability.alerting import AlertDestinations
 from components.specs import AlertingSpec, ObservabilitySpec
-from stacks.environment import CONFIG_KEY, ConfigError, Environment, load_environment, provider_region_issues
+from stacks.environment import (
+    CONFIG_KEY,
+    ConfigError,
+    Environment,
+    load_environment,
+    provider_region,
+    provider_region_issues,
+)
 from stacks.tiers import TIER_PLUGINS
 
 STACKS_DIR = Path(__file__).resolve().parent
@@ -75,7 +83,7 @@ def environment() -> Environment:
     raw = pulumi.Config("inferstack").get_object(CONFIG_KEY.split(":", 1)[1])
     stack = pulumi.get_stack()
     env = load_environment(raw, stack_file(stack), f"{pulumi.get_project()}/{stack}")
-    region_issues = provider_region_issues(env, pulumi.Config("aws").get("region"))
+    region_issues = provider_region_issues(env, *provider_region(pulumi.Config("aws").get("region"), os.environ))
     if region_issues:
         raise ConfigError(stack_file(stack), region_issues)
     return env

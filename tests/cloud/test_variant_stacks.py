@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from helpers import ROOT, config_errors, plan_with, refused_line
+from helpers import ROOT, config_errors, plan_cli, plan_with, raw_environment, refused_line
 from inferstack_cli import render
 from inferstack_cli.main import main
 from inferstack_cli.plan import Plan
+from stacks.environment import load_environment, provider_region, provider_region_issues
 
 
 def write_variant(tmp_path: Path, name: str, document: dict[str, Any]) -> None:
@@ -48,18 +49,41 @@ def test_aws_region_that_differs_from_the_environment_region_is_refused(tmp_path
     assert "aws:region: eu-west-1" in line
 
 
-def test_missing_aws_region_is_refused(tmp_path: Path) -> None:
-    # GIVEN the dev stack without aws:region
+def test_a_stack_file_without_aws_region_plans(tmp_path: Path) -> None:
+    # GIVEN the dev stack without aws:region: the shell's AWS_REGION or a Pulumi ESC environment may give it at
+    # `pulumi up`, which the offline plan cannot see (`pulumi up` checks the region it will use: below)
     document = bundled_document("dev")
     del document["config"]["aws:region"]
     write_variant(tmp_path, "noregion", document)
+    # WHEN the user plans it THEN it plans
+    result = plan_cli(tmp_path, "noregion")
+    assert result.returncode == 0, result.stderr
 
-    # WHEN the user plans it
-    line = refused_line(tmp_path, "noregion")
 
-    # THEN the plan asks for aws:region equal to the environment's region, rather than deploying wherever the
-    # shell's AWS_REGION points
-    assert ": aws:region: got nothing" in line
+@pytest.mark.parametrize(
+    ("configured", "environ", "region", "source"),
+    [
+        ("us-west-2", {"AWS_REGION": "eu-west-1"}, "us-west-2", "aws:region"),  # the stack's config comes first
+        (None, {"AWS_REGION": "eu-west-1", "AWS_DEFAULT_REGION": "us-east-1"}, "eu-west-1", "AWS_REGION"),
+        (None, {"AWS_DEFAULT_REGION": "us-east-1"}, "us-east-1", "AWS_DEFAULT_REGION"),
+        (None, {}, None, "aws:region"),
+    ],
+)
+def test_pulumi_up_checks_the_region_the_aws_provider_will_use(
+    configured: str | None, environ: dict[str, str], region: str | None, source: str
+) -> None:
+    assert provider_region(configured, environ) == (region, source)
+
+
+def test_pulumi_up_refuses_a_shell_region_that_differs_from_the_environments() -> None:
+    # GIVEN the dev environment (us-west-2), no aws:region, and a shell whose AWS_REGION is eu-west-1
+    env = load_environment(raw_environment("dev"), "stacks/Pulumi.dev.yaml")
+    (issue,) = provider_region_issues(env, *provider_region(None, {"AWS_REGION": "eu-west-1"}))
+    # THEN the line names the variable it came from, both regions and the fix
+    line = issue.render("stacks/Pulumi.dev.yaml")
+    assert line.startswith(
+        "stacks/Pulumi.dev.yaml: aws:region: got 'eu-west-1' from AWS_REGION (the environment's region is 'us-west-2')"
+    )
     assert "aws:region: us-west-2" in line
 
 

@@ -107,14 +107,14 @@ def test_non_cloud_tier_has_nothing_to_check(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # GIVEN a stack of a tier without an AWS account (edge)
-    from stacks import environment
+    from inferstack_cli import plan
 
-    real = environment.load_environment
+    real = plan.load_environment
 
-    def as_edge(raw: Any, source: str) -> Environment:
-        return real(raw, source).model_copy(update={"tier": "edge"})
+    def as_edge(*args: Any) -> Environment:
+        return real(*args).model_copy(update={"tier": "edge"})
 
-    monkeypatch.setattr(environment, "load_environment", as_edge)
+    monkeypatch.setattr(plan, "load_environment", as_edge)
 
     # WHEN preflight runs
     code = main(["preflight", "--stack", "dev"])
