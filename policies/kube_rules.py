@@ -286,17 +286,17 @@ def no_internet_facing(res: Res) -> Iterator[Finding]:
         if annotations.get("service.beta.kubernetes.io/aws-load-balancer-scheme") == "internet-facing" or not internal:
             yield (
                 f"{res.label} is a LoadBalancer that may face the internet: mark it internal "
-                "(service.beta.kubernetes.io/aws-load-balancer-scheme: internal), or opt in through the stack "
-                f'config, which sets {INTERNET_OPT_IN}: "true"',
+                "(service.beta.kubernetes.io/aws-load-balancer-scheme: internal), or, if it is meant to, opt in "
+                f'with the annotation {INTERNET_OPT_IN}: "true"',
                 None,
             )
     if res.kind == "Ingress" and annotations.get("alb.ingress.kubernetes.io/scheme") == "internet-facing":
-        yield (f"{res.label} asks for an internet-facing ALB without the config opt-in ({INTERNET_OPT_IN})", None)
+        yield (f"{res.label} asks for an internet-facing ALB without the opt-in annotation {INTERNET_OPT_IN}", None)
     if res.kind == "IngressClassParams" and (res.inputs.get("spec") or {}).get("scheme") == "internet-facing":
         # The AWS Load Balancer Controller gives every Ingress of the class this scheme, whatever its own
         # annotations say (https://kubernetes-sigs.github.io/aws-load-balancer-controller/latest/guide/ingress/ingress_class/).
         yield (
-            f"{res.label} makes every ALB of its class internet-facing without the config opt-in ({INTERNET_OPT_IN})",
+            f"{res.label} makes every ALB of its class internet-facing without the opt-in annotation {INTERNET_OPT_IN}",
             None,
         )
 

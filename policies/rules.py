@@ -605,7 +605,7 @@ RULES: tuple[Rule, ...] = (
     ),
     _resource(
         "k8s-no-internet-facing-service",
-        "No internet-facing Service or Ingress without the config opt-in.",
+        "No internet-facing Service or Ingress without the opt-in annotation (inferstack.io/internet-facing).",
         k8s.no_internet_facing,
     ),
     _resource("k8s-no-secret-in-configmap", "ConfigMaps hold no secret values.", k8s.no_secret_in_configmap),
