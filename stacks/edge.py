@@ -15,7 +15,7 @@ from components.addons.cluster_addons import ClusterAddons, ClusterAddonsArgs
 from components.cache.redis_cache import RedisCache, RedisCacheArgs
 from components.catalog import images as _images
 from components.catalog.models import MODELS
-from components.edge.budget import MODEL_CACHE_GIB, cpu_decoders
+from components.edge.budget import MODEL_CACHE_GIB, cpu_decoders, placed
 from components.edge.specs import GPU_NODE_LABEL, K3S_NVIDIA_RUNTIME_CLASS, K3S_STORAGE_CLASS
 from components.gateway.gateway import Gateway, GatewayArgs, HubUpstream, embedder_for
 from components.kube.existing_cluster import ExistingCluster, ExistingClusterArgs
@@ -120,7 +120,7 @@ def compose(env: EdgeEnvironment, stack: str) -> dict[str, Any]:
     )
     registry = env.image_registry.rstrip("/")
     models: dict[str, InferenceServer] = {}
-    decoders = cpu_decoders(env.nodes, env.models)  # as the node budget counted them (edge_checks)
+    decoders = cpu_decoders(env.nodes, placed(env.nodes, env.models))  # as the node budget counted them (edge_checks)
     for model in env.models:
         layout = "gguf" if model.engine == "llamacpp" else "hf"
         models[model.name] = InferenceServer(

@@ -92,9 +92,10 @@ def _shared_decode(env: EdgeEnvironment) -> list[ConfigIssue]:
     """The ITL floor of CPU decoders that share a node: each reads its weights per token through the node's memory
     bandwidth, which the node's CPU decoders (every replica) split when they decode at once. One decoder alone is held
     to the whole bandwidth by its placement."""
-    decoders = cpu_decoders(env.nodes, env.models)
+    models_placed = placed(env.nodes, env.models)
+    decoders = cpu_decoders(env.nodes, models_placed)
     issues = []
-    for spec, node, placement in placed(env.nodes, env.models):
+    for spec, node, placement in models_placed:
         sharing = decoders[node.name]
         if sharing < 2 or placement.gpu_offload or placement.model.is_embedding or placement.gguf is None:
             continue

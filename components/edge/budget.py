@@ -12,7 +12,6 @@ counted here. k3s's own pods are in each node's ``reserved*`` share.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from components.addons.cluster_addons import DCGM_EXPORTER_RESOURCES
@@ -30,31 +29,33 @@ MODEL_CACHE_GIB = 20
 """The per-pod local-path volume a llama.cpp server keeps its GGUF file on (the largest catalog file is 7.6 GB)."""
 
 
-def placed(
-    nodes: tuple[EdgeNodeSpec, ...], models: tuple[ModelDeploySpec, ...]
-) -> Iterator[tuple[ModelDeploySpec, EdgeNodeSpec, Placement]]:
+Placed = list[tuple[ModelDeploySpec, EdgeNodeSpec, Placement]]
+"""Each model with its node and its placement (``placed``)."""
+
+
+def placed(nodes: tuple[EdgeNodeSpec, ...], models: tuple[ModelDeploySpec, ...]) -> Placed:
     """Each model with its node and placement. Models that cannot be placed are left out (the model checks report
     them)."""
     from components.serving._placement import PlacementProblem
 
     by_name = {n.name: n for n in nodes}
+    found: Placed = []
     for spec in models:
         node = by_name.get(spec.pool)
         if node is None:
             continue
         try:
-            placement = place(spec, node)
+            found.append((spec, node, place(spec, node)))
         except PlacementProblem:
             continue
-        yield spec, node, placement
+    return found
 
 
-def cpu_decoders(nodes: tuple[EdgeNodeSpec, ...], models: tuple[ModelDeploySpec, ...]) -> dict[str, int]:
-    """Per node: the llama.cpp chat pods decoding on its CPU (every replica), which share its decode threads
-    (``InferenceServerArgs.cpu_decoders``). Models that cannot be placed are left out (the model checks report them).
-    """
+def cpu_decoders(nodes: tuple[EdgeNodeSpec, ...], models: Placed) -> dict[str, int]:
+    """Per node: the llama.cpp chat pods decoding on its CPU (every replica) among the ``placed`` models, which share
+    its decode threads (``InferenceServerArgs.cpu_decoders``)."""
     count = {n.name: 0 for n in nodes}
-    for spec, node, placement in placed(nodes, models):
+    for spec, node, placement in models:
         if not placement.gpu_offload and not placement.model.is_embedding:
             count[node.name] += spec.replicas
     return count
@@ -99,9 +100,10 @@ def site_demand(
     grow, so a rollout adds none and the budget holds the replicas alone."""
     from components.serving.inference_server import rollout_strategy, server_pod
 
-    decoders = cpu_decoders(nodes, models)
+    models_placed = placed(nodes, models)
+    decoders = cpu_decoders(nodes, models_placed)
     workloads: list[Demand] = []
-    for spec, node, placement in placed(nodes, models):
+    for spec, node, placement in models_placed:
         args = serving_args(spec, node, rollout_surge, max(1, decoders[node.name]))
         pods = spec.replicas + surge_pods(rollout_strategy(rollout_surge))
         workloads.append(Demand(spec.name, pod_requests(server_pod(args, placement)), pods, node.name))

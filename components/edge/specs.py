@@ -43,6 +43,11 @@ SITE_HOST_PORTS = {9100: "the node exporter the kit's kube-prometheus-stack runs
 ``hostNetwork: true`` on ``service.port`` 9100 (prometheus-node-exporter chart values.yaml; ``nodeExporter.enabled``
 is on in kube-prometheus-stack 88.0.0 and the kit leaves it on), and a host-network pod's container port is a host
 port, so ServiceLB's pod for a LoadBalancer port there is never scheduled."""
+_HELD_PORTS = {
+    **{port: f"a port k3s itself holds ({who})" for port, who in K3S_NODE_PORTS.items()},
+    **{port: f"a port the kit holds on every node ({who})" for port, who in SITE_HOST_PORTS.items()},
+}
+"""Every host port a site's LoadBalancer can never take, and why."""
 EDGE_GATEWAY_PORT = 8080
 """The gateway's site port: one Traefik does not hold (the gateway's own container port as well)."""
 GPU_NODE_LABEL = "nvidia.com/gpu.present"
@@ -168,13 +173,10 @@ class EdgeGatewaySpec(GatewaySpec):
     @field_validator("load_balancer_port")
     @classmethod
     def _not_k3s_own(cls, port: int) -> int:
-        held = {**{p: f"a port k3s itself holds ({who})" for p, who in K3S_NODE_PORTS.items()}, **{
-            p: f"a port the kit holds on every node ({who})" for p, who in SITE_HOST_PORTS.items()
-        }}  # fmt: skip
-        if port in held:
+        if port in _HELD_PORTS:
             raise config_error(
-                held[port],
-                allowed=f"a free host port: not {', '.join(map(str, sorted(held)))}, and not 80 or 443 while "
+                _HELD_PORTS[port],
+                allowed=f"a free host port: not {', '.join(map(str, sorted(_HELD_PORTS)))}, and not 80 or 443 while "
                 "Traefik runs",
                 fix=f"use {EDGE_GATEWAY_PORT} (the default)",
             )

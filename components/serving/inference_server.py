@@ -301,8 +301,8 @@ def _resources(
     # A share of the host proportional to the GPUs taken, minus room for system daemons.
     memory_gib = host_memory_share_gib(spec, gpus)
     limits: dict[str, Any] = {"nvidia.com/gpu": gpus, "memory": f"{memory_gib}Gi"}
-    if fabric == "efa" and efa_interfaces_per_pod(pool, gpus, multi_node):
-        limits[EFA_RESOURCE] = efa_interfaces_per_pod(pool, gpus, multi_node)
+    if fabric == "efa" and (interfaces := efa_interfaces_per_pod(pool, gpus, multi_node)):
+        limits[EFA_RESOURCE] = interfaces
     if multi_node and fabric == "rdma":
         limits[rdma.resource if rdma else RDMA_RESOURCE] = 1
     requests = {**limits, "cpu": str(server_cpus(spec, gpus))}
