@@ -753,6 +753,14 @@ class ModelDeploySpec(Spec):
     speculative: Any | None = None
     """vLLM speculative decoding (``components.serving._vllm.SpeculativeConfig``): method, numSpeculativeTokens, ..."""
 
+    @property
+    def replica_ceiling(self) -> int:
+        """The most replicas the model runs: KEDA's ``maxReplicas`` (default 4 x ``replicas``, at least 2) when it
+        autoscales, else ``replicas``."""
+        if not self.autoscaling.enabled:
+            return self.replicas
+        return self.autoscaling.max_replicas or max(2, 4 * self.replicas)
+
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: str) -> str:

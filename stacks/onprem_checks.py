@@ -83,7 +83,8 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
                 )
             )
         if not placed.multi_node(pool.gpus_per_node):
-            pods_per_node = pool.gpus_per_node // gpus
+            # A CPU-only llama.cpp server takes no GPU: only its replica count bounds its pods on one server.
+            pods_per_node = pool.gpus_per_node // gpus if gpus else model.replica_ceiling
             if pods_per_node > pool.volumes_per_node:
                 issues.append(
                     ConfigIssue(

@@ -717,7 +717,7 @@ def autoscaler(args: InferenceServerArgs, placement: Placement, workload_kind: s
         namespace=args.namespace,
         engine=spec.engine,
         threshold=scaling.queue_depth or placement.profile.keda_queue_depth_per_replica,
-        max_replicas=scaling.max_replicas or max(2, 4 * spec.replicas),
+        max_replicas=spec.replica_ceiling,
         min_replicas=0 if scaling.scale_to_zero else max(1, spec.replicas),
         scale_to_zero=scaling.scale_to_zero,
         target_kind=workload_kind,  # type: ignore[arg-type]

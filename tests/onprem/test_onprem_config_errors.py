@@ -388,3 +388,35 @@ def test_a_model_too_slow_for_its_slo_is_told_to_use_fp8_only_when_it_does_not(p
     assert "inferstack:environment.models[0].tensorParallel: got nothing fits (derived on 1x L40S server)" in line
     assert ("fix: use fp8, " in line) is suggested
     assert "a bigger GPU pool, pipelineParallel across nodes, or a looser slo.itlP99Ms" in line
+
+
+def minilm_on_cpu(env: dict[str, Any]) -> None:
+    """The embedding model on llama.cpp (``engine: llamacpp``, any tier): it runs on the CPU of an h100 server."""
+    env["models"].append(
+        {
+            "name": "minilm",
+            "model": "sentence-transformers/all-MiniLM-L6-v2",
+            "engine": "llamacpp",
+            "pool": "h100",
+            "autoscaling": {"maxReplicas": 3},
+        }
+    )
+
+
+def test_a_cpu_llamacpp_server_on_a_gpu_pool_plans() -> None:
+    # GIVEN the bundled stack with a CPU-only llama.cpp server (it takes none of the pool's GPUs)
+    env = copy.deepcopy(raw_environment("onprem"))
+    minilm_on_cpu(env)
+    # WHEN the environment is checked THEN it loads, the server among its models
+    assert "minilm" in [m.name for m in load_environment(env, SOURCE).models]
+
+
+def test_a_cpu_llamacpp_servers_replicas_count_against_the_local_volumes() -> None:
+    # GIVEN two local volumes per h100 server and a CPU server that KEDA may grow to 3 replicas, on one server alike
+    def edit(env: dict[str, Any]) -> None:
+        minilm_on_cpu(env)
+        env["gpuPools"][0].update(localVolumesPerNode=2)
+
+    # THEN its line bounds its pods per server by its replica ceiling (GPUs do not bound a server of none)
+    (line,) = [line for line in errors(edit) if "'minilm'" in line]
+    assert "gpuPools[0].localVolumesPerNode: got 2 local volumes per server for up to 3 'minilm' pods" in line
