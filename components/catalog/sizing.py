@@ -28,10 +28,13 @@ Every decode step also reads the KV cache of every sequence in the batch. At the
 context this is no longer small (Llama 3.1 70B in FP8: 64 sequences x 8,192 tokens x 160 KiB = 86 GB,
 more than the weights), so the floor counts it, split over TP ranks (each holds its KV heads):
 
-    kv_read = batch x context x kv_bytes_per_token / (TP x HBM bandwidth)
+    kv_read = min(batch x context x kv_bytes_per_token, kv_capacity) / (TP x HBM bandwidth)
 
 at the profile's maximum batch and context (``itl_floor(batch=, context_tokens=)``), not at batch 1
-(issue 12, point 10). The floor ignores kernel launch gaps
+(issue 12, point 10). ``kv_capacity`` is what the GPUs hold beside the weights (TP x PP x memory x
+utilization - weight bytes, as in the fit check): the engine admits only the sequences whose KV cache
+fits (vLLM preempts the rest), so a step never reads more. Without the cap the throughput profile's
+1,024 x 131,072 tokens (17.6 TB for 8B in BF16) made every model miss any target. The floor ignores kernel launch gaps
 (CUDA graphs remove most) and the embedding lookup (one row, not the whole matrix). Real ITL is
 above it, so a target the floor misses can never be met; a target the floor meets is necessary,
 not sufficient.
@@ -272,12 +275,24 @@ class ItlEstimate:
 
 
 def itl_floor(
-    model: ModelSpec, gpu: GpuSpec, precision: str, tp: int, *, batch: int = 1, context_tokens: int = 0
+    model: ModelSpec,
+    gpu: GpuSpec,
+    precision: str,
+    tp: int,
+    *,
+    pp: int = 1,
+    batch: int = 1,
+    context_tokens: int = 0,
+    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
 ) -> ItlEstimate:
     """Lower bound of the inter-token latency (see the module docstring for the model). ``context_tokens``
-    counts the KV-cache reads of ``batch`` sequences that long; 0 leaves them out (weights only)."""
-    weight_read_s = weight_bytes(model, precision) / (tp * gpu.hbm_tb_s * 1e12)
-    kv_read_s = batch * context_tokens * kv_cache_bytes_per_token(model, precision) / (tp * gpu.hbm_tb_s * 1e12)
+    counts the KV-cache reads of ``batch`` sequences that long, at most what the TP x PP GPUs hold beside the
+    weights at ``memory_utilization``; 0 leaves them out (weights only)."""
+    weights = weight_bytes(model, precision)
+    weight_read_s = weights / (tp * gpu.hbm_tb_s * 1e12)
+    kv_capacity = max(0.0, tp * pp * gpu.memory_gb * 1e9 * memory_utilization - weights)
+    kv_bytes = min(batch * context_tokens * kv_cache_bytes_per_token(model, precision), kv_capacity)
+    kv_read_s = kv_bytes / (tp * gpu.hbm_tb_s * 1e12)
     allreduce_s = 0.0
     if tp > 1:
         link_bytes_s = (gpu.nvlink_gb_s if gpu.nvlink_gb_s is not None else PCIE_GB_S) * 1e9
@@ -372,7 +387,10 @@ def derive_tensor_parallel(
         fit = check_fit(
             model, gpu, precision, tp, pp, memory_utilization=memory_utilization, kv_reserve_tokens=kv_reserve_tokens
         )
-        itl = itl_floor(model, gpu, precision, tp, batch=batch, context_tokens=context_tokens)
+        itl = itl_floor(
+            model, gpu, precision, tp, pp=pp, batch=batch, context_tokens=context_tokens,
+            memory_utilization=memory_utilization,
+        )  # fmt: skip
         considered.append((fit, itl))
         if fit.fits and itl.total_ms <= itl_target_ms:
             return TensorParallelChoice(tp=tp, fit=fit, itl=itl, considered=tuple(considered))

@@ -204,7 +204,10 @@ def place(spec: ModelDeploySpec, pool: ServingPool) -> Placement:
             fit.explain(),
             "raise tensorParallel, use fp8, or a pool with more GPU memory",
         )
-    itl = itl_floor(model, gpu, spec.precision, tp, batch=profile.max_batch_size, context_tokens=context)
+    itl = itl_floor(
+        model, gpu, spec.precision, tp, pp=spec.pipeline_parallel, batch=profile.max_batch_size,
+        context_tokens=context, memory_utilization=profile.gpu_memory_utilization,
+    )  # fmt: skip
     return _engine_build_fits(spec, pool, Placement(model, profile, tp, spec.pipeline_parallel, False, fit, itl))
 
 

@@ -210,18 +210,39 @@ def test_unknown_precision_and_engine_are_refused_with_choices() -> None:
 
 
 def test_itl_floor_counts_the_kv_cache_of_a_full_batch() -> None:
-    # GIVEN Llama 3.1 70B in FP8 on one H200 (4.8 TB/s): 163,840 KV bytes per token (80 layers x 8 KV heads x
-    # 128 x K and V x 1 byte). WHEN the floor is taken at the ultra-low-latency profile's 64 x 8,192 tokens
-    from components.catalog.instances import INSTANCES
-    from components.catalog.models import MODELS
-    from components.catalog.sizing import itl_floor
+    # GIVEN Llama 3.1 70B in FP8 on two H200s (4.8 TB/s each): 163,840 KV bytes per token (80 layers x 8 KV heads x
+    # 128 x K and V x 1 byte), and room for 200 GB of KV beside the weights. WHEN the floor is taken at the
+    # ultra-low-latency profile's 64 x 8,192 tokens
+    weights_only = itl_floor(L70B, H200, "fp8", 2)
+    full = itl_floor(L70B, H200, "fp8", 2, batch=64, context_tokens=8192)
+    # THEN the whole batch's KV reads (86 GB over 2 GPUs, ~8.9 ms) come on top of the weights (~7.3 ms)
+    assert full.kv_read_ms == pytest.approx(64 * 8192 * 163_840 / (2 * 4.8e12) * 1e3, rel=0.02)
+    assert weights_only.kv_read_ms == 0 and full.weight_read_ms == weights_only.weight_read_ms
 
-    model, gpu = MODELS["meta-llama/Llama-3.1-70B-Instruct"], INSTANCES["p5en.48xlarge"].gpu
-    weights_only = itl_floor(model, gpu, "fp8", 1)
-    full = itl_floor(model, gpu, "fp8", 1, batch=64, context_tokens=8192)
-    # THEN the KV reads (86 GB, ~17.9 ms) come on top of the weights (~14.7 ms): TP1 cannot meet 20 ms
-    assert full.kv_read_ms == pytest.approx(64 * 8192 * 163_840 / 4.8e12 * 1e3, rel=0.02)
-    assert weights_only.total_ms < 20 < full.total_ms
+
+def test_itl_floor_reads_no_more_kv_cache_than_the_gpu_holds() -> None:
+    # GIVEN the same model and batch on one H200: 136.3 GB usable (x 0.90), 70.6 GB of it weights, so at most
+    # 65.7 GB of KV cache, less than the batch's 86 GB (the engine admits only the sequences whose KV fits)
+    full = itl_floor(L70B, H200, "fp8", 1, batch=64, context_tokens=8192, memory_utilization=0.90)
+    held = H200.memory_gb * 1e9 * 0.90 - weight_bytes(L70B, "fp8")
+    # WHEN the floor is taken THEN a step reads what the GPU holds, not the 86 GB it cannot hold
+    assert full.kv_read_ms == pytest.approx(held / 4.8e12 * 1e3, rel=0.01)
+    # AND TP1 still misses 20 ms (~28.4 ms): the KV cache of a full GPU alone takes 13.7 ms to read
+    assert full.total_ms == pytest.approx(28.4, abs=0.1)
+
+
+def test_the_throughput_profile_derives_a_tp_from_the_kv_cache_a_gpu_holds() -> None:
+    # GIVEN 8B in BF16 on H100s at the throughput profile (1,024 sequences x 131,072 tokens: 17.6 TB of KV cache,
+    # which no node holds) and a 30 ms ITL target
+    profile = PROFILES["throughput"]
+    choice = derive_tensor_parallel(
+        L8B, H100, "bf16", itl_target_ms=30, gpus_per_node=8,
+        memory_utilization=profile.gpu_memory_utilization, kv_reserve_tokens=profile.max_model_len,
+        batch=profile.max_batch_size, context_tokens=profile.max_model_len,
+    )  # fmt: skip
+    # WHEN TP is derived THEN one GPU serves it: a step reads at most its whole usable memory (81.6 GB, ~24.4 ms)
+    assert choice.tp == 1
+    assert choice.itl.total_ms == pytest.approx(H100.memory_gb * 0.95 / 3.35, rel=0.01)
 
 
 def test_the_readmes_derived_tp_example_is_what_prod_derives() -> None:
