@@ -919,6 +919,19 @@ def model_checks(env: Environment) -> list[ConfigIssue]:
                     f"{at}.speculative", f"set on a {model.engine} model", "vllm models only", "remove `speculative`"
                 )
             )
+        elif model.speculative is not None and model.speculative.method == "mtp":
+            # vLLM drafts with the target's own MTP layers only for the architectures that carry them (DeepSeek-V3,
+            # MiMo, ERNIE 4.5 MoE, Qwen3-Next: vllm/config/speculative.py); for any other it exits at start with
+            # "num_speculative_tokens was provided but without speculative model". No catalog model has them.
+            issues.append(
+                ConfigIssue(
+                    f"{at}.speculative.method",
+                    f"'mtp' on {model.model}, which has no multi-token-prediction layers",
+                    "eagle3, eagle or draft_model with a draft `model`, or ngram (mtp needs a model with MTP layers, "
+                    "and no catalog model has them)",
+                    "use method eagle3 with a draft head (`model`), or ngram",
+                )
+            )
         try:
             place(model, pool)
         except PlacementProblem as problem:

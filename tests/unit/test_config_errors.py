@@ -357,6 +357,16 @@ def test_a_speculative_config_error_names_the_key_without_pydantics_url() -> Non
     assert "errors.pydantic.dev" not in line and "Input should" not in line
 
 
+def test_mtp_speculation_on_a_model_without_mtp_layers_is_refused() -> None:
+    # GIVEN prod's Llama 3.1 8B on vLLM asked to draft with its own multi-token-prediction layers, which it has not:
+    # vLLM takes the target as its own drafter only for DeepSeek-V3, MiMo, ERNIE 4.5 MoE and Qwen3-Next, and else
+    # exits at start ("num_speculative_tokens was provided but without speculative model")
+    (line,) = config_errors(lambda e: e["models"][0].update(speculative={"method": "mtp", "numSpeculativeTokens": 1}))
+    # THEN the plan refuses it, with the methods a catalog model can run
+    assert "models[0].speculative.method: got 'mtp' on meta-llama/Llama-3.1-8B-Instruct" in line
+    assert "fix: use method eagle3 with a draft head (`model`), or ngram" in line
+
+
 @pytest.mark.parametrize(
     ("text", "path", "got"),
     [
