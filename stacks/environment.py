@@ -895,6 +895,18 @@ def model_checks(env: Environment) -> list[ConfigIssue]:
                     "enable the gateway, or keep the model warm (scaleToZero: false)",
                 )
             )
+        if scaling.scale_to_zero and not scaling.enabled:
+            # No ScaledObject without autoscaling: the model keeps `replicas`, and at 0 nothing ever starts one.
+            issues.append(
+                ConfigIssue(
+                    f"{at}.autoscaling.scaleToZero",
+                    "true with autoscaling.enabled: false (no ScaledObject: nothing takes the model to zero or wakes "
+                    "it)",
+                    "scaleToZero with autoscaling on: KEDA takes the idle model to zero and the gateway's requests "
+                    "wake it",
+                    "remove `enabled: false`, or remove scaleToZero and keep a fixed size (replicas ≥ 1)",
+                )
+            )
         if model.replicas == 0 and site:
             issues.append(
                 ConfigIssue(
@@ -910,7 +922,8 @@ def model_checks(env: Environment) -> list[ConfigIssue]:
                     f"{at}.replicas",
                     "0 without autoscaling.scaleToZero",
                     "≥ 1 for an interactive model (warm capacity)",
-                    "set replicas: 1, or opt in with autoscaling.scaleToZero: true",
+                    "set replicas: 1, or opt in with autoscaling.scaleToZero: true"
+                    + ("" if scaling.enabled else " and remove autoscaling.enabled: false"),
                 )
             )
         if model.speculative is not None and model.engine != "vllm":

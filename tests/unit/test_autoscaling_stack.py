@@ -258,3 +258,26 @@ def test_scale_to_zero_without_a_gateway_is_refused() -> None:
     # WHEN / THEN the config is refused, naming the key
     (line,) = config_errors(no_gateway)
     assert "models[0].autoscaling.scaleToZero: got true with gateway.enabled: false" in line
+
+
+def test_scale_to_zero_with_autoscaling_off_is_refused() -> None:
+    # GIVEN a model at zero replicas that opts into scale to zero but turns autoscaling off: no ScaledObject is made,
+    # so nothing would ever start a replica and the gateway's requests for it would fail for good
+    def idle_and_unscaled(env: dict[str, Any]) -> None:
+        env["models"][0].update(replicas=0, autoscaling={"enabled": False, "scaleToZero": True})
+
+    # WHEN / THEN the config is refused, naming the key and both ways out
+    (line,) = config_errors(idle_and_unscaled)
+    assert "models[0].autoscaling.scaleToZero: got true with autoscaling.enabled: false" in line
+    assert "fix: remove `enabled: false`" in line
+
+
+def test_zero_replicas_with_autoscaling_off_is_told_to_turn_autoscaling_on() -> None:
+    # GIVEN a fixed-size model (autoscaling off) at zero replicas
+    def zero_and_fixed(env: dict[str, Any]) -> None:
+        env["models"][0].update(replicas=0, autoscaling={"enabled": False})
+
+    # WHEN / THEN the fix names autoscaling as well as scaleToZero: scaleToZero alone would still leave it unscaled
+    (line,) = config_errors(zero_and_fixed)
+    assert "models[0].replicas: got 0 without autoscaling.scaleToZero" in line
+    assert "opt in with autoscaling.scaleToZero: true and remove autoscaling.enabled: false" in line
