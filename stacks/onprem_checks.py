@@ -63,14 +63,18 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
             )
             continue
         demand[pool.name].append((i, model.name, gpus * model.replicas))
-        ceiling = model.autoscaling.max_replicas
-        if ceiling is not None and ceiling * gpus > pool_gpus:
+        # KEDA's ceiling, written or the default: either asks for replicas the fixed fleet cannot hold.
+        ceiling = model.replica_ceiling
+        if model.autoscaling.enabled and ceiling * gpus > pool_gpus:
+            written = model.autoscaling.max_replicas is not None
             issues.append(
                 ConfigIssue(
                     f"{at}.autoscaling.maxReplicas",
-                    f"{ceiling} x {gpus} GPUs = {ceiling * gpus} GPUs on pool {pool.name!r} of {pool_gpus} GPUs",
+                    f"{ceiling}{'' if written else ' (the default, 4 x replicas, at least 2)'} x {gpus} GPUs = "
+                    f"{ceiling * gpus} GPUs on pool {pool.name!r} of {pool_gpus} GPUs",
                     f"at most {pool_gpus // gpus} replicas: the on-prem fleet is fixed",
-                    f"lower maxReplicas to {pool_gpus // gpus} or add servers (gpuPools[].nodes)",
+                    f"{'lower' if written else 'set'} maxReplicas to {pool_gpus // gpus} or add servers "
+                    "(gpuPools[].nodes)",
                 )
             )
         if placed.multi_node(pool.gpus_per_node) and not env.fabric.rdma:

@@ -80,6 +80,20 @@ def test_an_autoscaling_ceiling_beyond_the_fleet() -> None:
     assert "lower maxReplicas to 8" in line
 
 
+def test_the_default_autoscaling_ceiling_beyond_the_fleet_is_refused_as_a_written_one_is() -> None:
+    # GIVEN llama-70b (TP2, 2 replicas) on one H200 server (8 GPUs) with no maxReplicas: KEDA's ceiling defaults to
+    # 4 x replicas = 8 replicas, 16 GPUs, which the fixed server can never hold
+    def edit(env: dict[str, Any]) -> None:
+        env["gpuPools"][1].update(nodes=1)
+        env["models"][1].pop("autoscaling")
+
+    # WHEN / THEN it is refused as the same maxReplicas written out is, saying the value is the default
+    (line,) = errors(edit)
+    assert "models[1].autoscaling.maxReplicas: got 8 (the default, 4 x replicas, at least 2) x 2 GPUs = 16 GPUs" in line
+    assert "on pool 'h200' of 8 GPUs" in line
+    assert "fix: set maxReplicas to 4 or add servers" in line
+
+
 def test_a_gpu_product_missing_from_the_catalog() -> None:
     (line,) = errors(lambda e: e["gpuPools"][0].update(gpu="H100X"))
     assert "inferstack:environment.gpuPools[0].gpu: got 'H100X' (not in the GPU catalog)" in line
