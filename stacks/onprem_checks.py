@@ -7,6 +7,7 @@ import math
 from collections import defaultdict
 
 from components.onprem.specs import usable_addresses
+from components.specs import ModelDeploySpec
 from stacks.environment import CONFIG_KEY, ConfigIssue, OnpremEnvironment
 
 POD_INTERFACE = "eth0"
@@ -23,6 +24,48 @@ def _checkpoint_gib(model_id: str) -> int:
     return math.ceil(MODELS[model_id].params * 2 * 1.05 / 2**30)
 
 
+def _ceilings_fit(
+    env: OnpremEnvironment,
+    ceilings: list[tuple[int, ModelDeploySpec, int]],
+    floors: dict[str, list[tuple[int, str, int]]],
+    overflowing: set[str],
+) -> list[ConfigIssue]:
+    """KEDA's ceiling of each autoscaled model (``(index, model, GPUs a replica)``), written or the default, within
+    its pool less what the pool's other models always hold (``floors``): replicas past it stay Pending, and a
+    multi-node group (a higher PriorityClass) that reached them would evict another model's warm replicas. Pools in
+    ``overflowing`` are skipped: their replicas alone do not fit, which the replicas check reports."""
+    issues: list[ConfigIssue] = []
+    pools = {p.name: p.nodes * p.gpus_per_node for p in env.gpu_pools}
+    for i, model, gpus in ceilings:
+        pool_gpus = pools[model.pool]
+        if model.pool in overflowing:
+            continue
+        held = [(name, g) for j, name, g in floors[model.pool] if j != i and g]
+        room = pool_gpus - sum(g for _, g in held)
+        ceiling = model.replica_ceiling
+        if ceiling * gpus <= room:
+            continue
+        written = model.autoscaling.max_replicas is not None
+        fit = room // gpus
+        shown = ", ".join(f"{name} {g}" for name, g in held)
+        *rest, last = [
+            *([f"{'lower' if written else 'set'} maxReplicas to {fit}"] if fit else []),
+            *(["lower the other models' replicas on the pool"] if held else []),
+            "add servers (gpuPools[].nodes)",
+        ]
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.models[{i}].autoscaling.maxReplicas",
+                f"{ceiling}{'' if written else ' (the default, 4 x replicas, at least 2)'} x {gpus} GPUs = "
+                f"{ceiling * gpus} GPUs on pool {model.pool!r} of {pool_gpus} GPUs"
+                + (f", {pool_gpus - room} of them always held by the other models' replicas ({shown})" if held else ""),
+                f"at most {fit} replicas: the on-prem fleet is fixed",
+                f"{', '.join(rest)} or {last}" if rest else last,
+            )
+        )
+    return issues
+
+
 def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
     from components.serving._placement import PlacementProblem, place
 
@@ -36,6 +79,8 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
 
     # Fixed servers cannot grow: the replicas every model asks for, in GPUs, must fit the pool.
     demand: dict[str, list[tuple[int, str, int]]] = defaultdict(list)
+    floors: dict[str, list[tuple[int, str, int]]] = defaultdict(list)
+    ceilings: list[tuple[int, ModelDeploySpec, int]] = []
     for i, model in enumerate(env.models):
         found = next((p for p in env.gpu_pools if p.name == model.pool), None)
         if found is None:
@@ -63,20 +108,13 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
             )
             continue
         demand[pool.name].append((i, model.name, gpus * model.replicas))
-        # KEDA's ceiling, written or the default: either asks for replicas the fixed fleet cannot hold.
-        ceiling = model.replica_ceiling
-        if model.autoscaling.enabled and ceiling * gpus > pool_gpus:
-            written = model.autoscaling.max_replicas is not None
-            issues.append(
-                ConfigIssue(
-                    f"{at}.autoscaling.maxReplicas",
-                    f"{ceiling}{'' if written else ' (the default, 4 x replicas, at least 2)'} x {gpus} GPUs = "
-                    f"{ceiling * gpus} GPUs on pool {pool.name!r} of {pool_gpus} GPUs",
-                    f"at most {pool_gpus // gpus} replicas: the on-prem fleet is fixed",
-                    f"{'lower' if written else 'set'} maxReplicas to {pool_gpus // gpus} or add servers "
-                    "(gpuPools[].nodes)",
-                )
-            )
+        # What the model always holds on the pool: KEDA's floor (0 with scaleToZero), or its fixed size.
+        scaled = model.autoscaling.enabled
+        floors[pool.name].append(
+            (i, model.name, 0 if scaled and model.autoscaling.scale_to_zero else gpus * model.replicas)
+        )
+        if scaled:
+            ceilings.append((i, model, gpus))
         if placed.multi_node(pool.gpus_per_node) and not env.fabric.rdma:
             issues.append(
                 ConfigIssue(
@@ -100,10 +138,12 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
                         f"localVolumesPerNode: {pods_per_node}",
                     )
                 )
+    overflowing: set[str] = set()
     for pool in env.gpu_pools:
         total = sum(g for _, _, g in demand[pool.name])
         pool_gpus = pool.nodes * pool.gpus_per_node
         if total > pool_gpus:
+            overflowing.add(pool.name)
             parts = ", ".join(f"{name} {g}" for _, name, g in demand[pool.name])
             first = demand[pool.name][0][0]
             issues.append(
@@ -115,6 +155,7 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
                     "lower replicas, or add servers to the pool (gpuPools[].nodes)",
                 )
             )
+    issues += _ceilings_fit(env, ceilings, floors, overflowing)
 
     if env.fabric.rdma and not env.network_operator.install:
         # The cluster's own Network Operator serves the fabric; what the kit would have put in its NicClusterPolicy

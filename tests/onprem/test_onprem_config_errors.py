@@ -80,6 +80,16 @@ def test_an_autoscaling_ceiling_beyond_the_fleet() -> None:
     assert "lower maxReplicas to 8" in line
 
 
+def test_an_autoscaling_ceiling_counts_the_gpus_other_models_always_hold_on_the_pool() -> None:
+    # GIVEN llama-8b (1 GPU a replica) allowed 20 replicas on the 32-GPU h100 pool, where the fixed-size 405B group
+    # always holds 16: 20 fit the pool on their own, but at most 16 fit beside the group
+    # WHEN / THEN the ceiling is refused with the room that is really left, and the models that hold the rest
+    (line,) = errors(lambda e: e["models"][0].update(autoscaling={"maxReplicas": 20}))
+    assert "models[0].autoscaling.maxReplicas: got 20 x 1 GPUs = 20 GPUs on pool 'h100' of 32 GPUs" in line
+    assert "16 of them always held by the other models' replicas (llama-405b 16)" in line
+    assert "fix: lower maxReplicas to 16, lower the other models' replicas on the pool or add servers" in line
+
+
 def test_the_default_autoscaling_ceiling_beyond_the_fleet_is_refused_as_a_written_one_is() -> None:
     # GIVEN llama-70b (TP2, 2 replicas) on one H200 server (8 GPUs) with no maxReplicas: KEDA's ceiling defaults to
     # 4 x replicas = 8 replicas, 16 GPUs, which the fixed server can never hold
