@@ -791,6 +791,13 @@ class ModelDeploySpec(Spec):
                 fix="see vLLM's speculative decoding docs",
             ) from None
 
+    @property
+    def queue_target(self) -> int:
+        """KEDA's target of waiting requests per replica: ``autoscaling.queueDepth``, else the latency profile's."""
+        from components.catalog.profiles import PROFILES
+
+        return self.autoscaling.queue_depth or PROFILES[self.profile].keda_queue_depth_per_replica
+
 
 class CacheSpec(Spec):
     """The Redis-protocol cache behind the gateway (exact keys + vector index)."""

@@ -60,6 +60,9 @@ SLO_BURN_FOR: Final = "5m"
 TTFT_P99: Final = f"{MODEL_LABEL}:ttft_seconds:p99_rate5m"
 ITL_P99: Final = f"{MODEL_LABEL}:itl_seconds:p99_rate5m"
 QUEUE_PER_REPLICA: Final = f"{MODEL_LABEL}:queue_waiting:avg"
+QUEUE_ALERT_FACTOR: Final = 4
+"""The sustained-queue alert fires at this many times the model's KEDA target per replica: the HPA holds the load
+near the target (within its 10 % tolerance), so only a queue well above it says the autoscaler cannot keep up."""
 
 # XIDs after which the GPU needs a reset or the node a drain (NVIDIA "XID Errors" catalog,
 # docs.nvidia.com/deploy/xid-errors): 48 double-bit ECC, 64 ECC row-remapping failure, 74 NVLink error,
@@ -91,7 +94,8 @@ class ModelSlo:
     engine gets no TTFT alert."""
     queue_alert_per_replica: float = 4.0
     """Waiting requests per replica, sustained 10 m, that mean the autoscaler cannot keep up (at its
-    maximum, or no GPU node to be had). Well above the KEDA targets so scaling gets its chance first."""
+    maximum, or no GPU node to be had). Well above the model's KEDA target so scaling gets its chance first:
+    ``model_slos`` sets ``QUEUE_ALERT_FACTOR`` x that target."""
 
     def __post_init__(self) -> None:
         for field in ("name", "namespace"):
@@ -173,6 +177,7 @@ def model_slos(
                 namespace=namespace,
                 workload_kind=place(m, pool).workload_kind(pool.spec.gpu_count),
                 gateway_namespace=None if MODELS[m.model].is_embedding else gateway_namespace,
+                queue_alert_per_replica=QUEUE_ALERT_FACTOR * m.queue_target,
             )
         )
     return slos

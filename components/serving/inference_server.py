@@ -716,7 +716,7 @@ def autoscaler(args: InferenceServerArgs, placement: Placement, workload_kind: s
         model=spec.name,
         namespace=args.namespace,
         engine=spec.engine,
-        threshold=scaling.queue_depth or placement.profile.keda_queue_depth_per_replica,
+        threshold=spec.queue_target,
         max_replicas=spec.replica_ceiling,
         min_replicas=0 if scaling.scale_to_zero else max(1, spec.replicas),
         scale_to_zero=scaling.scale_to_zero,

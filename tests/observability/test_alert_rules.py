@@ -164,6 +164,20 @@ def test_sustained_queue_alert(fleet: list[ModelSlo]) -> None:
     assert alert["for"] == "10m"
 
 
+def test_the_sustained_queue_alert_sits_above_each_models_own_keda_target() -> None:
+    # GIVEN prod's models, the 8B one on the balanced profile (KEDA aims for 4 waiting requests per replica; its larger
+    # batches need a looser ITL target) and the 70B one with autoscaling.queueDepth 8
+    raw = raw_environment("prod")
+    raw["models"][0].update(profile="balanced", slo={"ttftP99Ms": 500, "itlP99Ms": 200})
+    raw["models"][1]["autoscaling"] = {**raw["models"][1]["autoscaling"], "queueDepth": 8}
+    env = load_environment(raw, "stacks/Pulumi.prod.yaml")
+    # WHEN their rules are rendered
+    alerts = _alerts(prometheus_rule(model_slos(env.models, "serving", env.pool)), "InferstackQueueSustained")
+    # THEN each fires at 4 x its own target, not at a fixed 4 that KEDA's normal load per replica already exceeds
+    assert _for_model(alerts, "llama-8b")["expr"].endswith("} > 16")
+    assert _for_model(alerts, "llama-70b")["expr"].endswith("} > 32")
+
+
 def test_zero_ready_replicas_for_a_deployment(fleet: list[ModelSlo]) -> None:
     # GIVEN a model served by a Deployment
     # WHEN the rules are rendered
