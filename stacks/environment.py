@@ -402,6 +402,18 @@ def hub_checks(env: Environment, hub: HubSpec | None, stack: str | None = None) 
                 "remove `hub`, or turn the gateway on",
             )
         )
+    for i, model in enumerate(env.models if hub is not None else ()):
+        if model.name == HUB_TARGET:
+            # The gateway keys its upstreams and tiers by model name, and the hub is upstream and tier `hub`
+            # (components/gateway/gateway.py): the hub would replace the model, which then got no request.
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.models[{i}].name",
+                    f"{model.name!r}, the gateway's name for this stack's hub (its upstream and tier, routes[].large)",
+                    "a model name other than hub on a stack that names a hub",
+                    "rename the model",
+                )
+            )
     if hub is not None and hub.url is not None and hub.api_key_secret is None:
         issues.append(
             ConfigIssue(

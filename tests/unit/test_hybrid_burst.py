@@ -220,3 +220,17 @@ def test_a_private_ca_for_a_plain_http_hub_is_refused() -> None:
 
     (line,) = config_errors(edit, stack="onprem")
     assert "hub" in line and "caConfigMap" in line and "https://" in line
+
+
+def test_a_model_named_hub_on_a_stack_with_a_hub_is_refused() -> None:
+    # GIVEN the onprem stack, which names a hub, with a local model named "hub" (no spillover, and its residency-local
+    # tenant kept to another alias: nothing else in the gateway's own checks trips on the name)
+    def edit(env: dict[str, Any]) -> None:
+        env["models"][2]["name"] = "hub"
+        del env["gateway"]["burst"]
+        env["gateway"]["apiKeys"][1]["models"] = ["llama-70b"]
+
+    # WHEN loaded THEN one line names the model's key: the gateway's upstream and tier "hub" are the stack's hub, so the
+    # local model's requests would silently go to the hub instead
+    (line,) = config_errors(edit, stack="onprem")
+    assert "models[2].name" in line and "'hub'" in line and "rename" in line
