@@ -67,6 +67,19 @@ def hpa_max_replicas(spec: GatewaySpec) -> int:
     return max(spec.max_replicas, spec.replicas)
 
 
+def disruption_budget(spec: GatewaySpec) -> dict[str, int]:
+    """Keep one gateway pod serving through voluntary evictions (node drains, upgrades, consolidation).
+
+    Not with one replica: an eviction is allowed only if ``minAvailable`` pods are still available after it
+    (policy/v1 ``PodDisruptionBudgetSpec.minAvailable``), so 1 of 1 allows none and ``kubectl drain`` (a node upgrade,
+    Karpenter's consolidation) waits for ever (https://kubernetes.io/docs/tasks/run-application/configure-pdb/). A
+    single replica cannot serve through a drain anyway, so it may be evicted, as a one-replica model may
+    (``components.serving.inference_server.disruption_budget``)."""
+    if spec.replicas <= 1:
+        return {"maxUnavailable": 1}
+    return {"minAvailable": 1}
+
+
 def gateway_demand(spec: GatewaySpec) -> Demand:
     """The gateway's pods at their peak: the HPA grows it to its ceiling, and a rollout then adds its surge pod."""
     return demand("gateway", GATEWAY_RESOURCES, hpa_max_replicas(spec) + surge_pods(GATEWAY_ROLLOUT))
@@ -494,7 +507,7 @@ class Gateway(pulumi.ComponentResource):
                 opts=k8s_opts,
             )
         k8s.policy.v1.PodDisruptionBudget(
-            name, metadata=meta, spec={"minAvailable": 1, "selector": {"matchLabels": APP}}, opts=k8s_opts
+            name, metadata=meta, spec={**disruption_budget(spec), "selector": {"matchLabels": APP}}, opts=k8s_opts
         )
         k8s.autoscaling.v2.HorizontalPodAutoscaler(
             name,

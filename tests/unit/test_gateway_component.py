@@ -79,6 +79,16 @@ def test_gateway_has_its_own_cpu_hpa_pdb_and_network_policy(plan_of: PlanOf) -> 
             kubernetes_validate.validate(manifest, "1.33.0", strict=True)
 
 
+def test_a_one_replica_gateway_lets_a_drain_evict_it(plan_of: PlanOf) -> None:
+    # GIVEN dev's gateway, one replica (the HPA's floor) WHEN planned
+    plan = plan_of("dev")
+    assert plan.environment.gateway.replicas == 1
+    budget = gateway_objects(plan)["PodDisruptionBudget/gateway"]["spec"]
+    # THEN its budget lets that pod be evicted: minAvailable 1 of 1 allows no eviction, and `kubectl drain` (a node
+    # upgrade, Karpenter's consolidation) would wait for ever
+    assert budget["maxUnavailable"] == 1 and "minAvailable" not in budget
+
+
 def test_the_readmes_scaling_table_names_the_gateway_hpas_only_signal(plan_of: PlanOf) -> None:
     # GIVEN the gateway's HPA as planned, and the README's "How the platform scales" row for it
     hpa = gateway_objects(plan_of("prod"))["HorizontalPodAutoscaler/gateway"]
