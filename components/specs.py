@@ -971,6 +971,19 @@ class RouteSpec(Spec):
             )
         return keywords
 
+    @model_validator(mode="after")
+    def _has_a_rule(self) -> RouteSpec:
+        # The gateway refuses a complexity rule without a condition (ComplexityRule in images/gateway's config.py):
+        # said here with the stack file's keys, not the rendered config's.
+        if self.large_if_prompt_tokens is None and self.large_if_turns is None and not self.large_if_keywords:
+            raise config_error(
+                f"no rule sends a request to large ({self.large!r}): largeIfPromptTokens is off and no other is set",
+                allowed="at least one of largeIfPromptTokens, largeIfTurns or largeIfKeywords",
+                fix="set largeIfPromptTokens (default 2000), largeIfTurns or largeIfKeywords; or route the alias's "
+                "clients to a model's own name",
+            )
+        return self
+
 
 class GatewaySpec(Spec):
     """The OpenAI-compatible gateway in front of the models (``images/gateway``)."""

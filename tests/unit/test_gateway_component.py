@@ -124,6 +124,17 @@ def test_route_to_a_model_that_is_not_served() -> None:
     assert "gateway.routes[0].large: got 'llama-405b'; allowed: one of models[].name: llama-8b, llama-70b" in line
 
 
+def test_a_route_with_every_rule_off_is_refused_in_the_stack_files_keys() -> None:
+    # GIVEN prod's route with largeIfPromptTokens turned off (null) and no keywords or turns: nothing sends to large
+    def edit(env: dict[str, Any]) -> None:
+        env["gateway"]["routes"][0].update(largeIfPromptTokens=None, largeIfKeywords=[])
+
+    # WHEN loaded THEN one line names the route and the stack file's keys that fix it, not the rendered config's
+    (line,) = config_errors(edit)
+    assert "gateway.routes[0]:" in line and "largeIfPromptTokens, largeIfTurns or largeIfKeywords" in line
+    assert "min_prompt_tokens" not in line
+
+
 def test_gateway_without_api_keys_is_refused() -> None:
     (line,) = config_errors(lambda env: env["gateway"].update(apiKeys=[]))
     assert "gateway.apiKeys: got no keys" in line and "sha256sum" in line
