@@ -175,7 +175,7 @@ def gateway_config(
         # kind: remote: residency-local traffic never goes there, and spillover overflows to it.
         upstream: dict[str, Any] = {"url": upstream_urls[HUB], "kind": "remote", "api_key": "${" + HUB_KEY_ENV + "}"}
         if hub.model:
-            upstream["model"] = hub.model
+            upstream["model"] = _literal(hub.model)
         if hub.ca_config_map is not None:
             upstream["ca_file"] = HUB_CA_FILE
         config["upstreams"][HUB] = upstream
@@ -193,7 +193,7 @@ def gateway_config(
         if route.large_if_turns:
             rule["min_turns"] = route.large_if_turns
         if route.large_if_keywords:
-            rule["keywords"] = list(route.large_if_keywords)
+            rule["keywords"] = [_literal(keyword) for keyword in route.large_if_keywords]
         config["models"][route.alias] = {"tier": route.small, "complexity": [rule], "cache": copy.deepcopy(cache)}
         if route.residency == "local":
             config["models"][route.alias]["residency"] = "local"
@@ -202,6 +202,12 @@ def gateway_config(
     if otlp_endpoint:
         config["tracing"] = {"otlp_endpoint": otlp_endpoint}
     return config
+
+
+def _literal(text: str) -> str:
+    """The user's text as the gateway reads it back: it expands ``${VAR}`` in every string of its config and reads
+    ``$$`` as ``$`` (``inferstack_gateway.config.interpolate_env``), so each ``$`` is written ``$$``."""
+    return text.replace("$", "$$")
 
 
 def validate_config(config: dict[str, Any]) -> str:

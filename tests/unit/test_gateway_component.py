@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
 
-from helpers import ROOT, config_errors
+from helpers import ROOT, config_errors, plan_with
 from inferstack_cli import render
 from inferstack_cli.plan import Plan
 from inferstack_gateway.config import parse_config
@@ -133,6 +134,24 @@ def test_a_route_with_every_rule_off_is_refused_in_the_stack_files_keys() -> Non
     (line,) = config_errors(edit)
     assert "gateway.routes[0]:" in line and "largeIfPromptTokens, largeIfTurns or largeIfKeywords" in line
     assert "min_prompt_tokens" not in line
+
+
+def test_a_dollar_in_the_users_text_reaches_the_gateway_unchanged(tmp_path: Path) -> None:
+    # GIVEN the edge site's route keywords and hub model with a '$' the gateway's ${VAR} interpolation would read
+    # ('$$' is its literal '$'; ${VAR:-default} takes the pod's environment, which the plan cannot see)
+    keywords = ["a$$b", "${HOME:-x}", "cost $5"]
+
+    def edit(env: dict[str, Any]) -> None:
+        env["gateway"]["routes"][0]["largeIfKeywords"] = keywords
+        env["hub"]["model"] = "chat$$v2"
+
+    plan = plan_with(tmp_path, "edge", edit)
+    # WHEN the gateway loads the rendered config in its pod (HOME set, as in any container)
+    config = yaml.safe_load(gateway_objects(plan)["ConfigMap/gateway-config"]["data"]["gateway.yaml"])
+    parsed = parse_config(config, env={"GATEWAY_REDIS_URL": "redis://cache:6379", "HUB_API_KEY": "k", "HOME": "/"})
+    # THEN it matches on the very words and asks the hub for the very model the stack file names
+    assert parsed.models["chat"].complexity[0].keywords == keywords
+    assert parsed.upstreams["hub"].model == "chat$$v2"
 
 
 def test_gateway_without_api_keys_is_refused() -> None:
