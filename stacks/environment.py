@@ -576,7 +576,10 @@ def _size_bounds(at: str, min_size: int, max_size: int, desired: int | None, *, 
 
 
 def gateway_key_checks(env: Environment) -> list[ConfigIssue]:
-    """The gateway's own bounds and its keys: each key hash once, and the burst tenant apart from every tenant."""
+    """The gateway's own bounds and its keys: each key hash and name once, and the burst tenant apart from every
+    tenant."""
+    from components.gateway.gateway import BURST_KEY_NAME
+
     issues: list[ConfigIssue] = []
     gateway = env.gateway
     if gateway.replicas > gateway.max_replicas:
@@ -604,6 +607,31 @@ def gateway_key_checks(env: Environment) -> list[ConfigIssue]:
             )
     burst = gateway.burst_tenant
     hub_side = not isinstance(env, EdgeEnvironment)  # an edge site issues no burst key (stacks.tiers)
+    # The gateway counts each key's rate limits under its name, else its hash's first 8 hex digits (Principal.key_id
+    # in images/gateway's auth.py): two keys of one name would share one count of requests and tokens. An entry that
+    # repeats a key's hash is reported above, once.
+    names = [k.name for k in gateway.api_keys]
+    for i, name in enumerate(names):
+        if hashes.index(gateway.api_keys[i].key_sha256) < i:
+            continue
+        if name is not None and names.index(name) < i:
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.gateway.apiKeys[{i}].name",
+                    f"{name!r}, also the name of apiKeys[{names.index(name)}]",
+                    "a name unique among gateway.apiKeys: the gateway counts a key's rate limits under its name",
+                    "rename one of the keys, or remove its name (the gateway then counts it under its hash)",
+                )
+            )
+        elif name == BURST_KEY_NAME and hub_side and gateway.enabled and burst.enabled:
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.gateway.apiKeys[{i}].name",
+                    f"{name!r}, the name of the burst key this stack issues (gateway.burstTenant)",
+                    "a name other than burst: the gateway counts a key's rate limits under its name",
+                    "rename the key, or set burstTenant.enabled: false",
+                )
+            )
     tenants = [k.tenant for k in gateway.api_keys]
     if hub_side and gateway.enabled and burst.enabled and burst.tenant in tenants:
         issues.append(

@@ -47,6 +47,8 @@ GATEWAY_UID = 10001
 HUB = "hub"
 """The upstream and tier name of the stack's hub (a route's ``large: hub``)."""
 HUB_KEY_ENV = "HUB_API_KEY"
+BURST_KEY_NAME = "burst"
+"""The burst key's name in the keys file: the gateway counts a key's rate limits under its name (``key_id``)."""
 
 
 class Embedder(Args):
@@ -229,7 +231,7 @@ def keys_file(spec: GatewaySpec, burst_key: str | None = None) -> str:
         key["tenant"], key["key_sha256"] = spec_key.tenant, spec_key.key_sha256
     if burst_key is not None:
         tenant = spec.burst_tenant
-        entry: dict[str, Any] = {"tenant": tenant.tenant, "name": "burst", "key_sha256": _sha256(burst_key)}
+        entry: dict[str, Any] = {"tenant": tenant.tenant, "name": BURST_KEY_NAME, "key_sha256": _sha256(burst_key)}
         if tenant.requests_per_minute:
             entry["requests_per_minute"] = tenant.requests_per_minute
         if tenant.tokens_per_minute:

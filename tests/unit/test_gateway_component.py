@@ -164,6 +164,22 @@ def test_api_key_must_be_a_hash_never_a_plaintext_key() -> None:
     assert "gateway.apiKeys[0].keySha256" in line and "64 lowercase hex digits" in line and "sha256sum" in line
 
 
+def test_two_keys_of_one_name_are_refused_since_the_gateway_counts_limits_by_name() -> None:
+    # GIVEN dev's key and a second key of another tenant under the same name (the gateway's rate-limit counters are
+    # keyed by the key's name, else its hash prefix: the two would share one count)
+    other = {"tenant": "other", "keySha256": "0" * 64, "name": "dev-example"}
+    # WHEN loaded THEN one line names the second key's name and the fix
+    (line,) = config_errors(lambda env: env["gateway"]["apiKeys"].append(other), stack="dev")
+    assert "gateway.apiKeys[1].name" in line and "apiKeys[0]" in line and "rename" in line
+
+
+def test_a_key_named_as_the_burst_key_is_refused_on_the_hub_side() -> None:
+    # GIVEN prod, which issues the burst key (named "burst" in the keys file), WHEN a tenant's key is named so too
+    (line,) = config_errors(lambda env: env["gateway"]["apiKeys"][0].update(name="burst"))
+    # THEN it is refused: the two keys would share the burst key's rate-limit counters
+    assert "gateway.apiKeys[0].name" in line and "'burst'" in line and "burstTenant" in line
+
+
 def test_the_clouds_tls_only_load_balancer_takes_no_other_port() -> None:
     (line,) = config_errors(lambda env: env["gateway"].update(loadBalancerPort=8080))
     assert "gateway.loadBalancerPort: got 8080 on tier cloud" in line and "443" in line
