@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from ipaddress import IPv4Network
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
     AfterValidator,
@@ -147,15 +148,42 @@ LabelValue = Annotated[
 
 def _openai_base_url(value: str) -> str:
     """A gateway's OpenAI base URL, ``/v1`` included, as the kit renders every upstream (``<server>/v1``): the hub is
-    one more upstream of the sending side's gateway."""
-    if re.fullmatch(r"https?://[^\s/]+(/[^\s]*)?/v1", value):
-        return value
-    url = re.fullmatch(r"https?://[^\s/]+(/[^\s]*)?", value)
-    raise config_error(
-        "not an OpenAI base URL ending in /v1",
-        allowed="http(s)://<host>[:port][/path]/v1, e.g. https://gateway.dc1.example.com/v1",
-        fix=f"write {value.rstrip('/') + '/v1'!r}" if url else "write the gateway's URL with the /v1 path",
-    )
+    one more upstream of the sending side's gateway. That gateway appends ``/chat/completions`` to it and dials only
+    its host and port (``inferstack_gateway.upstream``, ``http_client.Target``): a query or fragment would swallow
+    the appended path, and a user name or password would be dropped (the hub's key is ``hub.apiKeySecret``)."""
+    allowed = "http(s)://<host>[:port][/path]/v1, e.g. https://gateway.dc1.example.com/v1"
+    try:
+        parts = urlsplit(value)
+        dialable = bool(parts.hostname) and parts.port != 0
+    except ValueError:  # an unclosed IPv6 bracket, a port that is not a number or is over 65535
+        dialable = False
+    # Lowercase schemes only: the gateway's own config check is case-sensitive (``inferstack_gateway.config``).
+    if not dialable or not value.startswith(("http://", "https://")) or re.search(r"\s", value):
+        raise config_error(
+            "not an http(s) URL with a host and a port from 1 to 65535",
+            allowed=allowed,
+            fix="write the gateway's URL with the /v1 path",
+        )
+    base = urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+    if parts.username is not None or parts.password is not None:
+        raise config_error(
+            "a user name or password in the URL, which the gateway drops and the ConfigMap would hold in clear",
+            allowed=allowed,
+            fix="remove it from the URL; the hub's key goes in a secret config value named by hub.apiKeySecret",
+        )
+    if parts.query or parts.fragment:
+        raise config_error(
+            f"a {'query' if parts.query else 'fragment'}, after which the gateway would append /chat/completions",
+            allowed=allowed,
+            fix=f"write {base if base.endswith('/v1') else base + '/v1'!r}",
+        )
+    if not parts.path.endswith("/v1"):
+        raise config_error(
+            "not an OpenAI base URL ending in /v1",
+            allowed=allowed,
+            fix=f"write {base if base.endswith('/v1') else base + '/v1'!r}",
+        )
+    return value
 
 
 OpenAiBaseUrl = Annotated[str, AfterValidator(_openai_base_url)]

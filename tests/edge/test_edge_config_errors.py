@@ -149,6 +149,34 @@ def test_a_hub_url_without_v1_is_refused_with_the_url_to_write() -> None:
     assert "fix: write 'https://gateway.dc1.example.com/v1'" in line
 
 
+def test_a_hub_url_with_a_trailing_slash_is_told_the_url_without_it() -> None:
+    # GIVEN hub.url written as many OpenAI clients print their base URL, with a trailing slash
+    url = "https://gateway.dc1.example.com/v1/"
+    (line,) = errors(lambda e: e.update(hub={"url": url, "apiKeySecret": "hubApiKey"}))
+    # WHEN loaded THEN the fix is the same URL without the slash (not .../v1/v1)
+    assert f"inferstack:environment.hub.url: got {url!r}" in line
+    assert "fix: write 'https://gateway.dc1.example.com/v1'" in line
+
+
+@pytest.mark.parametrize(
+    ("url", "part", "fix"),
+    [
+        # The gateway dials the host and sends its own Authorization; userinfo is ignored and sits in the ConfigMap.
+        ("https://site:s3cret@gateway.dc1.example.com/v1", "user name or password", "hub.apiKeySecret"),
+        ("https://gateway.dc1.example.com/v1?tenant=store-0042/v1", "query", "https://gateway.dc1.example.com/v1"),
+        ("https://gateway.dc1.example.com/v1#x/v1", "fragment", "https://gateway.dc1.example.com/v1"),
+        ("https://:8443/v1", "host", "the gateway's URL"),
+        ("https://gateway.dc1.example.com:99999/v1", "port from 1 to 65535", "the gateway's URL"),
+    ],
+)
+def test_a_hub_url_the_gateway_cannot_dial_as_written_is_refused(url: str, part: str, fix: str) -> None:
+    # GIVEN a hub.url ending in /v1 whose other parts the gateway's HTTP client drops or cannot use
+    (line,) = errors(lambda e: e.update(hub={"url": url, "apiKeySecret": "hubApiKey"}))
+    # WHEN loaded THEN one line names the key and the part, and says what to write
+    assert line.startswith(f"{SOURCE}: inferstack:environment.hub.url: got ")
+    assert part in line and fix in line.split("; fix: ", 1)[1]
+
+
 @pytest.mark.parametrize(("port", "holder"), [(6443, "the k3s API server"), (10250, "the kubelet")])
 def test_a_port_k3s_itself_holds_is_refused_for_the_gateway(port: int, holder: str) -> None:
     # GIVEN a site port no k3s flag frees (unlike Traefik's 80 and 443, which --disable=traefik frees)
