@@ -889,6 +889,23 @@ def cluster_checks(env: CloudEnvironment) -> list[ConfigIssue]:
                 f"use a certificate issued or imported in {env.region}",
             )
         )
+    if gateway.enabled and gateway.load_balancer == "internal" and gateway.hub_url is not None:
+        from urllib.parse import urlsplit
+
+        from components.gateway.gateway import TLS_PORT
+
+        hub = urlsplit(gateway.hub_url)
+        if hub.scheme != "https" or hub.port not in (None, TLS_PORT):
+            # The internal NLB's only listener (load_balancer_annotations): the sending side would dial a port nothing
+            # answers on, and over http:// its burst key would cross the link in clear.
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.gateway.hubUrl",
+                    f"{gateway.hub_url!r} (the internal NLB listens only on {TLS_PORT}, with TLS)",
+                    f"an https:// URL on port {TLS_PORT}: a private DNS name for the NLB that tlsCertificateArn names",
+                    f"write {f'https://{hub.hostname}{hub.path}'!r}",
+                )
+            )
     return issues
 
 

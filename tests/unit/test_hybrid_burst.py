@@ -7,6 +7,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import yaml
 
 from helpers import config_errors, raw_environment
@@ -179,6 +180,18 @@ def test_the_hub_url_can_name_the_certificates_private_dns_name(tmp_path: Any) -
     plan = plan_with(tmp_path, "prod", lambda env: env["gateway"].update(hubUrl=url))
     # WHEN planned THEN gateway_url is that URL (the sending side's TLS check matches the certificate)
     assert plan.outputs["gateway_url"] == url
+
+
+@pytest.mark.parametrize(
+    "url", ["http://gateway.prod.internal.example.com/v1", "https://gateway.prod.internal.example.com:8443/v1"]
+)
+def test_a_cloud_hub_url_off_the_nlbs_tls_listener_is_refused(url: str) -> None:
+    # GIVEN prod, whose internal NLB listens only on 443 with TLS, WHEN gateway.hubUrl names another scheme or port
+    (line,) = config_errors(lambda env: env["gateway"].update(hubUrl=url), stack="prod")
+    # THEN one line names the key, the listener and the URL to write (the sending side would dial a closed port,
+    # and over http:// its burst key would cross the link in clear)
+    assert f"gateway.hubUrl: got {url!r}" in line and "443" in line
+    assert "fix: write 'https://gateway.prod.internal.example.com/v1'" in line
 
 
 def test_a_hub_with_a_private_ca_is_trusted_by_that_ca_only(tmp_path: Any) -> None:
