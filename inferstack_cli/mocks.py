@@ -25,7 +25,8 @@ MOCK_AMI_RELEASE = "1.33.0-20251101"
 
 STACK_REFERENCE = "pulumi:pulumi:StackReference"
 PLACEHOLDER_HOST = "inferstack-plan-placeholder.invalid"
-"""Host of every URL a stack reference resolves to offline: ``.invalid`` can never resolve (RFC 6761)."""
+"""Host of every URL a stack reference or a load balancer's address resolves to offline: ``.invalid`` can never
+resolve (RFC 6761)."""
 
 
 def stack_reference_outputs(stack: str) -> tuple[dict[str, Any], list[str]]:
@@ -230,6 +231,11 @@ class PlanMocks(pulumi.runtime.Mocks):
             # Deterministic and obviously not a real credential; the provider marks it secret.
             state["result"] = f"plan-{digest}"
             state["bcryptHash"] = f"plan-hash-{digest}"
+        elif token == "kubernetes:core/v1:Service" and (args.inputs.get("spec") or {}).get("type") == "LoadBalancer":
+            # The address the load balancer gets once created (pulumi-kubernetes waits for status.loadBalancer.ingress
+            # before it counts the Service ready): a marked stand-in, so a hub's gateway_url plans on its listener.
+            namespace = (args.inputs.get("metadata") or {}).get("namespace", "default")
+            state["status"] = {"loadBalancer": {"ingress": [{"hostname": f"{name}.{namespace}.{PLACEHOLDER_HOST}"}]}}
         elif (
             token == "aws:elasticache/subnetGroup:SubnetGroup"
             or token == "aws:elasticache/parameterGroup:ParameterGroup"

@@ -559,7 +559,8 @@ class Gateway(pulumi.ComponentResource):
             opts=k8s_opts,
         )
         self.service_name = name
-        self.url = pulumi.Output.concat("https://" if tls else "http://", name, ".", args.namespace, ".svc/v1")
+        in_cluster = f"{'https' if tls else 'http'}://{name}.{args.namespace}.svc/v1"
+        self.url = pulumi.Output.from_input(in_cluster)
         self.burst_url = self.url
         if spec.hub_url is not None:
             self.burst_url = pulumi.Output.from_input(spec.hub_url)
@@ -567,7 +568,9 @@ class Gateway(pulumi.ComponentResource):
             # AWS: the internal NLB terminates TLS on 443; off AWS the private load balancer forwards its port.
             aws = args.service_annotations is None
             scheme, port = ("https", TLS_PORT) if aws else ("https" if tls else "http", spec.load_balancer_port)
-            self.burst_url = pulumi.Output.all(lb.status, self.url).apply(lambda a: _lb_url(a[0], a[1], scheme, port))
+            # Straight from lb.status: Output.all would unwrap the typed ServiceStatus into plain dicts (its from_input
+            # recurses into dicts), where _lb_url finds no load_balancer and every hub exported the in-cluster URL.
+            self.burst_url = lb.status.apply(lambda status: _lb_url(status, in_cluster, scheme, port))
         self.register_outputs(
             {
                 "service_name": self.service_name,

@@ -132,6 +132,17 @@ def test_prod_exports_its_burst_key_as_a_secret_and_registers_only_its_hash(plan
     [ApiKeyConfig(**k) for k in entries]  # the gateway's schema accepts every entry
 
 
+@pytest.mark.parametrize(("stack", "scheme"), [("prod", "https"), ("onprem", "http")])
+def test_a_hubs_gateway_url_plans_as_a_marked_load_balancer_address(plan_of: PlanOf, stack: str, scheme: str) -> None:
+    # GIVEN a hub stack whose gateway has an internal load balancer, whose address exists only once it is created
+    # WHEN planned offline
+    url = plan_of(stack).outputs["gateway_url"]
+    # THEN gateway_url is a marked stand-in on the load balancer's listener (the cloud NLB's TLS on 443, the LAN's plain
+    # port 80), never the in-cluster URL that no other stack can reach
+    assert url.startswith(f"{scheme}://") and PLACEHOLDER_HOST in url and url.endswith("/v1")
+    assert ".svc" not in url
+
+
 def test_the_onprem_stack_is_a_hub_too(plan_of: PlanOf) -> None:
     # GIVEN an edge site's hub is the onprem stack WHEN onprem is planned THEN it exports its burst key as a secret
     assert plan_of("onprem").outputs["burst_api_key"] == "[secret]"
