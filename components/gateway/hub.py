@@ -1,8 +1,10 @@
 """HubReference: the stack an edge site or an on-prem stack sends overflow and complex prompts to (its hub).
 
-A Pulumi ``StackReference`` (facts-tiers §9): ``require_output`` fails the update when the hub does not export the
-output, and an output the hub exported as a secret stays secret here. Under ``inferstack plan`` the mock engine
-answers the reference with clearly marked placeholders (``inferstack_cli/mocks.py``).
+A Pulumi ``StackReference`` (facts-tiers §9): an output the hub exported as a secret stays secret here, and one it
+does not export (Pulumi drops an output whose value is ``None``: a hub with its gateway or its burst tenant off)
+stops the update with one line naming the fix, where ``require_output`` raised a bare ``KeyError``. Under
+``inferstack plan`` the mock engine answers the reference with clearly marked placeholders
+(``inferstack_cli/mocks.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,24 @@ class HubReference(pulumi.ComponentResource):
     def __init__(self, name: str, args: HubReferenceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:hub_reference:HubReference", name, None, opts)
         ref = pulumi.StackReference(name, stack_name=args.stack, opts=pulumi.ResourceOptions(parent=self))
-        self.gateway_url = ref.require_output(GATEWAY_URL_OUTPUT)
-        self.api_key = pulumi.Output.secret(ref.require_output(BURST_KEY_OUTPUT))
+        self.gateway_url = _exported(ref, args.stack, GATEWAY_URL_OUTPUT, "its gateway is off", "gateway.enabled: true")
+        self.api_key = pulumi.Output.secret(
+            _exported(ref, args.stack, BURST_KEY_OUTPUT, "its burst tenant is off", "gateway.burstTenant.enabled: true")
+        )
         self.register_outputs({"gateway_url": self.gateway_url})
+
+
+def _exported(ref: pulumi.StackReference, stack: str, output: str, why: str, setting: str) -> pulumi.Output[str]:
+    """``output`` of the hub stack, or a ``RunError`` (Pulumi reports it without a traceback) naming the fix."""
+
+    def present(value: str | None) -> str:
+        if value is None:
+            raise pulumi.RunError(
+                f"inferstack:environment.hub.stack: got {stack!r}, which exports no {output} ({why}, or it was never "
+                f"deployed); allowed: a hub stack that exports {GATEWAY_URL_OUTPUT} and {BURST_KEY_OUTPUT}; fix: set "
+                f"{setting} in the hub stack and `pulumi up` it, or name the hub by hub.url + hub.apiKeySecret"
+            )
+        return value
+
+    # get_output keeps the output's own secrecy (require_output's, without its KeyError).
+    return ref.get_output(output).apply(present)

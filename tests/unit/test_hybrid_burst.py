@@ -7,13 +7,14 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
+import pulumi
 import pytest
 import yaml
 
 from helpers import config_errors, raw_environment
 from inferstack_cli import render
 from inferstack_cli.mocks import PLACEHOLDER_HOST
-from inferstack_cli.plan import Plan
+from inferstack_cli.plan import MockEngine, Plan
 from inferstack_gateway.config import ApiKeyConfig, check_residency_keys, parse_config
 
 PlanOf = Callable[[str], Plan]
@@ -141,6 +142,36 @@ def test_a_hubs_gateway_url_plans_as_a_marked_load_balancer_address(plan_of: Pla
     # port 80), never the in-cluster URL that no other stack can reach
     assert url.startswith(f"{scheme}://") and PLACEHOLDER_HOST in url and url.endswith("/v1")
     assert ".svc" not in url
+
+
+@pytest.mark.parametrize(
+    ("missing", "fix"),
+    [
+        ("burst_api_key", "gateway.burstTenant.enabled: true"),
+        ("gateway_url", "gateway.enabled: true"),
+    ],
+)
+def test_a_hub_stack_that_exports_no_burst_output_fails_with_one_clear_line(
+    engine: MockEngine, monkeypatch: pytest.MonkeyPatch, missing: str, fix: str
+) -> None:
+    # GIVEN a hub stack that exports gateway_url but not burst_api_key (its gateway.burstTenant is off), or no
+    # gateway_url at all (its gateway is off): Pulumi drops an output whose value is None
+    from components.gateway.hub import HubReference, HubReferenceArgs
+    from inferstack_cli import mocks
+
+    exported, secret = mocks.stack_reference_outputs("organization/inferstack/prod")
+    monkeypatch.setattr(
+        mocks, "stack_reference_outputs", lambda stack: ({k: v for k, v in exported.items() if k != missing}, secret)
+    )
+    # WHEN the sending stack reads it
+    ref = HubReference("hub", HubReferenceArgs(stack="organization/inferstack/prod"))
+    value = ref.api_key if missing == "burst_api_key" else ref.gateway_url
+    # THEN the update stops with one line that names the hub, the output and the fix there (a RunError: no traceback)
+    with pytest.raises(pulumi.RunError) as caught:
+        engine.resolve(value)
+    (line,) = str(caught.value).splitlines()
+    assert "hub.stack: got 'organization/inferstack/prod'" in line and f"exports no {missing}" in line
+    assert fix in line and "hub.url + hub.apiKeySecret" in line
 
 
 def test_the_onprem_stack_is_a_hub_too(plan_of: PlanOf) -> None:
