@@ -1023,9 +1023,10 @@ class GatewaySpec(Spec):
     """HPA target. The gateway is CPU-bound per request: CPU tracks requests per second closely."""
     load_balancer: Literal["none", "internal"] = "none"
     """``internal``: an internal NLB through the AWS Load Balancer Controller; ``none``: ClusterIP only."""
-    load_balancer_port: int = Field(default=80, ge=1, le=65535)
+    load_balancer_port: int | None = Field(default=None, ge=1, le=65535)
     """Off AWS, with ``loadBalancer: internal``: the port the private load balancer listens on (plain TCP to the
-    gateway). The edge tier's default is 8080 (``EdgeGatewaySpec``); the cloud's NLB serves TLS on 443 only."""
+    gateway). Unset: 443 where the gateway serves HTTPS itself (``tls_secret``), else 80 (``listen_port``). The edge
+    tier's default is 8080 (``EdgeGatewaySpec``); the cloud's NLB serves TLS on 443 only."""
     tls_certificate_arn: str | None = described(
         r"^arn:aws[a-z-]*:acm:[a-z]{2}(-[a-z]+)+-\d:\d{12}:certificate/[0-9a-f-]{36}$",
         allowed="an ACM certificate ARN: arn:aws:acm:<region>:<12-digit account>:certificate/<id>",
@@ -1060,6 +1061,14 @@ class GatewaySpec(Spec):
     """The hub side: the tenant whose key (the ``burst_api_key`` output) other stacks burst with."""
     requests_per_minute: int = Field(default=600, ge=1)
     tokens_per_minute: int = Field(default=400_000, ge=1)
+
+    @property
+    def listen_port(self) -> int:
+        """The private load balancer's port: ``loadBalancerPort``, else HTTPS's 443 with ``tlsSecret`` (clients dial
+        ``https://<address>/v1``), else 80."""
+        if self.load_balancer_port is not None:
+            return self.load_balancer_port
+        return 443 if self.tls_secret is not None else 80
 
     def aliases_of(self, model: str) -> tuple[str, ...]:
         """The ``routes[].alias`` whose requests may reach ``model`` (as its ``small`` or its ``large``); none when the

@@ -509,7 +509,7 @@ class Gateway(pulumi.ComponentResource):
                     # port, and a second one there scraped every pod twice (each series doubled under another
                     # `service` label, request rates summed twice).
                     "ports": [
-                        {"name": LB_PORT_NAME, "port": spec.load_balancer_port, "targetPort": "http", "protocol": "TCP"}
+                        {"name": LB_PORT_NAME, "port": spec.listen_port, "targetPort": "http", "protocol": "TCP"}
                     ],
                 },
                 opts=k8s_opts,
@@ -567,7 +567,7 @@ class Gateway(pulumi.ComponentResource):
         elif lb is not None:
             # AWS: the internal NLB terminates TLS on 443; off AWS the private load balancer forwards its port.
             aws = args.service_annotations is None
-            scheme, port = ("https", TLS_PORT) if aws else ("https" if tls else "http", spec.load_balancer_port)
+            scheme, port = ("https", TLS_PORT) if aws else ("https" if tls else "http", spec.listen_port)
             # Straight from lb.status: Output.all would unwrap the typed ServiceStatus into plain dicts (its from_input
             # recurses into dicts), where _lb_url finds no load_balancer and every hub exported the in-cluster URL.
             self.burst_url = lb.status.apply(lambda status: _lb_url(status, in_cluster, scheme, port))

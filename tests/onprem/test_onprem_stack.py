@@ -188,6 +188,22 @@ def test_the_gateway_gets_a_metallb_address_on_the_lan(plan_of: PlanOf) -> None:
     assert validate_cr(pool) == [] and validate_cr(l2) == []
 
 
+@pytest.mark.parametrize(("port", "listens"), [(None, 443), (8443, 8443)])
+def test_with_a_tls_secret_the_load_balancer_listens_on_443_unless_a_port_is_written(
+    tmp_path: Any, port: int | None, listens: int
+) -> None:
+    # GIVEN the on-prem gateway serving HTTPS itself (gateway.tlsSecret), its load balancer's port written or not
+    def tls(env: dict[str, Any]) -> None:
+        env["gateway"].update(tlsSecret="gateway-tls", **({"loadBalancerPort": port} if port else {}))
+
+    plan = plan_with(tmp_path, "onprem", tls)
+    # THEN the load balancer listens on HTTPS's own port (not 80, where https://host:80 is what clients would dial)
+    (service,) = [s for s in by_kind(plan, "Service") if s["metadata"]["name"] == "gateway-lb"]
+    assert service["spec"]["ports"] == [
+        {"name": "load-balancer", "port": listens, "targetPort": "http", "protocol": "TCP"}
+    ]
+
+
 def test_controllers_and_cache_run_on_the_configured_system_nodes(plan_of: PlanOf) -> None:
     plan = plan_of("onprem")
     system = {"node-role.inferstack.io/system": "true"}
