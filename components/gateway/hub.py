@@ -9,6 +9,8 @@ stops the update with one line naming the fix, where ``require_output`` raised a
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import pulumi
 
 from components.specs import Args
@@ -32,11 +34,28 @@ class HubReference(pulumi.ComponentResource):
     def __init__(self, name: str, args: HubReferenceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:hub_reference:HubReference", name, None, opts)
         ref = pulumi.StackReference(name, stack_name=args.stack, opts=pulumi.ResourceOptions(parent=self))
-        self.gateway_url = _exported(ref, args.stack, GATEWAY_URL_OUTPUT, "its gateway is off", "gateway.enabled: true")
+        self.gateway_url = _exported(
+            ref, args.stack, GATEWAY_URL_OUTPUT, "its gateway is off", "gateway.enabled: true"
+        ).apply(lambda url: _reachable(url, args.stack))
         self.api_key = pulumi.Output.secret(
             _exported(ref, args.stack, BURST_KEY_OUTPUT, "its burst tenant is off", "gateway.burstTenant.enabled: true")
         )
         self.register_outputs({"gateway_url": self.gateway_url})
+
+
+def _reachable(url: str, stack: str) -> str:
+    """``url``, unless it is the hub's in-cluster one (its gateway has no load balancer and no ``hubUrl``): a
+    ``*.svc`` name resolves in the sending stack's own cluster, where the kit's gateway has the same Service name and
+    namespace, so the overflow would go back to this stack's own gateway."""
+    host = (urlsplit(url).hostname or "").rstrip(".")
+    if host.endswith(".svc") or host.endswith(".svc.cluster.local"):
+        raise pulumi.RunError(
+            f"inferstack:environment.hub.stack: got {stack!r}, which exports its in-cluster URL {url} (its gateway "
+            "has no load balancer), a name that resolves to this stack's own gateway here; allowed: a hub reachable "
+            "from this cluster; fix: set gateway.loadBalancer: internal (or gateway.hubUrl) in the hub stack and "
+            "`pulumi up` it, or name the hub by hub.url + hub.apiKeySecret"
+        )
+    return url
 
 
 def _exported(ref: pulumi.StackReference, stack: str, output: str, why: str, setting: str) -> pulumi.Output[str]:

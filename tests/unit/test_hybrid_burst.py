@@ -174,6 +174,29 @@ def test_a_hub_stack_that_exports_no_burst_output_fails_with_one_clear_line(
     assert fix in line and "hub.url + hub.apiKeySecret" in line
 
 
+@pytest.mark.parametrize(
+    "url", ["http://gateway.inferstack-gateway.svc/v1", "https://gateway.inferstack-gateway.svc.cluster.local/v1"]
+)
+def test_a_hub_stack_that_exports_its_in_cluster_url_fails_with_one_clear_line(
+    engine: MockEngine, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    # GIVEN a hub stack whose gateway has no load balancer and no hubUrl: it exports its in-cluster URL, which in the
+    # sending stack's cluster names that stack's own gateway (the same Service name and namespace)
+    from components.gateway.hub import HubReference, HubReferenceArgs
+    from inferstack_cli import mocks
+
+    exported, secret = mocks.stack_reference_outputs("organization/inferstack/prod")
+    monkeypatch.setattr(mocks, "stack_reference_outputs", lambda stack: ({**exported, "gateway_url": url}, secret))
+    # WHEN the sending stack reads it
+    ref = HubReference("hub", HubReferenceArgs(stack="organization/inferstack/prod"))
+    # THEN the update stops with one line naming the hub, the URL and the setting to turn on there
+    with pytest.raises(pulumi.RunError) as caught:
+        engine.resolve(ref.gateway_url)
+    (line,) = str(caught.value).splitlines()
+    assert "hub.stack: got 'organization/inferstack/prod'" in line and url in line
+    assert "gateway.loadBalancer: internal" in line and "gateway.hubUrl" in line
+
+
 def test_the_onprem_stack_is_a_hub_too(plan_of: PlanOf) -> None:
     # GIVEN an edge site's hub is the onprem stack WHEN onprem is planned THEN it exports its burst key as a secret
     assert plan_of("onprem").outputs["burst_api_key"] == "[secret]"
