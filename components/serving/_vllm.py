@@ -10,6 +10,7 @@ blueprint shipped ``enforce_eager: true`` and lost them).
 from __future__ import annotations
 
 import json
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -35,6 +36,10 @@ _PRECISION_FLAGS: dict[str, tuple[str, ...]] = {
 }
 
 
+DRAFT_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+"""A Hugging Face repository id, ``org/name``: no leading ``/``, no ``..``, one slash."""
+
+
 class SpeculativeConfig(BaseModel):
     """vLLM ``--speculative-config`` (docs.vllm.ai "Speculative Decoding")."""
 
@@ -46,7 +51,9 @@ class SpeculativeConfig(BaseModel):
     num_speculative_tokens: int = Field(ge=1, le=16)
     """Tokens proposed per step. More tokens help only while most are accepted."""
     model: str | None = None
-    """Path of the draft model or head, on the node-local cache like the target model."""
+    """The draft model or head's Hugging Face id (``org/name``, e.g. ``yuhuili/EAGLE3-LLaMA3.1-Instruct-8B``). It lives
+    in the model store beside the target, under ``<id>/hf/``; the server pod's ``fetch-draft`` init container copies
+    it to the node-local cache (``hf_checkpoint_dir``), and vLLM reads it there."""
     prompt_lookup_max: int | None = Field(default=None, ge=1)
     """``ngram`` only: longest n-gram matched against the prompt."""
     prompt_lookup_min: int | None = Field(default=None, ge=1)
@@ -55,16 +62,28 @@ class SpeculativeConfig(BaseModel):
     @model_validator(mode="after")
     def _method_fields(self) -> SpeculativeConfig:
         if self.method in ("eagle3", "eagle", "draft_model") and not self.model:
-            raise ValueError(f"speculative method {self.method!r} needs `model` (the draft model path)")
+            raise ValueError(f"speculative method {self.method!r} needs `model` (the draft's Hugging Face id)")
+        if self.method in ("ngram", "mtp") and self.model:
+            raise ValueError(f"speculative method {self.method!r} takes no `model` (it drafts without a second model)")
+        if self.model and (not DRAFT_ID.fullmatch(self.model) or ".." in self.model):
+            # A path would be read on the node, where nothing put it: the server would exit at start.
+            raise ValueError(
+                f"`model` {self.model!r} is not a Hugging Face id: name the draft as org/name (the kit fetches it "
+                "from the model store's <org/name>/hf/ folder, as it does the target)"
+            )
         if self.method == "ngram" and self.prompt_lookup_max is None:
             raise ValueError("speculative method 'ngram' needs `prompt_lookup_max`")
         if self.method != "ngram" and (self.prompt_lookup_max is not None or self.prompt_lookup_min is not None):
             raise ValueError("`prompt_lookup_max`/`prompt_lookup_min` apply to method 'ngram' only")
         return self
 
-    def to_json(self) -> str:
-        """Compact JSON with sorted keys, so the rendered argument is stable across runs."""
-        return json.dumps(self.model_dump(exclude_none=True), sort_keys=True, separators=(",", ":"))
+    def to_json(self, cache_root: str = MODEL_CACHE_ROOT) -> str:
+        """Compact JSON with sorted keys, so the rendered argument is stable across runs. The draft is named by its
+        node-local copy, which the ``fetch-draft`` init container fills."""
+        fields = self.model_dump(exclude_none=True)
+        if self.model:
+            fields["model"] = hf_checkpoint_dir(self.model, cache_root)
+        return json.dumps(fields, sort_keys=True, separators=(",", ":"))
 
 
 def vllm_args(
@@ -108,7 +127,7 @@ def vllm_args(
         "--enable-prefix-caching" if profile.enable_prefix_caching else "--no-enable-prefix-caching",
     ]  # fmt: skip
     if speculative is not None:
-        args += ["--speculative-config", speculative.to_json()]
+        args += ["--speculative-config", speculative.to_json(cache_root)]
     if otlp_traces_endpoint:
         args += ["--otlp-traces-endpoint", otlp_traces_endpoint]
     return args

@@ -108,8 +108,10 @@ class InferenceServerArgs(Args):
     """Multi-node groups' PriorityClass, above ``priority_class`` so that a group can take whole nodes from
     single-node replicas (``ServingBase.group_priority_class``); ``None``: ``priority_class``."""
     rollout_surge: bool
-    """Required, the tier's fact (``stacks.tiers``, ``grows_nodes``): whether a rollout may add a pod before it removes
-    one. Only where a node autoscaler adds the GPU that pod asks for (``rollout_strategy``)."""
+    """Required: whether a rollout may add a pod before it removes one. Only where a node autoscaler adds the GPU that
+    pod asks for (``rollout_strategy``), or the pool has a spare one: the tier's fact (``stacks.tiers``,
+    ``grows_nodes``), and on the cloud the pool's (``stacks.cloud_checks.rollout_surges``: a managed node group does
+    not grow)."""
     fabric: Fabric = "efa"
     """How multi-node groups talk: EFA (cloud), RDMA over InfiniBand (on-prem) or plain TCP."""
     gateway_namespace: str | tuple[str, ...] = "inferstack-gateway"
@@ -578,18 +580,32 @@ def _store_volumes(args: InferenceServerArgs) -> list[dict[str, Any]]:
     return [{"name": "model-store", "persistentVolumeClaim": {"claimName": args.store_claim, "readOnly": True}}]
 
 
-def _volume_copy(args: InferenceServerArgs, dest: str) -> dict[str, Any]:
-    """Copy the checkpoint from the pre-filled volume onto the pod's NVMe volume. A marker written last says the
-    copy finished: a restarted container whose volume stayed skips it, and a half copy is redone."""
-    source = shlex.quote(f"{STORE_MOUNT}/{args.model_source}")
+def _volume_copy(args: InferenceServerArgs, dest: str, source: StrInput, name: str = "fetch-model") -> dict[str, Any]:
+    """Copy a checkpoint (``source``, its folder inside the volume) from the pre-filled volume onto the pod's NVMe
+    volume. A marker written last says the copy finished: a restarted container whose volume stayed skips it, and a
+    half copy is redone."""
+    quoted = shlex.quote(f"{STORE_MOUNT}/{source}")
     target, done = shlex.quote(dest), shlex.quote(f"{dest}/.inferstack-copied")
-    script = f"test -f {done} || (rm -rf {target} && mkdir -p {target} && cp -R {source}/. {target}/ && touch {done})"
-    container = _loader("fetch-model", "", dest, args.loader_image)
+    script = f"test -f {done} || (rm -rf {target} && mkdir -p {target} && cp -R {quoted}/. {target}/ && touch {done})"
+    container = _loader(name, "", dest, args.loader_image)
     del container["args"]
     container["command"] = ["/bin/sh", "-c", script]
     store = {"name": "model-store", "mountPath": STORE_MOUNT, "readOnly": True}
     container["volumeMounts"] = [*container["volumeMounts"], store]
     return container
+
+
+def _draft_fetch(args: InferenceServerArgs) -> list[dict[str, Any]]:
+    """The speculative draft (``speculative.model``, a Hugging Face id) from the store's ``<id>/hf/`` folder into the
+    node-local cache, where ``--speculative-config`` names it (``SpeculativeConfig.to_json``)."""
+    draft = args.spec.speculative.model if args.spec.speculative is not None else None
+    if not draft:
+        return []
+    dest = hf_checkpoint_dir(draft)
+    if args.store_claim is not None:
+        return [_volume_copy(args, dest, f"{draft}/hf", name="fetch-draft")]
+    source = join(args.engine_store, f"/{draft}/hf")
+    return [_loader("fetch-draft", source, dest, args.loader_image, env=args.loader_env)]
 
 
 def server_pod(args: InferenceServerArgs, placement: Placement, *, role: str = "leader") -> dict[str, Any]:
@@ -603,7 +619,7 @@ def server_pod(args: InferenceServerArgs, placement: Placement, *, role: str = "
             include=(placement.gguf.file,), env=args.loader_env,
         )  # fmt: skip
     elif args.store_claim is not None:
-        fetch = _volume_copy(args, hf_checkpoint_dir(model_id))
+        fetch = _volume_copy(args, hf_checkpoint_dir(model_id), args.model_source)
     else:
         # Triton reads only the tokenizer from the checkpoint (the engine has the weights).
         fetch = _loader(
@@ -614,7 +630,7 @@ def server_pod(args: InferenceServerArgs, placement: Placement, *, role: str = "
             include=("tokenizer*", "*.json") if spec.engine == "triton" else (),
             env=args.loader_env,
         )
-    inits = [*_cache_inits(args), fetch]
+    inits = [*_cache_inits(args), fetch, *_draft_fetch(args)]
     extra_volumes: list[dict[str, Any]] = []
     if spec.engine == "triton":
         source, local = engine_prefix(args, placement)

@@ -71,12 +71,36 @@ def test_max_model_len_is_capped_by_the_model_context() -> None:
     assert flag(vllm_args(QWEN, "bf16", 1, 1, PROFILES["throughput"]), "--max-model-len") == "32768"
 
 
+EAGLE3_HEAD = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+
+
 def test_speculative_config_is_rendered_as_stable_json() -> None:
-    # GIVEN EAGLE-3 speculation WHEN rendered THEN the flag carries compact, key-sorted JSON
-    spec = SpeculativeConfig(method="eagle3", num_speculative_tokens=3, model="/mnt/draft")
-    value = flag(vllm_args(L8B, "fp8", 1, 1, ULL, spec), "--speculative-config")
-    assert value == '{"method":"eagle3","model":"/mnt/draft","num_speculative_tokens":3}'
+    # GIVEN EAGLE-3 speculation with a draft head named by its Hugging Face id
+    spec = SpeculativeConfig(method="eagle3", num_speculative_tokens=3, model=EAGLE3_HEAD)
+    # WHEN rendered under a cache root
+    value = flag(vllm_args(L8B, "fp8", 1, 1, ULL, spec, cache_root="/cache"), "--speculative-config")
+    # THEN the flag carries compact, key-sorted JSON naming the draft's node-local copy (what fetch-draft fills)
+    assert value == (
+        '{"method":"eagle3","model":"/cache/yuhuili/EAGLE3-LLaMA3.1-Instruct-8B/hf","num_speculative_tokens":3}'
+    )
     assert json.loads(value)["num_speculative_tokens"] == 3
+
+
+@pytest.mark.parametrize(
+    "draft",
+    ["/mnt/draft", "/mnt/k8s-disks/0/inferstack/models/eagle3", "eagle3", "org/../etc", "org/name/extra", "../x"],
+)
+def test_a_draft_named_by_a_node_path_is_refused(draft: str) -> None:
+    # GIVEN a draft named by a path (nothing fetches it: vLLM would exit at start) WHEN validated THEN refused, saying
+    # how to name it
+    with pytest.raises(ValidationError, match="not a Hugging Face id: name the draft as org/name"):
+        SpeculativeConfig(method="eagle3", num_speculative_tokens=3, model=draft)
+
+
+def test_ngram_with_a_draft_model_is_refused() -> None:
+    # GIVEN n-gram lookup with a draft model (vLLM's ngram proposer reads none) WHEN validated THEN refused
+    with pytest.raises(ValidationError, match="takes no `model`"):
+        SpeculativeConfig(method="ngram", num_speculative_tokens=3, prompt_lookup_max=4, model=EAGLE3_HEAD)
 
 
 def test_ngram_speculation_needs_no_draft_model() -> None:
@@ -124,8 +148,6 @@ def test_golden_args_per_profile(profile_name: str, golden: Callable[[str, str],
 
 def test_golden_args_with_speculation(golden: Callable[[str, str], None]) -> None:
     # GIVEN the ultra-low-latency render plus EAGLE-3 and tracing WHEN rendered THEN it matches the golden
-    spec = SpeculativeConfig(
-        method="eagle3", num_speculative_tokens=3, model="/mnt/k8s-disks/0/inferstack/models/eagle3"
-    )
+    spec = SpeculativeConfig(method="eagle3", num_speculative_tokens=3, model=EAGLE3_HEAD)
     args = vllm_args(L8B, "fp8", 1, 1, ULL, spec, otlp_traces_endpoint="http://otel-collector:4317")
     golden("vllm/ultra-low-latency-eagle3.json", json.dumps(args, indent=2) + "\n")

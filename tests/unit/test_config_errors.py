@@ -357,6 +357,19 @@ def test_a_speculative_config_error_names_the_key_without_pydantics_url() -> Non
     assert "errors.pydantic.dev" not in line and "Input should" not in line
 
 
+def test_a_speculative_draft_named_by_a_node_path_is_refused_with_the_fix() -> None:
+    # GIVEN an EAGLE-3 draft named by a path on the node, which nothing fetches (vLLM would exit at start)
+    (line,) = config_errors(
+        lambda e: e["models"][0].update(
+            speculative={"method": "eagle3", "numSpeculativeTokens": 3, "model": "/mnt/models/eagle3"}
+        )
+    )
+    # THEN the plan refuses it, naming the key and how to name the draft
+    assert "models[0].speculative: got " in line
+    assert "'/mnt/models/eagle3' is not a Hugging Face id: name the draft as org/name" in line
+    assert "Traceback" not in line
+
+
 def test_mtp_speculation_on_a_model_without_mtp_layers_is_refused() -> None:
     # GIVEN prod's Llama 3.1 8B on vLLM asked to draft with its own multi-token-prediction layers, which it has not:
     # vLLM takes the target as its own drafter only for DeepSeek-V3, MiMo, ERNIE 4.5 MoE and Qwen3-Next, and else

@@ -339,3 +339,57 @@ def test_replicated_models_keep_half_serving_through_a_drain_and_single_ones_may
         if m["kind"] == "PodDisruptionBudget" and m["metadata"]["namespace"] == "inferstack-serving"
     ]  # fmt: skip
     assert single["maxUnavailable"] == 1 and "minAvailable" not in single
+
+
+EAGLE3_HEAD = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+
+
+def _speculate(env: dict[str, Any]) -> None:
+    model = next(m for m in env["models"] if m["name"] == "llama-8b")
+    model["speculative"] = {"method": "eagle3", "numSpeculativeTokens": 3, "model": EAGLE3_HEAD}
+
+
+def _server_pod(plan: Plan, name: str) -> dict[str, Any]:
+    (deployment,) = [m for m in manifests(plan) if m["kind"] == "Deployment" and m["metadata"]["name"] == name]
+    return deployment["spec"]["template"]["spec"]
+
+
+def test_a_speculative_draft_is_fetched_from_the_store_to_where_vllm_reads_it(tmp_path: Path) -> None:
+    # GIVEN the prod 8B model speculating with an EAGLE-3 head named by its Hugging Face id
+    pod = _server_pod(plan_with(tmp_path, "prod", _speculate), "llama-8b")
+    # WHEN its pod is planned THEN a fetch-draft init container copies the head from the store's <id>/hf/ folder, with
+    # the same image and account as the model's own loader
+    loaders = {c["name"]: c for c in pod["initContainers"]}
+    draft = loaders["fetch-draft"]
+    source, dest = draft["args"][draft["args"].index("--source") + 1], draft["args"][draft["args"].index("--dest") + 1]
+    assert source == f"s3://models-9b0f540/{EAGLE3_HEAD}/hf"
+    assert draft["image"] == loaders["fetch-model"]["image"]
+    # AND vLLM's --speculative-config names exactly the folder the draft was copied to
+    command = pod["containers"][0]["command"]
+    config = json.loads(command[command.index("--speculative-config") + 1])
+    assert config == {"method": "eagle3", "model": dest, "num_speculative_tokens": 3}
+    assert dest.endswith(f"/{EAGLE3_HEAD}/hf")
+    assert any(m["mountPath"] in dest for m in pod["containers"][0]["volumeMounts"] if m["name"] == "model-cache")
+
+
+def test_a_speculative_draft_is_copied_from_a_volume_store(tmp_path: Path) -> None:
+    # GIVEN an on-prem site whose store is a pre-filled volume (vLLM models only), the 8B model speculating
+    def edit(env: dict[str, Any]) -> None:
+        env["modelStore"] = {"kind": "volume", "claimName": "models-nfs"}
+        env["models"] = [m for m in env["models"] if m["engine"] == "vllm"]
+        env["gateway"]["routes"][0]["large"] = "llama-405b"
+        _speculate(env)
+
+    pod = _server_pod(plan_with(tmp_path, "onprem", edit), "llama-8b")
+    # WHEN planned THEN fetch-draft copies <id>/hf from the mounted volume (not from S3) onto the pod's NVMe volume
+    draft = next(c for c in pod["initContainers"] if c["name"] == "fetch-draft")
+    script = draft["command"][-1]
+    assert f"/mnt/model-store/{EAGLE3_HEAD}/hf/." in script
+    assert {"name": "model-store", "mountPath": "/mnt/model-store", "readOnly": True} in draft["volumeMounts"]
+
+
+def test_no_draft_no_fetch_draft(plan_of: PlanOf) -> None:
+    # GIVEN the bundled prod stack (no speculation) THEN no pod carries a fetch-draft step
+    for m in manifests(plan_of("prod")):
+        if m["kind"] == "Deployment":
+            assert "fetch-draft" not in {c["name"] for c in m["spec"]["template"]["spec"].get("initContainers", [])}
