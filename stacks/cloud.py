@@ -29,9 +29,9 @@ from components.serving.serving_base import (
     ServingBase,
     ServingBaseArgs,
 )
+from stacks.cloud_checks import rollout_surges
 from stacks.environment import CloudEnvironment
 from stacks.program import observability_secrets
-from stacks.tiers import CLOUD
 
 
 def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
@@ -201,7 +201,7 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
                 service_account=base.service_account,
                 priority_class=base.priority_class,
                 group_priority_class=base.group_priority_class,
-                rollout_surge=CLOUD.grows_nodes,
+                rollout_surge=rollout_surges(env, model),
                 fabric="efa",
                 gateway_namespace=base.gateway_namespace,
                 prometheus_url=observability.prometheus_url,

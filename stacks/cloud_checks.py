@@ -1,11 +1,66 @@
-"""Cross-section rules of the cloud tier that need the components' renders: the system node group's budget."""
+"""Cross-section rules of the cloud tier that need the components' renders: the system node group's budget, and the
+models on managed GPU node groups, which nothing grows."""
 
 from __future__ import annotations
 
 from components.aws.system_budget import node_capacity, system_demand
 from components.catalog.instances import SYSTEM_INSTANCES, SystemInstanceSpec
 from components.kube.budget import biggest, nodes_needed, shortfall, total
+from components.specs import ModelDeploySpec
 from stacks.environment import CONFIG_KEY, CloudEnvironment, ConfigIssue
+from stacks.fixed_fleet import Claim, FixedPool, fixed_pool_issues, pool_peak_gpus
+
+MANAGED_FIXED = "a managed node group keeps desiredSize nodes (the kit runs no cluster autoscaler)"
+
+
+def managed_claims(env: CloudEnvironment) -> list[Claim]:
+    """The models placed on managed GPU pools (those ``model_checks`` refuses are left to it)."""
+    from components.serving._placement import PlacementProblem, place
+
+    managed = {p.name: p for p in env.gpu_pools if p.provisioner == "managed"}
+    claims = []
+    for i, model in enumerate(env.models):
+        pool = managed.get(model.pool)
+        if pool is None:
+            continue
+        try:
+            claims.append(Claim(i, model, place(model, pool).world_size))
+        except PlacementProblem:
+            continue
+    return claims
+
+
+def managed_pools_fit(env: CloudEnvironment) -> list[ConfigIssue]:
+    """A managed pool's size is ``desiredSize`` (or ``minSize``): every model's replicas, and each autoscaled model's
+    ceiling, in its GPUs. Karpenter pools grow to ``maxSize`` for pending pods, which the policy pack weighs."""
+    pools = {}
+    for i, p in enumerate(env.gpu_pools):
+        if p.provisioner != "managed":
+            continue
+        size = "desiredSize" if p.desired_size is not None else "desiredSize (or minSize)"
+        grow = f"raise gpuPools[{i}].{size}" + (" and maxSize" if p.initial_size >= p.max_size else "")
+        pools[p.name] = FixedPool(
+            p.initial_size * p.spec.gpu_count,
+            f"{p.initial_size} x {p.spec.gpu_count}",
+            MANAGED_FIXED,
+            f"{grow}, or set provisioner: karpenter",
+        )
+    return fixed_pool_issues(pools, managed_claims(env))
+
+
+def rollout_surges(env: CloudEnvironment, model: ModelDeploySpec) -> bool:
+    """Whether the model's rollout may add its new pod before it removes an old one (``rollout_strategy``). On a
+    Karpenter pool, always: Karpenter launches the node the new pod asks for. On a managed pool, only while the pool's
+    fixed GPUs hold every model on it at its ceiling plus one more of this model's pods: else that pod stays Pending
+    and the rollout never finishes."""
+    pool = env.pool(model.pool)
+    if pool.provisioner == "karpenter":
+        return True
+    claims = managed_claims(env)
+    mine = next((c for c in claims if c.model is model), None)
+    if mine is None:
+        return False
+    return pool_peak_gpus(claims, pool.name) + mine.gpus <= pool.initial_size * pool.spec.gpu_count
 
 
 def system_pool_budget(env: CloudEnvironment) -> list[ConfigIssue]:

@@ -370,11 +370,12 @@ def cross_checks(env: Environment, stack: str | None = None) -> list[ConfigIssue
 
         return issues + edge_checks(env)
     issues += cloud_checks(env)
+    from stacks.cloud_checks import managed_pools_fit, system_pool_budget
+
+    issues += managed_pools_fit(env)
     if issues:
         return issues
     # Only a config that is otherwise sound is worth a budget: the budget reads every section.
-    from stacks.cloud_checks import system_pool_budget
-
     return system_pool_budget(env)
 
 

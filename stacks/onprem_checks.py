@@ -4,16 +4,16 @@ system nodes' budget."""
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 
 from components.onprem.specs import usable_addresses
-from components.specs import ModelDeploySpec
 from stacks.environment import CONFIG_KEY, ConfigIssue, OnpremEnvironment
+from stacks.fixed_fleet import Claim, FixedPool, fixed_pool_issues
 
 POD_INTERFACE = "eth0"
 """A serving pod's interface on the cluster network."""
 SECONDARY_INTERFACE = "net1"
 """Multus's name for the first network a pod's ``k8s.v1.cni.cncf.io/networks`` annotation attaches."""
+ON_PREM_FIXED = "the on-prem fleet is fixed"
 
 
 def _checkpoint_gib(model_id: str) -> int:
@@ -22,48 +22,6 @@ def _checkpoint_gib(model_id: str) -> int:
     from components.catalog.models import MODELS
 
     return math.ceil(MODELS[model_id].params * 2 * 1.05 / 2**30)
-
-
-def _ceilings_fit(
-    env: OnpremEnvironment,
-    ceilings: list[tuple[int, ModelDeploySpec, int]],
-    floors: dict[str, list[tuple[int, str, int]]],
-    overflowing: set[str],
-) -> list[ConfigIssue]:
-    """KEDA's ceiling of each autoscaled model (``(index, model, GPUs a replica)``), written or the default, within
-    its pool less what the pool's other models always hold (``floors``): replicas past it stay Pending, and a
-    multi-node group (a higher PriorityClass) that reached them would evict another model's warm replicas. Pools in
-    ``overflowing`` are skipped: their replicas alone do not fit, which the replicas check reports."""
-    issues: list[ConfigIssue] = []
-    pools = {p.name: p.nodes * p.gpus_per_node for p in env.gpu_pools}
-    for i, model, gpus in ceilings:
-        pool_gpus = pools[model.pool]
-        if model.pool in overflowing:
-            continue
-        held = [(name, g) for j, name, g in floors[model.pool] if j != i and g]
-        room = pool_gpus - sum(g for _, g in held)
-        ceiling = model.replica_ceiling
-        if ceiling * gpus <= room:
-            continue
-        written = model.autoscaling.max_replicas is not None
-        fit = room // gpus
-        shown = ", ".join(f"{name} {g}" for name, g in held)
-        *rest, last = [
-            *([f"{'lower' if written else 'set'} maxReplicas to {fit}"] if fit else []),
-            *(["lower the other models' replicas on the pool"] if held else []),
-            "add servers (gpuPools[].nodes)",
-        ]
-        issues.append(
-            ConfigIssue(
-                f"{CONFIG_KEY}.models[{i}].autoscaling.maxReplicas",
-                f"{ceiling}{'' if written else ' (the default, 4 x replicas, at least 2)'} x {gpus} GPUs = "
-                f"{ceiling * gpus} GPUs on pool {model.pool!r} of {pool_gpus} GPUs"
-                + (f", {pool_gpus - room} of them always held by the other models' replicas ({shown})" if held else ""),
-                f"at most {fit} replicas: the on-prem fleet is fixed",
-                f"{', '.join(rest)} or {last}" if rest else last,
-            )
-        )
-    return issues
 
 
 def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
@@ -78,9 +36,7 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
             )
 
     # Fixed servers cannot grow: the replicas every model asks for, in GPUs, must fit the pool.
-    demand: dict[str, list[tuple[int, str, int]]] = defaultdict(list)
-    floors: dict[str, list[tuple[int, str, int]]] = defaultdict(list)
-    ceilings: list[tuple[int, ModelDeploySpec, int]] = []
+    claims: list[Claim] = []
     for i, model in enumerate(env.models):
         found = next((p for p in env.gpu_pools if p.name == model.pool), None)
         if found is None:
@@ -101,20 +57,13 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
                     f"{at}.pipelineParallel",
                     f"{placed.pp} (one replica spans {servers} servers of {pool.gpus_per_node} GPUs; pool "
                     f"{pool.name!r} has {pool.nodes})",
-                    f"a replica within the pool's {pool.nodes} servers: the on-prem fleet is fixed",
+                    f"a replica within the pool's {pool.nodes} servers: {ON_PREM_FIXED}",
                     f"set gpuPools[{names.index(pool.name)}].nodes to {servers} or more (the servers the pool has), "
                     "or serve the model from a pool with more GPU memory per server",
                 )
             )
             continue
-        demand[pool.name].append((i, model.name, gpus * model.replicas))
-        # What the model always holds on the pool: KEDA's floor (0 with scaleToZero), or its fixed size.
-        scaled = model.autoscaling.enabled
-        floors[pool.name].append(
-            (i, model.name, 0 if scaled and model.autoscaling.scale_to_zero else gpus * model.replicas)
-        )
-        if scaled:
-            ceilings.append((i, model, gpus))
+        claims.append(Claim(i, model, gpus))
         if placed.multi_node(pool.gpus_per_node) and not env.fabric.rdma:
             issues.append(
                 ConfigIssue(
@@ -138,24 +87,13 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
                         f"localVolumesPerNode: {pods_per_node}",
                     )
                 )
-    overflowing: set[str] = set()
-    for pool in env.gpu_pools:
-        total = sum(g for _, _, g in demand[pool.name])
-        pool_gpus = pool.nodes * pool.gpus_per_node
-        if total > pool_gpus:
-            overflowing.add(pool.name)
-            parts = ", ".join(f"{name} {g}" for _, name, g in demand[pool.name])
-            first = demand[pool.name][0][0]
-            issues.append(
-                ConfigIssue(
-                    f"{CONFIG_KEY}.models[{first}].replicas",
-                    f"{total} GPUs of replicas on pool {pool.name!r} ({parts}); it has {pool_gpus} "
-                    f"({pool.nodes} x {pool.gpus_per_node}): {total - pool_gpus} short",
-                    f"at most {pool_gpus} GPUs of replicas: fixed servers cannot grow",
-                    "lower replicas, or add servers to the pool (gpuPools[].nodes)",
-                )
-            )
-    issues += _ceilings_fit(env, ceilings, floors, overflowing)
+    fleet = {
+        p.name: FixedPool(
+            p.nodes * p.gpus_per_node, f"{p.nodes} x {p.gpus_per_node}", ON_PREM_FIXED, "add servers (gpuPools[].nodes)"
+        )
+        for p in env.gpu_pools
+    }
+    issues += fixed_pool_issues(fleet, claims)
 
     if env.fabric.rdma and not env.network_operator.install:
         # The cluster's own Network Operator serves the fabric; what the kit would have put in its NicClusterPolicy

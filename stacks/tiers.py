@@ -79,7 +79,8 @@ CLOUD = TierPlugin(
         "S3 model store and ECR repositories; ElastiCache for Valkey or in-cluster Redis",
         "serving (vLLM, Triton + TensorRT-LLM), gateway, KEDA, observability",
     ),
-    # Karpenter pools add the node; a managed node group's rollout needs room for one more pod below its maxSize.
+    # Karpenter pools add the node a pending pod asks for. A managed node group keeps its desiredSize (no cluster
+    # autoscaler runs): a model on one surges only where the group has room (stacks.cloud_checks.rollout_surges).
     grows_nodes=True,
     unsupported=(
         Unsupported(

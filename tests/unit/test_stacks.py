@@ -115,7 +115,8 @@ def test_plan_json_matches_the_documented_format(tmp_path: Path, capsys: pytest.
 
 
 def _managed_h100(env: dict[str, Any]) -> None:
-    env["gpuPools"][0]["provisioner"] = "managed"
+    # One p5.48xlarge node holds llama-8b's 2 replicas and KEDA's default ceiling of 8 (nothing grows a managed group).
+    env["gpuPools"][0].update(provisioner="managed", minSize=1)
 
 
 def test_render_writes_the_user_data_of_every_launch_template(tmp_path: Path) -> None:
