@@ -15,6 +15,7 @@ import pulumi_random as random
 from pydantic import Field
 
 from components.catalog import images as _images
+from components.catalog.charts import REDIS_EXPORTER_POD_LABELS
 from components.kube.budget import Demand, demand
 from components.kube.labels import SYSTEM_NODES
 from components.kube.objects import RESTRICTED_CONTAINER, restricted_pod
@@ -197,8 +198,12 @@ class RedisCache(pulumi.ComponentResource):
                     {
                         "from": [
                             {**ns(args.client_namespace), "podSelector": {"matchLabels": args.client_labels}},
-                            # The Redis exporter scrapes from the monitoring namespace.
-                            ns(args.monitoring_namespace),
+                            # The Redis exporter, from the monitoring namespace: its pods only, not all of
+                            # monitoring (Grafana, Alertmanager, the collector have no business with the cache).
+                            {
+                                **ns(args.monitoring_namespace),
+                                "podSelector": {"matchLabels": dict(REDIS_EXPORTER_POD_LABELS)},
+                            },
                         ],
                         "ports": [{"port": "redis", "protocol": "TCP"}],
                     }

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Final
 
 
 @dataclass(frozen=True)
@@ -222,3 +223,13 @@ def prometheus_selector_labels() -> dict[str, str]:
     matching ``podMonitor``/``rule`` keys).
     """
     return {"release": CHARTS["kube-prometheus-stack"].name}
+
+
+PROMETHEUS_POD_LABELS: Final = {"app.kubernetes.io/name": "prometheus"}
+"""On every Prometheus server pod the operator of kube-prometheus-stack runs: one of its StatefulSet's pod selector
+labels, which the operator never changes (prometheus-operator ``pkg/prometheus/server/statefulset.go``,
+``podSelectorLabels``). A NetworkPolicy peer with it admits Prometheus and not the rest of ``monitoring`` (Grafana,
+Alertmanager, the collector, the exporters)."""
+REDIS_EXPORTER_POD_LABELS: Final = {"app.kubernetes.io/name": "prometheus-redis-exporter"}
+"""On the prometheus-redis-exporter chart's pods, whatever the release (``<chart>.selectorLabels`` in its
+templates/_helpers.tpl at 6.29.0; ``app.kubernetes.io/instance`` is the release): every cache's exporter."""

@@ -20,6 +20,7 @@ from pydantic import Field, model_validator
 
 from components.autoscaling.keda import scaled_object
 from components.catalog import images as _images
+from components.catalog.charts import PROMETHEUS_POD_LABELS
 from components.catalog.engine_support import check_engine_args, missing_paths
 from components.catalog.instances import InstanceSpec
 from components.catalog.models import MODEL_CACHE_ROOT, gguf_dir, hf_checkpoint_dir, trtllm_engine_dir
@@ -118,7 +119,7 @@ class InferenceServerArgs(Args):
     """Where the Gateway in front of this model runs: the model's NetworkPolicy admits the gateway's pods from there
     only. A model behind several gateways (one per team, each in its own namespace) lists every one."""
     monitoring_namespace: str = "monitoring"
-    """Where Prometheus runs: the only namespace admitted to the metrics port besides the gateways."""
+    """Where Prometheus runs: its Prometheus pods, and no other pod there, are admitted to the metrics port."""
     otlp_traces_endpoint: str | None = None
     prometheus_url: str | None = None
     """Where KEDA reads the queue depth; ``None`` leaves the model at its fixed ``replicas``."""
@@ -750,7 +751,11 @@ def gateway_namespaces(args: InferenceServerArgs) -> tuple[str, ...]:
 
 
 def network_policy(args: InferenceServerArgs) -> dict[str, Any]:
-    """Only the gateway reaches the serving ports, only Prometheus the metrics port."""
+    """Only the gateway reaches the serving ports, only Prometheus the metrics port.
+
+    The metrics port is vLLM's and llama.cpp's API port too (``/metrics`` beside ``/v1``): a peer of the whole
+    monitoring namespace would let Grafana, Alertmanager or an exporter call the model past the gateway's keys and
+    rate limits, so the peer is Prometheus's own pods there."""
     spec = args.spec
     serving = [{"port": p["name"], "protocol": "TCP"} for p in ports(spec)]
     metrics = [{"port": "http", "protocol": "TCP"}]
@@ -761,7 +766,10 @@ def network_policy(args: InferenceServerArgs) -> dict[str, Any]:
     gateway_pods = {"podSelector": {"matchLabels": {APP_LABEL: "inferstack-gateway"}}}
     ingress = [
         {"from": [{**ns(gateway), **gateway_pods} for gateway in gateway_namespaces(args)], "ports": serving},
-        {"from": [ns(args.monitoring_namespace)], "ports": metrics},
+        {
+            "from": [{**ns(args.monitoring_namespace), "podSelector": {"matchLabels": dict(PROMETHEUS_POD_LABELS)}}],
+            "ports": metrics,
+        },
     ]
     # Ranks of a multi-node group talk to each other (Ray, NCCL bootstrap) on any port.
     ingress.append({"from": [{"podSelector": {"matchLabels": {MODEL_LABEL: spec.name}}}]})

@@ -194,7 +194,12 @@ def test_network_policy_admits_only_the_gateway_and_prometheus(plan_of: PlanOf) 
     }
     assert gateway["from"][0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "inferstack-gateway"}
     assert {p["port"] for p in gateway["ports"]} == {"http", "kserve-http", "grpc"}
-    assert prometheus["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    # Prometheus's own pods, not the whole monitoring namespace: the metrics port is the API port too (vLLM serves
+    # /metrics beside /v1), so Grafana, Alertmanager or an exporter there could otherwise call the model past the
+    # gateway's keys and rate limits
+    (peer,) = prometheus["from"]
+    assert peer["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
+    assert peer["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}
     assert prometheus["ports"] == [{"port": "http", "protocol": "TCP"}]
     assert group["from"] == [{"podSelector": {"matchLabels": {"inferstack.io/model": "llama-70b"}}}]
     assert policy["spec"]["policyTypes"] == ["Ingress"]
@@ -240,6 +245,30 @@ def test_in_cluster_redis_has_limits_pdb_and_a_network_policy(plan_of: PlanOf) -
     policy = next(m for m in objects if m["kind"] == "NetworkPolicy" and m["metadata"]["name"] == "cache")
     sources = policy["spec"]["ingress"][0]["from"]
     assert sources[0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "inferstack-gateway"}
+
+
+@pytest.mark.parametrize("stack", ["dev", "onprem", "edge"])
+def test_in_cluster_cache_admits_only_the_gateway_and_its_exporter(plan_of: PlanOf, stack: str) -> None:
+    # GIVEN a stack with the in-cluster Redis, and the exporter release the stack installs to scrape it
+    plan = plan_of(stack)
+    policy = next(
+        m for m in manifests(plan) if m["kind"] == "NetworkPolicy" and m["metadata"]["namespace"] == "inferstack-cache"
+    )
+    exporter = next(
+        r for r in plan.of_type("kubernetes:helm.sh/v3:Release") if r.inputs["chart"] == "prometheus-redis-exporter"
+    )
+    # WHEN its ingress peers are read
+    (rule,) = policy["spec"]["ingress"]
+    peers = {p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]: p for p in rule["from"]}
+    # THEN each names its pods: the gateway's, and from the exporter's namespace only the exporter's (the chart's
+    # selector label), never every pod of monitoring (Grafana, Alertmanager, the collector)
+    assert set(peers) == {"inferstack-gateway", exporter.inputs["namespace"]}
+    assert peers["inferstack-gateway"]["podSelector"] == {
+        "matchLabels": {"app.kubernetes.io/name": "inferstack-gateway"}
+    }
+    assert peers[exporter.inputs["namespace"]]["podSelector"] == {
+        "matchLabels": {"app.kubernetes.io/name": exporter.inputs["chart"]}
+    }
 
 
 def test_stateful_caches_are_protected_unless_config_says_otherwise(plan_of: PlanOf) -> None:
