@@ -19,7 +19,7 @@ from components.catalog.charts import CHARTS
 from components.kube.budget import Demand, demand
 from components.kube.helm import HELM_RELEASE_NAME_MAX, release
 from components.kube.labels import SYSTEM_NODES
-from components.kube.objects import check_name, custom_resource
+from components.kube.objects import RESTRICTED_CONTAINER, check_name, custom_resource, restricted_pod
 from components.observability.alerting import ALERT_RECEIVERS_SECRET, AlertDestinations, alertmanager_config
 from components.observability.alerts import ModelSlo, prometheus_rule
 from components.observability.dashboards import DASHBOARD_METRICS, DASHBOARDS, dashboard_configmap
@@ -30,6 +30,20 @@ from components.observability.monitors import (
     redis_exporter_service_monitor,
 )
 from components.specs import Args, ObservabilitySpec, RemoteWriteSpec, StrInput
+
+REDIS_EXPORTER_UID = 59000
+"""The user oliver006/redis_exporter's image runs as (its Dockerfile, ``USER 59000:59000``)."""
+COLLECTOR_UID = 10001
+"""The user the OpenTelemetry collector images run as (opentelemetry-collector-releases, ``USER_UID=10001``)."""
+
+
+def restricted_chart_pod(uid: int) -> dict[str, Any]:
+    """``podSecurityContext`` and ``securityContext`` values for a chart that leaves both empty (the Redis exporter's,
+    the collector's): Pod Security "restricted" and a read-only root filesystem, as the kit's own pods. Neither
+    process writes outside its volumes, and the monitoring namespace enforces nothing (its node exporter needs the
+    host), so only these values hold them to it."""
+    return {"podSecurityContext": restricted_pod(uid), "securityContext": dict(RESTRICTED_CONTAINER)}
+
 
 OTLP_GRPC_PORT = 4317
 OTLP_HTTP_PORT = 4318
@@ -154,6 +168,7 @@ def collector_values(spec: ObservabilitySpec, node_selector: Mapping[str, str] =
     return {
         "mode": "deployment",
         "image": {"repository": "otel/opentelemetry-collector-contrib"},
+        **restricted_chart_pod(COLLECTOR_UID),
         "nodeSelector": node_selector,
         "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
         "ports": {"metrics": {"enabled": True, "containerPort": 8889, "servicePort": 8889, "protocol": "TCP"}},
@@ -390,6 +405,7 @@ class Observability(pulumi.ComponentResource):
                 "redisAddress": url,
                 "nodeSelector": args.system_node_selector,
                 "serviceMonitor": {"enabled": False},
+                **restricted_chart_pod(REDIS_EXPORTER_UID),
             }
             if cache_secret:
                 exporter["auth"] = {
