@@ -813,6 +813,9 @@ class ModelDeploySpec(Spec):
         except ValidationError as err:
             first = err.errors(include_url=False)[0]
             key = ".".join(to_camel(str(p)) for p in first["loc"])
+            ctx = first.get("ctx") or {}
+            if first["type"] == "inferstack":  # SpeculativeConfig's own refusal, with its allowed and fix
+                raise config_error(first["msg"], allowed=ctx["allowed"], fix=ctx["fix"]) from None
             raise config_error(
                 f"{key} {first['msg'].replace('Input should', 'should')}" if key else first["msg"],
                 allowed="method: eagle3|eagle|ngram|mtp|draft_model, numSpeculativeTokens: 1..16",

@@ -14,6 +14,7 @@ import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from components.catalog.models import MODEL_CACHE_ROOT, ModelSpec, hf_checkpoint_dir
 from components.catalog.profiles import LatencyProfile
@@ -61,15 +62,30 @@ class SpeculativeConfig(BaseModel):
 
     @model_validator(mode="after")
     def _method_fields(self) -> SpeculativeConfig:
+        # The draft's errors carry their own allowed and fix (``components.specs.config_error``'s shape), which
+        # ``ModelDeploySpec`` passes on: the user's way out is how to name the draft, not vLLM's docs.
+        draft_id = "the draft's Hugging Face id, org/name (e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B)"
         if self.method in ("eagle3", "eagle", "draft_model") and not self.model:
-            raise ValueError(f"speculative method {self.method!r} needs `model` (the draft's Hugging Face id)")
+            raise PydanticCustomError(
+                "inferstack",
+                f"speculative method {self.method!r} needs `model` (the draft's Hugging Face id)",
+                {"allowed": f"model: {draft_id}", "fix": "set `model` to the draft's id, or use method ngram"},
+            )
         if self.method in ("ngram", "mtp") and self.model:
-            raise ValueError(f"speculative method {self.method!r} takes no `model` (it drafts without a second model)")
+            raise PydanticCustomError(
+                "inferstack",
+                f"speculative method {self.method!r} takes no `model` (it drafts without a second model)",
+                {"allowed": "model with eagle3, eagle or draft_model only", "fix": "remove `model`"},
+            )
         if self.model and (not DRAFT_ID.fullmatch(self.model) or ".." in self.model):
             # A path would be read on the node, where nothing put it: the server would exit at start.
-            raise ValueError(
-                f"`model` {self.model!r} is not a Hugging Face id: name the draft as org/name (the kit fetches it "
-                "from the model store's <org/name>/hf/ folder, as it does the target)"
+            raise PydanticCustomError(
+                "inferstack",
+                f"`model` {self.model!r} is not a Hugging Face id: name the draft as org/name",
+                {
+                    "allowed": f"model: {draft_id}: one slash, no '..', not a path",
+                    "fix": "write the draft's org/name and put its checkpoint in the model store under <org/name>/hf/",
+                },
             )
         if self.method == "ngram" and self.prompt_lookup_max is None:
             raise ValueError("speculative method 'ngram' needs `prompt_lookup_max`")

@@ -368,6 +368,24 @@ def test_a_speculative_draft_named_by_a_node_path_is_refused_with_the_fix() -> N
     assert "models[0].speculative: got " in line
     assert "'/mnt/models/eagle3' is not a Hugging Face id: name the draft as org/name" in line
     assert "Traceback" not in line
+    # AND its allowed and fix say how to name the draft and where it must be, not "see vLLM's docs" (nor list mtp)
+    allowed, fix = line.split("; allowed: ", 1)[1].split("; fix: ", 1)
+    assert "org/name" in allowed and "mtp" not in allowed
+    assert fix == "write the draft's org/name and put its checkpoint in the model store under <org/name>/hf/"
+
+
+@pytest.mark.parametrize(
+    ("speculative", "fix"),
+    [
+        ({"method": "ngram", "numSpeculativeTokens": 3, "promptLookupMax": 4, "model": "org/draft"}, "remove `model`"),
+        ({"method": "eagle3", "numSpeculativeTokens": 3}, "set `model` to the draft's id, or use method ngram"),
+    ],
+)
+def test_a_speculative_draft_missing_or_not_taken_is_told_its_own_fix(speculative: dict[str, Any], fix: str) -> None:
+    # GIVEN a method that takes no draft given one, or one that needs a draft given none
+    (line,) = config_errors(lambda e: e["models"][0].update(speculative=speculative))
+    # WHEN / THEN the line's fix is the change to make
+    assert "models[0].speculative: got " in line and line.endswith(f"; fix: {fix}")
 
 
 def test_mtp_speculation_on_a_model_without_mtp_layers_is_refused() -> None:
