@@ -896,6 +896,7 @@ def cluster_checks(env: CloudEnvironment) -> list[ConfigIssue]:
         from components.gateway.gateway import TLS_PORT
 
         hub = urlsplit(gateway.hub_url)
+        host = f"[{hub.hostname}]" if ":" in (hub.hostname or "") else hub.hostname  # an IPv6 address keeps its []
         if hub.scheme != "https" or hub.port not in (None, TLS_PORT):
             # The internal NLB's only listener (load_balancer_annotations): the sending side would dial a port nothing
             # answers on, and over http:// its burst key would cross the link in clear.
@@ -904,7 +905,7 @@ def cluster_checks(env: CloudEnvironment) -> list[ConfigIssue]:
                     f"{CONFIG_KEY}.gateway.hubUrl",
                     f"{gateway.hub_url!r} (the internal NLB listens only on {TLS_PORT}, with TLS)",
                     f"an https:// URL on port {TLS_PORT}: a private DNS name for the NLB that tlsCertificateArn names",
-                    f"write {f'https://{hub.hostname}{hub.path}'!r}",
+                    f"write {f'https://{host}{hub.path}'!r}",
                 )
             )
     return issues

@@ -16,6 +16,7 @@ from inferstack_cli import render
 from inferstack_cli.mocks import PLACEHOLDER_HOST
 from inferstack_cli.plan import MockEngine, Plan
 from inferstack_gateway.config import ApiKeyConfig, check_residency_keys, parse_config
+from stacks.environment import load_environment
 
 PlanOf = Callable[[str], Plan]
 GATEWAY_ENV = {"GATEWAY_REDIS_URL": "redis://cache:6379", "HUB_API_KEY": "k"}
@@ -257,6 +258,17 @@ def test_a_cloud_hub_url_off_the_nlbs_tls_listener_is_refused(url: str) -> None:
     # and over http:// its burst key would cross the link in clear)
     assert f"gateway.hubUrl: got {url!r}" in line and "443" in line
     assert "fix: write 'https://gateway.prod.internal.example.com/v1'" in line
+
+
+def test_a_cloud_hub_url_on_an_ipv6_address_is_told_a_url_that_loads() -> None:
+    # GIVEN prod's gateway.hubUrl naming the NLB's IPv6 address on a port the NLB does not listen on
+    (line,) = config_errors(lambda env: env["gateway"].update(hubUrl="https://[fd00::1]:8443/v1"), stack="prod")
+    # WHEN the fix is followed THEN the stack loads: the address keeps its brackets (https://fd00::1/v1 is no URL)
+    fixed = line.split("; fix: write ", 1)[1].strip("'")
+    assert fixed == "https://[fd00::1]/v1"
+    raw = raw_environment("prod")
+    raw["gateway"]["hubUrl"] = fixed
+    assert load_environment(raw, "stacks/Pulumi.prod.yaml").gateway.hub_url == fixed
 
 
 def test_a_hub_with_a_private_ca_is_trusted_by_that_ca_only(tmp_path: Any) -> None:
