@@ -371,6 +371,25 @@ def test_every_alert_has_a_row_in_the_readmes_alert_table(fleet: list[ModelSlo])
     assert documented == rendered
 
 
+def test_the_readmes_queue_alert_row_gives_each_profiles_target_and_threshold() -> None:
+    # GIVEN each latency profile's KEDA target per replica, and the alert's factor over it
+    from components.catalog.profiles import PROFILES
+    from components.observability.alerts import QUEUE_ALERT_FACTOR
+
+    # WHEN the README's row for InferstackQueueSustained is read
+    (row,) = [
+        line for line in (ROOT / "README.md").read_text().splitlines() if "| `InferstackQueueSustained` |" in line
+    ]
+    # THEN it names each profile with its own target (what autoscaling.queueDepth replaces), and then the thresholds,
+    # in the profiles' order: the target is not mistaken for the threshold
+    targets = ", ".join(
+        f"{p.keda_queue_depth_per_replica}{'' if i else ' for'} `{name}`"
+        for i, (name, p) in enumerate(PROFILES.items())
+    )
+    thresholds = ", ".join(str(QUEUE_ALERT_FACTOR * p.keda_queue_depth_per_replica) for p in PROFILES.values())
+    assert f"its profile's {targets}: the alert at {thresholds})" in row
+
+
 def test_without_a_gateway_there_are_no_gateway_alerts(fleet: list[ModelSlo]) -> None:
     # GIVEN a stack without a gateway
     # WHEN / THEN no rule reads the gateway's series as a gateway alert
