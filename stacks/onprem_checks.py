@@ -4,6 +4,7 @@ system nodes' budget."""
 from __future__ import annotations
 
 import math
+from urllib.parse import urlsplit, urlunsplit
 
 from components.onprem.specs import usable_addresses
 from stacks.environment import CONFIG_KEY, ConfigIssue, OnpremEnvironment
@@ -22,6 +23,13 @@ def _checkpoint_gib(model_id: str) -> int:
     from components.catalog.models import MODELS
 
     return math.ceil(MODELS[model_id].params * 2 * 1.05 / 2**30)
+
+
+def _https(url: str, port: int) -> str:
+    """``url`` over HTTPS: its own port if it writes one, else the load balancer's (left out where it is 443)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc if parts.port is not None or port == 443 else f"{parts.netloc}:{port}"
+    return urlunsplit(("https", netloc, parts.path, parts.query, parts.fragment))
 
 
 def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
@@ -94,6 +102,19 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
         for p in env.gpu_pools
     }
     issues += fixed_pool_issues(fleet, claims)
+
+    gateway = env.gateway
+    if gateway.enabled and gateway.tls_secret is not None and (gateway.hub_url or "").startswith("http://"):
+        # With tlsSecret the gateway serves HTTPS only, on every port (the load balancer forwards plain TCP): a sending
+        # stack would speak plain HTTP to it, every burst would fail, and its burst key would cross the LAN in clear.
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.gateway.hubUrl",
+                f"{gateway.hub_url!r} with gateway.tlsSecret (the gateway serves HTTPS only)",
+                f"an https:// URL naming the certificate's host, on the load balancer's port ({gateway.listen_port})",
+                f"write {_https(gateway.hub_url, gateway.listen_port)!r}, or remove tlsSecret",
+            )
+        )
 
     if env.fabric.rdma and not env.network_operator.install:
         # The cluster's own Network Operator serves the fabric; what the kit would have put in its NicClusterPolicy

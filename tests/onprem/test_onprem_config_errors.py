@@ -444,3 +444,34 @@ def test_a_cpu_llamacpp_servers_replicas_count_against_the_local_volumes() -> No
     # THEN its line bounds its pods per server by its replica ceiling (GPUs do not bound a server of none)
     (line,) = [line for line in errors(edit) if "'minilm'" in line]
     assert "gpuPools[0].localVolumesPerNode: got 2 local volumes per server for up to 3 'minilm' pods" in line
+
+
+@pytest.mark.parametrize(
+    ("gateway", "fixed"),
+    [
+        ({"hubUrl": "http://gateway.dc1.example.com/v1"}, "https://gateway.dc1.example.com/v1"),
+        (
+            {"hubUrl": "http://gateway.dc1.example.com/v1", "loadBalancerPort": 8443},
+            "https://gateway.dc1.example.com:8443/v1",
+        ),
+        (
+            {"hubUrl": "http://gateway.dc1.example.com:9443/v1", "loadBalancerPort": 9443},
+            "https://gateway.dc1.example.com:9443/v1",
+        ),
+    ],
+)
+def test_a_plain_http_hub_url_for_a_gateway_that_serves_https_is_refused(gateway: dict[str, Any], fixed: str) -> None:
+    # GIVEN the on-prem hub's gateway serving HTTPS itself (tlsSecret: on every port, the load balancer forwarding plain
+    # TCP) and a hubUrl that tells the sending stacks to speak plain HTTP to it (every burst fails, its key in clear)
+    def edit(env: dict[str, Any]) -> None:
+        env["gateway"].update(tlsSecret="gateway-tls", **gateway)
+
+    # WHEN loaded THEN one line names the key and the https:// URL on the load balancer's port
+    (line,) = errors(edit)
+    assert f"inferstack:environment.gateway.hubUrl: got {gateway['hubUrl']!r} with gateway.tlsSecret" in line
+    assert line.endswith(f"fix: write {fixed!r}, or remove tlsSecret")
+    # AND the stack loads once the fix is followed
+    raw = copy.deepcopy(raw_environment("onprem"))
+    edit(raw)
+    raw["gateway"]["hubUrl"] = fixed
+    assert load_environment(raw, SOURCE).gateway.hub_url == fixed
