@@ -144,7 +144,7 @@ def gateway_config(
     models = [m for m in models if not MODELS[m.model].is_embedding]
     embeddings: dict[str, Any] | None = None
     if spec.embeddings_url is not None:
-        embeddings = {"url": spec.embeddings_url}
+        embeddings = {"url": _literal(spec.embeddings_url)}
     elif embedder is not None:
         embeddings = {"url": upstream_urls["$embeddings"], "model": embedder.model, "dimensions": embedder.dimensions}
         if embedder.max_input_tokens is not None:
@@ -175,7 +175,11 @@ def gateway_config(
     }
     if hub is not None:
         # kind: remote: residency-local traffic never goes there, and spillover overflows to it.
-        upstream: dict[str, Any] = {"url": upstream_urls[HUB], "kind": "remote", "api_key": "${" + HUB_KEY_ENV + "}"}
+        upstream: dict[str, Any] = {
+            "url": _literal(upstream_urls[HUB]),
+            "kind": "remote",
+            "api_key": "${" + HUB_KEY_ENV + "}",
+        }
         if hub.model:
             upstream["model"] = _literal(hub.model)
         if hub.ca_config_map is not None:

@@ -110,6 +110,25 @@ def test_a_residency_local_route_renders_to_the_gateway_model() -> None:
     assert "residency" not in config["models"]["llama-8b"]
 
 
+def test_a_dollar_in_a_user_written_url_reaches_the_gateway_unchanged() -> None:
+    # GIVEN the onprem stack with a hub URL and an embeddings URL whose paths carry a '$' ('$' is a URL path character),
+    # which the gateway's ${VAR} interpolation reads: '$$' as '$', ${VAR:-default} from the pod's environment
+    from components.gateway.gateway import HubUpstream
+    from components.gateway.gateway import gateway_config as render_config
+
+    hub_url, embeddings_url = "https://hub.example/a$$b/v1", "http://embed.example/${HOME:-x}/v1"
+    env = environment("onprem", lambda e: e["gateway"].update(embeddingsUrl=embeddings_url))
+    urls = {m.name: f"http://{m.name}:8000/v1" for m in env.models} | {"hub": hub_url}
+    # WHEN the gateway loads the rendered config in its pod (HOME set, as in any container)
+    rendered = render_config(
+        env.gateway, list(env.models), urls, otlp_endpoint=None, hub=HubUpstream(url=hub_url, api_key="k")
+    )
+    config = parse_config(rendered, env={**GATEWAY_ENV, "HOME": "/"})
+    # THEN it dials the very URLs the stack file names
+    assert config.upstreams["hub"].url == hub_url
+    assert config.embeddings is not None and config.embeddings.url == embeddings_url
+
+
 def test_prod_exports_its_burst_key_as_a_secret_and_registers_only_its_hash(plan_of: PlanOf) -> None:
     # GIVEN the prod stack (the hub of onprem)
     plan = plan_of("prod")
