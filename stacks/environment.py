@@ -415,6 +415,20 @@ def hub_checks(env: Environment, hub: HubSpec | None, stack: str | None = None) 
                     "rename the model",
                 )
             )
+    if hub is not None and hub.url is not None:
+        from components.gateway.hub import in_cluster
+
+        if in_cluster(hub.url):
+            # As a hub stack's exported in-cluster URL is refused at `pulumi up` (components/gateway/hub.py): the name
+            # resolves in this stack's own cluster, where gateway.inferstack-gateway.svc is its own gateway.
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.hub.url",
+                    f"{hub.url!r} (a Service name: it resolves in this stack's own cluster, not the hub's)",
+                    "the hub gateway's address reachable from this cluster: its load balancer's or its gateway.hubUrl",
+                    "write the hub's load balancer URL (its gateway_url output), or name the hub by hub.stack",
+                )
+            )
     if hub is not None and hub.url is not None and hub.api_key_secret is None:
         issues.append(
             ConfigIssue(

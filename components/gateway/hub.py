@@ -43,12 +43,18 @@ class HubReference(pulumi.ComponentResource):
         self.register_outputs({"gateway_url": self.gateway_url})
 
 
+def in_cluster(url: str) -> bool:
+    """Whether ``url`` names a Kubernetes Service (``*.svc``): it resolves in the cluster that dials it, never to
+    another stack's hub."""
+    host = (urlsplit(url).hostname or "").rstrip(".")
+    return host.endswith(".svc") or host.endswith(".svc.cluster.local")
+
+
 def _reachable(url: str, stack: str) -> str:
     """``url``, unless it is the hub's in-cluster one (its gateway has no load balancer and no ``hubUrl``): a
     ``*.svc`` name resolves in the sending stack's own cluster, where the kit's gateway has the same Service name and
     namespace, so the overflow would go back to this stack's own gateway."""
-    host = (urlsplit(url).hostname or "").rstrip(".")
-    if host.endswith(".svc") or host.endswith(".svc.cluster.local"):
+    if in_cluster(url):
         raise pulumi.RunError(
             f"inferstack:environment.hub.stack: got {stack!r}, which exports its in-cluster URL {url} (its gateway "
             "has no load balancer), a name that resolves to this stack's own gateway here; allowed: a hub reachable "

@@ -343,3 +343,16 @@ def test_a_model_named_hub_on_a_stack_with_a_hub_is_refused() -> None:
     # local model's requests would silently go to the hub instead
     (line,) = config_errors(edit, stack="onprem")
     assert "models[2].name" in line and "'hub'" in line and "rename" in line
+
+
+@pytest.mark.parametrize("stack", ["edge", "onprem"])
+def test_a_hub_url_naming_a_service_in_this_cluster_is_refused(stack: str) -> None:
+    # GIVEN a sending stack whose hub.url is the kit gateway's in-cluster name: in this cluster it is this stack's own
+    # gateway, so overflow and fallback would go back to it (hub.stack refuses such an exported URL at `pulumi up`)
+    def edit(env: dict[str, Any]) -> None:
+        env["hub"] = {"url": "http://gateway.inferstack-gateway.svc.cluster.local/v1", "apiKeySecret": "hubApiKey"}
+
+    # WHEN loaded THEN one line names hub.url and the URL to write instead
+    (line,) = config_errors(edit, stack=stack)
+    assert "inferstack:environment.hub.url: got 'http://gateway.inferstack-gateway.svc.cluster.local/v1'" in line
+    assert "fix: write the hub's load balancer URL (its gateway_url output), or name the hub by hub.stack" in line
