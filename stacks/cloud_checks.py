@@ -37,14 +37,15 @@ def managed_pools_fit(env: CloudEnvironment) -> list[ConfigIssue]:
     for i, p in enumerate(env.gpu_pools):
         if p.provisioner != "managed":
             continue
-        size = "desiredSize" if p.desired_size is not None else "desiredSize (or minSize)"
-        grow = f"raise gpuPools[{i}].{size}" + (" and maxSize" if p.initial_size >= p.max_size else "")
+        at = f"gpuPools[{i}]"
+        grow = f"raise {at}.desiredSize" if p.desired_size is not None else f"set {at}.desiredSize above {p.min_size}"
+        grow += " and maxSize" if p.initial_size >= p.max_size else ""
+        # A Karpenter pool keeps no floor: minSize and desiredSize above 0 are refused there (cloud_checks).
+        karpenter = "set provisioner: karpenter" + (" with minSize 0 and no desiredSize" if p.initial_size else "")
         pools[p.name] = FixedPool(
-            p.initial_size * p.spec.gpu_count,
-            f"{p.initial_size} x {p.spec.gpu_count}",
-            MANAGED_FIXED,
-            f"{grow}, or set provisioner: karpenter",
-        )
+            p.initial_size * p.spec.gpu_count, f"{p.initial_size} x {p.spec.gpu_count}", MANAGED_FIXED,
+            f"{grow}, or {karpenter}",
+        )  # fmt: skip
     return fixed_pool_issues(pools, managed_claims(env))
 
 

@@ -53,8 +53,9 @@ class SpeculativeConfig(BaseModel):
     """Tokens proposed per step. More tokens help only while most are accepted."""
     model: str | None = None
     """The draft model or head's Hugging Face id (``org/name``, e.g. ``yuhuili/EAGLE3-LLaMA3.1-Instruct-8B``). It lives
-    in the model store beside the target, under ``<id>/hf/``; the server pod's ``fetch-draft`` init container copies
-    it to the node-local cache (``hf_checkpoint_dir``), and vLLM reads it there."""
+    in the stack's model store under ``<id>/hf/`` (also when ``models[].source`` takes the target from elsewhere); the
+    server pod's ``fetch-draft`` init container copies it to the node-local cache (``hf_checkpoint_dir``), and vLLM
+    reads it there."""
     prompt_lookup_max: int | None = Field(default=None, ge=1)
     """``ngram`` only: longest n-gram matched against the prompt."""
     prompt_lookup_min: int | None = Field(default=None, ge=1)

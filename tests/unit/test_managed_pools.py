@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers import config_errors, plan_with, raw_environment
-from stacks.cloud_checks import rollout_surges
+from stacks.cloud_checks import managed_pools_fit, rollout_surges
 from stacks.environment import CloudEnvironment, load_environment
 
 
@@ -41,7 +41,8 @@ def test_more_replicas_than_a_managed_group_holds_are_refused() -> None:
     (line,) = config_errors(edit)
     assert "models[0].replicas: got 9 GPUs of replicas on pool 'h100' (llama-8b 9); it has 8 (1 x 8): 1 short" in line
     assert "a managed node group keeps desiredSize nodes (the kit runs no cluster autoscaler)" in line
-    assert "fix: lower replicas, or raise gpuPools[0].desiredSize, or set provisioner: karpenter" in line
+    fix = "fix: lower replicas, or raise gpuPools[0].desiredSize, or set provisioner: karpenter with minSize 0 and no"
+    assert fix + " desiredSize" in line
 
 
 def test_an_autoscaling_ceiling_beyond_a_managed_group_is_refused() -> None:
@@ -55,7 +56,7 @@ def test_an_autoscaling_ceiling_beyond_a_managed_group_is_refused() -> None:
     assert "models[0].autoscaling.maxReplicas: got 12 x 1 GPUs = 12 GPUs on pool 'h100' of 8 GPUs" in line
     assert "allowed: at most 8 replicas: a managed node group keeps desiredSize nodes" in line
     fix = "fix: lower maxReplicas to 8 or raise gpuPools[0].desiredSize and maxSize, or set provisioner: karpenter"
-    assert fix in line
+    assert fix + " with minSize 0 and no desiredSize" in line
 
 
 def test_the_default_ceiling_counts_against_a_managed_group() -> None:
@@ -69,12 +70,15 @@ def test_the_default_ceiling_counts_against_a_managed_group() -> None:
 
 
 def test_a_managed_group_that_holds_every_ceiling_is_accepted_and_a_karpenter_pool_is_not_held_to_its_nodes() -> None:
-    # GIVEN exactly 8 one-GPU replicas at the ceiling on one 8-GPU managed node
+    # GIVEN exactly 8 one-GPU replicas at the ceiling on one 8-GPU managed node THEN it loads, with nothing to refuse
     fits = cloud_env(lambda e: (managed_h100(e), llama_8b(e).update(replicas=2, autoscaling={"maxReplicas": 8})))
-    assert fits.gpu_pools[0].provisioner == "managed"
-    # AND the same ceiling far past a Karpenter pool's minSize (it launches nodes for pending pods)
+    assert fits.gpu_pools[0].provisioner == "managed" and managed_pools_fit(fits) == []
+    # AND one replica more is refused (the boundary is the pool's 8 GPUs)
+    over = fits.model_copy(update={"models": [fits.models[0].model_copy(update={"replicas": 9}), *fits.models[1:]]})
+    assert [i.path for i in managed_pools_fit(over)] == ["inferstack:environment.models[0].replicas"]
+    # AND the same ceiling far past a Karpenter pool's minSize (it launches nodes for pending pods) is not its to check
     karpenter = cloud_env(lambda e: llama_8b(e).update(autoscaling={"maxReplicas": 30}))
-    assert karpenter.gpu_pools[0].provisioner == "karpenter"
+    assert karpenter.gpu_pools[0].provisioner == "karpenter" and managed_pools_fit(karpenter) == []
 
 
 def test_a_rollout_surges_on_a_managed_group_only_into_a_spare_gpu() -> None:
