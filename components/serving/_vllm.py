@@ -89,9 +89,19 @@ class SpeculativeConfig(BaseModel):
                 },
             )
         if self.method == "ngram" and self.prompt_lookup_max is None:
-            raise ValueError("speculative method 'ngram' needs `prompt_lookup_max`")
+            raise PydanticCustomError(
+                "inferstack",
+                "speculative method 'ngram' needs `promptLookupMax`",
+                {"allowed": "promptLookupMax: the longest n-gram matched against the prompt, 1 or more",
+                 "fix": "add `promptLookupMax: 4` (and optionally `promptLookupMin`)"},
+            )  # fmt: skip
         if self.method != "ngram" and (self.prompt_lookup_max is not None or self.prompt_lookup_min is not None):
-            raise ValueError("`prompt_lookup_max`/`prompt_lookup_min` apply to method 'ngram' only")
+            raise PydanticCustomError(
+                "inferstack",
+                f"`promptLookupMax`/`promptLookupMin` with method {self.method!r}",
+                {"allowed": "promptLookupMax and promptLookupMin with method ngram only",
+                 "fix": "remove promptLookupMax/promptLookupMin, or use method ngram"},
+            )  # fmt: skip
         return self
 
     def to_json(self, cache_root: str = MODEL_CACHE_ROOT) -> str:

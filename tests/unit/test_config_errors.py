@@ -357,6 +357,29 @@ def test_a_speculative_config_error_names_the_key_without_pydantics_url() -> Non
     assert "errors.pydantic.dev" not in line and "Input should" not in line
 
 
+@pytest.mark.parametrize(
+    ("speculative", "said", "fix"),
+    [
+        (
+            {"method": "ngram", "numSpeculativeTokens": 3},
+            "speculative method 'ngram' needs `promptLookupMax`",
+            "add `promptLookupMax: 4` (and optionally `promptLookupMin`)",
+        ),
+        (
+            {"method": "eagle3", "numSpeculativeTokens": 3, "model": "a/b", "promptLookupMax": 4},
+            "`promptLookupMax`/`promptLookupMin` with method 'eagle3'",
+            "remove promptLookupMax/promptLookupMin, or use method ngram",
+        ),
+    ],
+)
+def test_ngram_lookup_keys_are_named_as_the_stack_file_writes_them(speculative: dict, said: str, fix: str) -> None:
+    # GIVEN ngram without its lookup length, or lookup lengths on another method
+    (line,) = config_errors(lambda e: e["models"][0].update(speculative=speculative))
+    # THEN the line names the camelCase key the user wrote, with its own fix (not snake_case, not "see vLLM's docs")
+    assert said in line and line.endswith(f"; fix: {fix}")
+    assert "prompt_lookup" not in line
+
+
 def test_a_speculative_draft_named_by_a_node_path_is_refused_with_the_fix() -> None:
     # GIVEN an EAGLE-3 draft named by a path on the node, which nothing fetches (vLLM would exit at start)
     (line,) = config_errors(
