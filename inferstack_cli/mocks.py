@@ -54,6 +54,17 @@ def _digest(text: str, length: int = 17) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
+RANDOM_PASSWORD = "random:index/randomPassword:RandomPassword"
+
+
+def generated_password(name: str) -> str:
+    """The ``result`` a RandomPassword named ``name`` gets offline: deterministic and obviously not a credential.
+
+    Applies on it run with this value (the gateway hashes the burst key into its keys file); the plan shows it only
+    as ``[secret]``."""
+    return f"plan-{_digest(f'{RANDOM_PASSWORD}::{name}')}"
+
+
 @dataclass
 class Registration:
     urn: str
@@ -73,6 +84,25 @@ class Registration:
 def provider_urn(ref: str) -> str:
     """A provider reference ``<urn>::<id>`` as its URN (the id is unknown until the provider is created)."""
     return ref.rsplit("::", 1)[0] if ref else ""
+
+
+def mark_secret(state: Any, names: Any) -> None:
+    """Mark the named top-level properties of a resource's returned state (a protobuf Struct) secret, in place.
+
+    The engine does this for the outputs a resource names in ``additionalSecretOutputs`` (the resource option,
+    which pulumi_random sets for RandomPassword's ``result`` and ``bcryptHash``, pulumi_kubernetes for a Secret's
+    ``data``); the SDK's ``MockMonitor`` returns the state as the mocks built it. Without it a generated password
+    came back plain, and everything built from it planned in the clear."""
+    for name in names:
+        if name in state.fields and not _is_secret(state.fields[name]):
+            value = json_format.MessageToDict(state.fields[name])
+            state.fields[name].struct_value.Clear()
+            state.fields[name].struct_value.update({_SIG_KEY: _SECRET_SIG, "value": value})
+
+
+def _is_secret(value: Any) -> bool:
+    fields = value.struct_value.fields if value.WhichOneof("kind") == "struct_value" else {}
+    return _SIG_KEY in fields and fields[_SIG_KEY].string_value == _SECRET_SIG
 
 
 def wire(value: Any) -> Any:
@@ -128,6 +158,7 @@ class RecordingMonitor(MockMonitor):
         """Reads (stack references, ``get`` functions) are recorded like registrations, with their inputs."""
         self._own_thread_loop()
         response = super().ReadResource(request)
+        mark_secret(response.properties, request.additionalSecretOutputs)
         inputs = wire(json_format.MessageToDict(request.properties)) if request.properties else {}
         with self._lock:
             self.registrations.append(
@@ -147,6 +178,7 @@ class RecordingMonitor(MockMonitor):
     def RegisterResource(self, request: Any) -> Any:
         self._own_thread_loop()
         response = super().RegisterResource(request)
+        mark_secret(response.object, request.additionalSecretOutputs)
         if request.type != "pulumi:pulumi:Stack":
             inputs = wire(json_format.MessageToDict(request.object)) if request.object else {}
             with self._lock:
@@ -227,9 +259,9 @@ class PlanMocks(pulumi.runtime.Mocks):
         elif token == "aws:elasticache/replicationGroup:ReplicationGroup":
             state["primaryEndpointAddress"] = f"master.{name}.{digest[:6]}.use1.cache.amazonaws.com"
             state["configurationEndpointAddress"] = f"clustercfg.{name}.{digest[:6]}.use1.cache.amazonaws.com"
-        elif token == "random:index/randomPassword:RandomPassword":
-            # Deterministic and obviously not a real credential; the provider marks it secret.
-            state["result"] = f"plan-{digest}"
+        elif token == RANDOM_PASSWORD:
+            # Secret as the engine makes it (RandomPassword declares additionalSecretOutputs: RecordingMonitor).
+            state["result"] = generated_password(name)
             state["bcryptHash"] = f"plan-hash-{digest}"
         elif token == "kubernetes:core/v1:Service" and (args.inputs.get("spec") or {}).get("type") == "LoadBalancer":
             # The address the load balancer gets once created (pulumi-kubernetes waits for status.loadBalancer.ingress

@@ -13,6 +13,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
+import pulumi_random as random
 import pytest
 
 from inferstack_cli.plan import MockEngine
@@ -258,6 +259,17 @@ def test_a_pulumi_secret_written_into_a_plain_kubernetes_field_is_caught(
     # WHEN the pack runs THEN the field is named, with the fix
     (found,) = messages(program, rule)
     assert names in found and fix in found
+
+
+def test_a_generated_password_on_the_command_line_is_caught(messages: Run) -> None:
+    # GIVEN a user's program that passes a generated password (pulumi_random) to its server as an argument: the
+    # engine keeps RandomPassword's result secret, so the pod spec would show a Pulumi secret in plain text
+    program = lambda: worker(  # noqa: E731
+        args=["--port", "6379", random.RandomPassword("team-cache", length=32, special=False).result]
+    )
+    # WHEN the pack runs THEN the argument is named, with the fix
+    (found,) = messages(program, "k8s-no-secret-in-env")
+    assert "(argument 2)" in found and SECRET_REF in found
 
 
 @pytest.mark.parametrize(
