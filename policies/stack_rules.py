@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from components.catalog.charts import PROMETHEUS_POD_LABELS
+from components.kube.labels import GATEWAY_POD_LABELS
 from policies.kube_rules import walk
 from policies.model import (
     HELM_RELEASE,
@@ -745,9 +747,64 @@ def _everything(selector: Mapping[str, Any]) -> bool:
     return not selector.get("matchLabels") and not selector.get("matchExpressions")
 
 
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+"""Set by the API server on every namespace to its name (Kubernetes 1.22+, "Well-Known Labels"): the one label a
+namespaceSelector can name a namespace by, which no one else can put on another namespace."""
+
+
+def _named_namespaces(selector: Mapping[str, Any]) -> set[str] | None:
+    """The namespaces a namespaceSelector names by ``kubernetes.io/metadata.name`` (``matchLabels`` or an ``In``
+    expression), or ``None`` where it selects by other labels, which any namespace may carry."""
+    names: set[str] | None = None
+    pinned = (selector.get("matchLabels") or {}).get(NAMESPACE_NAME_LABEL)
+    if pinned is not None:
+        names = {str(pinned)}
+    for e in selector.get("matchExpressions") or []:
+        if e.get("key") == NAMESPACE_NAME_LABEL and e.get("operator") == "In":
+            values = {str(v) for v in e.get("values") or []}
+            names = values if names is None else names & values
+    return names
+
+
+def _gateway_namespaces(stack: Stack) -> set[tuple[str, str]]:
+    """(provider, namespace) where the stack runs the gateway's pods and nothing else: a peer of that whole namespace
+    admits the gateway only. A Helm release there, or any other workload, makes it a namespace like another."""
+    tenants: dict[tuple[str, str], set[bool]] = defaultdict(set)
+    for pod in stack.pods:
+        gateway = all((pod.labels or {}).get(k) == v for k, v in GATEWAY_POD_LABELS.items())
+        tenants[(pod.owner.provider, pod.owner.namespace)].add(gateway)
+    for release in stack.by_type[HELM_RELEASE]:
+        tenants[(release.provider, str(release.inputs.get("namespace") or "default"))].add(False)
+    return {where for where, gateway in tenants.items() if gateway == {True}}
+
+
+def _whole_namespace_peers(policy: Res, gateways: set[tuple[str, str]]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(which namespace, peer) for each ingress peer that admits every pod of a namespace other than a gateway's.
+
+    A peer with a namespaceSelector and no podSelector, or an empty one, admits every pod of the namespaces it
+    selects; a podSelector alone that is empty, every pod of the policy's own namespace (the NetworkPolicy docs'
+    "Behavior of to and from selectors"). Peers that admit every namespace are ``_open_ingress``'s."""
+    spec = policy.inputs.get("spec") or {}
+    for rule in spec.get("ingress") or []:
+        for peer in rule.get("from") or []:
+            if not isinstance(peer, Mapping) or not _everything(peer.get("podSelector") or {}):
+                continue
+            namespaces = peer.get("namespaceSelector")
+            if isinstance(namespaces, Mapping) and not _everything(namespaces):
+                names = _named_namespaces(namespaces)
+                if names is None:
+                    yield "every namespace its namespaceSelector matches", peer
+                elif any((policy.provider, n) not in gateways for n in names):
+                    yield f"namespace {', '.join(sorted(names))}", peer
+            elif namespaces is None and "podSelector" in peer:
+                yield f"its own namespace {policy.namespace}", peer
+
+
 def network_policy_guards(stack: Stack) -> Iterator[Finding]:
     """The cache's and the model servers' pods are each selected by an ingress NetworkPolicy of their namespace and
-    cluster (provider), and none lets everyone in (NetworkPolicies add up: one open policy opens the pod)."""
+    cluster (provider), and none lets everyone in, or every pod of a namespace other than the gateway's (NetworkPolicies
+    add up: one open policy opens the pod)."""
+    gateways = _gateway_namespaces(stack)
     for pod in stack.pods:
         what = _guarded(stack, pod)
         if what is None:
@@ -776,6 +833,21 @@ def network_policy_guards(stack: Stack) -> Iterator[Finding]:
                     "(the gateway's pods, monitoring)",
                     np,
                 )
+                continue
+            for where, peer in _whole_namespace_peers(np, gateways):
+                yield (
+                    f"{np.label} selects the {what} {pod.label} and admits every pod of {where} through the peer "
+                    f"{json.dumps(peer, sort_keys=True)}: give it a podSelector naming the pods that need it "
+                    f"({NAMED_PEERS})",
+                    np,
+                )
+
+
+NAMED_PEERS = ", ".join(
+    f"{who}'s {', '.join(f'{k}={v}' for k, v in labels.items())}"
+    for who, labels in (("the gateway", GATEWAY_POD_LABELS), ("Prometheus", PROMETHEUS_POD_LABELS))
+)
+"""The pods the kit's own policies admit, for the fix of a peer that admits a whole namespace."""
 
 
 # ---------------------------------------------------------------------------------------------

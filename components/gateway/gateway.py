@@ -19,11 +19,11 @@ from pydantic import Field, model_validator
 
 from components.cache.redis_cache import CacheEndpoint
 from components.kube.budget import Demand, demand, surge_pods
-from components.kube.labels import SYSTEM_NODES
+from components.kube.labels import GATEWAY_POD_LABELS, SYSTEM_NODES
 from components.kube.objects import RESTRICTED_CONTAINER, restricted_pod
 from components.specs import Args, GatewaySpec, ModelDeploySpec, StrInput
 
-APP = {"app.kubernetes.io/name": "inferstack-gateway"}
+APP = dict(GATEWAY_POD_LABELS)
 LB_PORT_NAME = "load-balancer"
 """The off-AWS load balancer Service's port (the in-cluster Service's is ``http``, the scraped one)."""
 PORT = 8080

@@ -34,6 +34,9 @@ policy pack, which sees resources but not the config."""
 SYSTEM_POOL: Final = "system"
 SYSTEM_NODES: Final = {POOL_LABEL: SYSTEM_POOL}
 """Node selector of controllers, the gateway, the cache and observability."""
+GATEWAY_POD_LABELS: Final = {"app.kubernetes.io/name": "inferstack-gateway"}
+"""On the gateway's pods (its Deployment's selector): the peer the model servers' and the cache's NetworkPolicies
+admit, and what the policy pack knows the gateway's pods by."""
 GPU_NODE_SELECTOR_KEY: Final = GPU_COUNT_LABEL
 """The key GPU daemons (device plugin, DCGM exporter) require to exist on a node."""
 

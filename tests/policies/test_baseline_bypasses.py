@@ -7,6 +7,7 @@ first rule looked at, and checks the pack still names it.
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import pytest
@@ -171,6 +172,90 @@ def test_a_second_policy_that_lets_everyone_in_is_caught(ingress: list[dict[str,
     opened = policy("llama-open", {"matchExpressions": [{"key": "inferstack.io/model", "operator": "Exists"}]}, ingress)
     (found,) = violations([*fixed_cloud_plan(), opened], GUARD)
     assert "NetworkPolicy serving/llama-open" in found["message"]
+
+
+MONITORING = {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
+GATEWAY_NS = {"matchLabels": {"kubernetes.io/metadata.name": "inferstack-gateway"}}
+ANY_MODEL = {"matchExpressions": [{"key": "inferstack.io/model", "operator": "Exists"}]}
+
+
+def gateway_deployment(ns: str = "inferstack-gateway") -> dict[str, Any]:
+    return deployment("gateway", ns=ns, labels={"app.kubernetes.io/name": "inferstack-gateway"})
+
+
+@pytest.mark.parametrize(
+    ("peer", "names"),
+    [
+        ({"namespaceSelector": MONITORING}, "every pod of namespace monitoring"),
+        ({"namespaceSelector": MONITORING, "podSelector": {}}, "every pod of namespace monitoring"),
+        (
+            {
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a", "monitoring"]}
+                    ]
+                }
+            },
+            "every pod of namespace monitoring, team-a",
+        ),
+        ({"namespaceSelector": {"matchLabels": {"team": "ml"}}}, "every pod of every namespace its namespaceSelector"),
+        ({"podSelector": {}}, "every pod of its own namespace serving"),
+    ],
+    ids=["namespace", "empty-pod-selector", "in-expression", "by-label", "own-namespace"],
+)
+def test_a_policy_that_admits_a_whole_namespace_to_a_model_server_is_caught(peer: dict[str, Any], names: str) -> None:
+    # GIVEN the fixed stack with its gateway, and a policy beside the server's own that admits every pod of a namespace
+    # other than the gateway's (Grafana, Alertmanager, any exporter there could call the model past the gateway)
+    opened = policy("llama-monitoring", ANY_MODEL, [{"from": [peer], "ports": [{"port": "http"}]}])
+    plan = [*fixed_cloud_plan(), gateway_deployment(), opened]
+    # WHEN the pack runs THEN the policy, the namespace, the peer and the fix are named
+    (found,) = violations(plan, GUARD)
+    message = found["message"]
+    assert message.startswith(
+        "NetworkPolicy serving/llama-monitoring selects the model server Deployment serving/llama"
+    )
+    assert names in message and json.dumps(peer, sort_keys=True) in message
+    assert "give it a podSelector" in message and "app.kubernetes.io/name=prometheus" in message
+
+
+def test_a_policy_that_admits_only_a_namespaces_named_pods_passes() -> None:
+    # GIVEN the kit's own peers: Prometheus's pods in monitoring, the gateway's pods in the gateway's namespace
+    peers = [
+        {"namespaceSelector": MONITORING, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}},
+        GATEWAY_PEER,
+    ]
+    named = policy("llama-named", ANY_MODEL, [{"from": peers}])
+    # THEN nothing is found
+    assert violations([*fixed_cloud_plan(), gateway_deployment(), named], GUARD) == []
+
+
+def test_the_gateways_whole_namespace_is_a_named_peer_while_it_holds_only_the_gateway() -> None:
+    # GIVEN a policy admitting all of the gateway's namespace, where the stack runs the gateway alone
+    whole = policy("llama-gateway", ANY_MODEL, [{"from": [{"namespaceSelector": GATEWAY_NS}]}])
+    plan = [*fixed_cloud_plan(), gateway_deployment(), whole]
+    assert violations(plan, GUARD) == []
+    # WHEN another workload runs in that namespace THEN the same peer admits it too, and is caught
+    (found,) = violations([*plan, deployment("debug", ns="inferstack-gateway")], GUARD)
+    assert "NetworkPolicy serving/llama-gateway" in found["message"]
+    assert "every pod of namespace inferstack-gateway" in found["message"]
+
+
+def test_a_whole_namespace_without_the_gateway_is_not_the_gateways() -> None:
+    # GIVEN the peer of the gateway's namespace by name, but the gateway runs elsewhere (or not in this stack)
+    whole = policy("llama-gateway", ANY_MODEL, [{"from": [{"namespaceSelector": GATEWAY_NS}]}])
+    plan = [*fixed_cloud_plan(), gateway_deployment(ns="edge-gateway"), whole]
+    # THEN the namespace is one like another
+    (found,) = violations(plan, GUARD)
+    assert "every pod of namespace inferstack-gateway" in found["message"]
+
+
+def test_a_cache_open_to_the_whole_monitoring_namespace_is_caught() -> None:
+    # GIVEN a Redis StatefulSet whose policy admits the gateway's pods and all of monitoring, not the exporter's pods
+    peers = [GATEWAY_PEER, {"namespaceSelector": MONITORING}]
+    guard = policy("valkey", {"matchLabels": {"app.kubernetes.io/name": "cache"}}, [{"from": peers}], "cache")
+    (found,) = violations([*fixed_cloud_plan(), cache_statefulset(), guard], GUARD)
+    assert found["message"].startswith("NetworkPolicy cache/valkey selects the cache StatefulSet cache/valkey")
+    assert "every pod of namespace monitoring" in found["message"]
 
 
 def test_an_in_cluster_cache_is_guarded_whatever_its_labels() -> None:

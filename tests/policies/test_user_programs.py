@@ -311,6 +311,43 @@ def test_a_users_model_server_from_a_mirror_is_still_guarded(messages: Run, imag
     assert "Deployment team-a/team-worker is a model server" in found
 
 
+def guarded_server(*peers: dict[str, Any]) -> None:
+    """A user's vLLM Deployment in team-a, and a NetworkPolicy selecting it that admits ``peers``."""
+    worker(image="docker.io/vllm/vllm-openai:v0.11.0@sha256:" + "b" * 64)
+    k8s.networking.v1.NetworkPolicy(
+        "team-worker",
+        metadata={"name": "team-worker", "namespace": "team-a"},
+        spec={
+            "pod_selector": {"match_labels": {"app": "team-worker"}},
+            "policy_types": ["Ingress"],
+            "ingress": [{"from_": list(peers)}],
+        },
+        opts=k8s_opts(),
+    )
+
+
+GATEWAY_PODS = {
+    "namespace_selector": {"match_labels": {"kubernetes.io/metadata.name": "inferstack-gateway"}},
+    "pod_selector": {"match_labels": {"app.kubernetes.io/name": "inferstack-gateway"}},
+}
+MONITORING = {"namespace_selector": {"match_labels": {"kubernetes.io/metadata.name": "monitoring"}}}
+
+
+def test_a_users_model_server_open_to_the_whole_monitoring_namespace_is_caught(messages: Run) -> None:
+    # GIVEN a user's model server whose policy admits the gateway's pods and every pod of monitoring
+    program = lambda: guarded_server(GATEWAY_PODS, MONITORING)  # noqa: E731
+    # WHEN the pack runs THEN the policy and the namespace are named, with the fix
+    (found,) = messages(program, "stack-network-policy-guards-cache-and-servers")
+    assert found.startswith("NetworkPolicy team-a/team-worker selects the model server Deployment team-a/team-worker")
+    assert "every pod of namespace monitoring" in found and "podSelector" in found
+
+
+def test_a_users_model_server_open_to_prometheuss_pods_passes(messages: Run) -> None:
+    prometheus = {**MONITORING, "pod_selector": {"match_labels": {"app.kubernetes.io/name": "prometheus"}}}
+    program = lambda: guarded_server(GATEWAY_PODS, prometheus)  # noqa: E731
+    assert messages(program, "stack-network-policy-guards-cache-and-servers") == []
+
+
 def coredns_patch(**pod: Any) -> k8s.apps.v1.DeploymentPatch:
     """A server-side apply patch of a Deployment the stack does not own: only the fields it writes."""
     spec: dict[str, Any] = {"replicas": 3}
