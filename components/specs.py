@@ -13,7 +13,7 @@ import difflib
 import re
 from collections.abc import Mapping
 from datetime import datetime
-from ipaddress import IPv4Network
+from ipaddress import IPv4Network, ip_network
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
@@ -668,6 +668,73 @@ class RemoteWriteSpec(Spec):
         return self.password_secret or self.bearer_token_secret
 
 
+NamespaceName = Annotated[
+    str,
+    described(
+        # The DNS label of a PVC's name (components.onprem.specs) spelt differently: PATTERN_HELP is keyed by
+        # the pattern, and an error here must say "namespace".
+        r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
+        allowed="a Kubernetes namespace name (DNS label): lowercase letters, digits and '-', starting and ending "
+        "with a letter or digit, at most 63 characters",
+        fix="e.g. ingress-nginx",
+    ),
+]
+"""A namespace the stack does not create but names (``observability.remoteWriteSources[].namespace``)."""
+
+REMOTE_WRITE_SOURCES_EXAMPLE = (
+    "e.g. remoteWriteSources: [{cidr: 10.60.0.0/16}] (the sites' network, with a LoadBalancer Service with "
+    "externalTrafficPolicy: Local in front of Prometheus) or [{namespace: ingress-nginx}] (the ingress controller "
+    "in front of it)"
+)
+
+
+class RemoteWriteSourceSpec(Spec):
+    """Where the sites' remote writes reach the hub's Prometheus from: exactly one of ``cidr`` and ``namespace``.
+    The Prometheus NetworkPolicy admits each on 9090 (``components.observability.observability``)."""
+
+    cidr: str | None = None
+    """The sites' network, as the Prometheus pod sees it: the client addresses a load balancer that keeps them
+    (``externalTrafficPolicy: Local``) passes on. An IPv4 or IPv6 CIDR, private (the receiver takes writes without
+    authentication); rendered as a NetworkPolicy ``ipBlock``."""
+    namespace: NamespaceName | None = None
+    """The namespace of the ingress controller or proxy in front of Prometheus; every pod there may write."""
+
+    @field_validator("cidr", mode="before")
+    @classmethod
+    def _private_network(cls, value: Any) -> Any:
+        if value is None:
+            return value
+        allowed = "a private IPv4 or IPv6 network in CIDR notation, e.g. 10.60.0.0/16 or fd00:60::/48"
+        try:
+            if not isinstance(value, str):
+                raise ValueError("not a string")
+            network = ip_network(value.strip(), strict=True)
+        except ValueError as exc:
+            raise config_error(
+                f"not a CIDR: {exc}",
+                allowed=allowed,
+                fix="write the network address with its prefix length, e.g. 10.60.0.0/16 (no host bits set)",
+            ) from None
+        if network.is_global:
+            raise config_error(
+                f"{network} reaches public addresses, and the receiver takes writes without authentication",
+                allowed=allowed + " (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10, fc00::/7 or inside "
+                "them)",
+                fix="list the private networks the sites reach the hub from over their VPN",
+            )
+        return str(network)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> RemoteWriteSourceSpec:
+        if (self.cidr is None) == (self.namespace is None):
+            raise config_error(
+                "both cidr and namespace" if self.cidr is not None else "neither cidr nor namespace",
+                allowed="exactly one of cidr (the sites' network) and namespace (the ingress controller's)",
+                fix="write one per entry, e.g. {cidr: 10.60.0.0/16} or {namespace: ingress-nginx}",
+            )
+        return self
+
+
 class AlertingSpec(Spec):
     """Where Alertmanager sends alerts (``components/observability/alerting.py``). Each ``*Secret`` key names a Pulumi
     secret config value (``pulumi config set --secret inferstack:<name> ...``); the value reaches Alertmanager as a
@@ -713,7 +780,11 @@ class ObservabilitySpec(Spec):
     remote_write_receiver: bool = False
     """Hub side: accept the samples edge sites forward (``remoteWrite``) on ``/api/v1/write`` (kube-prometheus-stack
     ``prometheus.prometheusSpec.enableRemoteWriteReceiver``, false by default in 88.0.0). It takes writes without
-    authentication: reach it only over the private link, never from a public address."""
+    authentication: reach it only over the private link, never from a public address. Needs
+    ``remoteWriteSources``."""
+    remote_write_sources: tuple[RemoteWriteSourceSpec, ...] = Field(default=(), max_length=64)
+    """With ``remoteWriteReceiver``, required: where the sites' writes reach Prometheus from. A NetworkPolicy then
+    admits only these, the monitoring namespace and KEDA's to Prometheus's port."""
     scrape_interval_s: int = Field(default=15, ge=1, le=15)
     """At most 15 s, so a latency regression shows within one alert window."""
     storage_gib: int = Field(default=100, ge=10)
@@ -721,6 +792,27 @@ class ObservabilitySpec(Spec):
     """Forward traces to this OTLP/gRPC endpoint (Tempo, Jaeger, a vendor); spans always become metrics."""
     alerting: AlertingSpec = AlertingSpec()
     """Where alerts go; none set: they fire in Alertmanager and notify no one (the plan says so)."""
+
+    @field_validator("remote_write_sources")
+    @classmethod
+    def _sources_of_the_receiver(
+        cls, sources: tuple[RemoteWriteSourceSpec, ...], info: ValidationInfo
+    ) -> tuple[RemoteWriteSourceSpec, ...]:
+        if "remote_write_receiver" not in info.data:  # a receiver flag that failed is reported on its own
+            return sources
+        if info.data["remote_write_receiver"] and not sources:
+            raise config_error(
+                "no sources with remoteWriteReceiver: true: Prometheus's NetworkPolicy would admit no site's writes",
+                allowed="one or more entries, each {cidr: <private network>} or {namespace: <namespace>}",
+                fix="list where the sites' writes reach Prometheus from, " + REMOTE_WRITE_SOURCES_EXAMPLE,
+            )
+        if sources and not info.data["remote_write_receiver"]:
+            raise config_error(
+                "sources without remoteWriteReceiver: true, where nothing receives writes and they would be ignored",
+                allowed="remoteWriteSources only with remoteWriteReceiver: true",
+                fix="remove remoteWriteSources, or set remoteWriteReceiver: true",
+            )
+        return sources
 
     def secret_names(self) -> tuple[str, ...]:
         """The secret config values this section reads: alert destinations and the remote-write credential."""

@@ -1121,6 +1121,11 @@ _TYPE_FIXES = {
 
 def _issue_from_pydantic(error: Any, root: type[BaseModel]) -> ConfigIssue:
     loc = tuple(error["loc"])
+    owner = _model_at(loc, root)
+    if owner is not None and loc and isinstance(loc[-1], str) and loc[-1] in owner.model_fields:
+        # A default that fails its validator (validate_default) is reported under the field's Python name; the
+        # stack file spells it camelCase.
+        loc = (*loc[:-1], owner.model_fields[loc[-1]].alias or loc[-1])
     kind = error["type"]
     received = _show(error.get("input")) if kind != "missing" else "nothing"
     if loc[-1:] == ("[key]",):

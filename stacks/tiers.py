@@ -249,6 +249,11 @@ EDGE = TierPlugin(
             _NOT_A_HUB + ": it forwards its samples (observability.remoteWrite), nothing writes to it",
             "remove it; turn it on in the hub stack",
         ),
+        Unsupported(
+            "observability.remoteWriteSources",
+            _NOT_A_HUB + ": it runs no remote-write receiver for sources to reach",
+            "remove it; list the sites' sources in the hub stack, next to its remoteWriteReceiver",
+        ),
         Unsupported("cache.kind", "ElastiCache is AWS-only", "use `kind: in-cluster`", value="elasticache"),
         Unsupported("cache.nodeType", "ElastiCache is AWS-only", "remove it; size with cache.memoryGib"),
         Unsupported(

@@ -6,7 +6,7 @@ TTFT burn or a queue build-up shows within one evaluation window.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pulumi
@@ -15,7 +15,7 @@ import pulumi_random as random
 from pydantic import Field, model_validator
 
 from components.cache.redis_cache import CacheEndpoint
-from components.catalog.charts import CHARTS
+from components.catalog.charts import CHARTS, PROMETHEUS_POD_LABELS, PROMETHEUS_PORT
 from components.kube.budget import Demand, demand
 from components.kube.helm import HELM_RELEASE_NAME_MAX, release
 from components.kube.labels import SYSTEM_NODES
@@ -73,6 +73,53 @@ CONFIG_RELOADER_RESOURCES: dict[str, Any] = {
 ``prometheusOperator.prometheusConfigReloader.resources``, passed on as the operator's ``--config-reloader-*`` flags).
 These are the operator's own defaults, written out so the render says what those pods request: the node budgets
 count them."""
+CONFIG_RELOADER_PORT = 8080
+"""The config-reloader sidecar's web port on the Prometheus pod (kube-prometheus-stack 88.0.0
+``prometheus.service.reloaderWebPort``, the Service's ``reloader-web``): the chart's Prometheus ServiceMonitor
+scrapes it, and its ``configReloaders`` default rules alert on what it serves."""
+PROMETHEUS_POLICY = "prometheus-ingress"
+"""The NetworkPolicy guarding the hub's Prometheus pods (``prometheus_network_policy``)."""
+
+
+def prometheus_network_policy(
+    spec: ObservabilitySpec, namespace: str = "monitoring", readers: Sequence[str] = (CHARTS["keda"].namespace,)
+) -> dict[str, Any] | None:
+    """The NetworkPolicy in front of a hub's Prometheus pods (``PROMETHEUS_POD_LABELS``), or ``None`` without the
+    remote-write receiver (``spec.remote_write_receiver``).
+
+    The receiver takes ``POST /api/v1/write`` on the web port without authentication, and the hub's own alerts and
+    KEDA triggers read series without ``inferstack_site``: any pod that reaches the port could write fake queue
+    depth (scale-ups) or healthy series (silenced alerts). So the web port admits only the namespace itself
+    (Grafana's datasource, Alertmanager, the operator, Prometheus's own self-scrape), ``readers`` (KEDA's operator,
+    whose Prometheus scaler queries ``serverAddress``, the Prometheus Service) and ``spec.remote_write_sources``
+    (the sites' networks as ``ipBlock``s, the ingress controller's namespace). The config-reloader's port stays
+    open to the namespace, where Prometheus scrapes it. Egress is left alone (no ``Egress`` policy type):
+    Prometheus scrapes every namespace and writes to Alertmanager."""
+    if not spec.remote_write_receiver:
+        return None
+
+    def ns(name: str) -> dict[str, Any]:
+        return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
+
+    def port(number: int) -> dict[str, Any]:
+        return {"port": number, "protocol": "TCP"}
+
+    sources = [
+        {"ipBlock": {"cidr": s.cidr}} if s.cidr is not None else ns(str(s.namespace)) for s in spec.remote_write_sources
+    ]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": PROMETHEUS_POLICY, "namespace": namespace},
+        "spec": {
+            "podSelector": {"matchLabels": dict(PROMETHEUS_POD_LABELS)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [ns(namespace)], "ports": [port(PROMETHEUS_PORT), port(CONFIG_RELOADER_PORT)]},
+                {"from": [*(ns(r) for r in readers if r != namespace), *sources], "ports": [port(PROMETHEUS_PORT)]},
+            ],
+        },
+    }
 
 
 def prometheus_values(
@@ -369,6 +416,17 @@ class Observability(pulumi.ComponentResource):
         if args.alerting is not None:
             receivers = {k: pulumi.Output.secret(v) for k, v in args.alerting.secrets().items()}
             secret("alert-receivers", ALERT_RECEIVERS_SECRET, receivers)
+        guard = prometheus_network_policy(args.spec, namespace)
+        if guard is not None:
+            # Before the chart: the receiver never runs open, not even for the first rollout.
+            before_release.append(
+                k8s.networking.v1.NetworkPolicy(
+                    f"{name}-prometheus",
+                    metadata=guard["metadata"],
+                    spec=guard["spec"],
+                    opts=pulumi.ResourceOptions(parent=self, provider=provider),
+                )
+            )
         self.stack_release = release(
             "kube-prometheus-stack",
             prometheus_values(
@@ -444,7 +502,9 @@ class Observability(pulumi.ComponentResource):
             k8s.core.v1.ConfigMap(
                 manifest["metadata"]["name"], metadata=manifest["metadata"], data=manifest["data"], opts=after
             )
-        self.prometheus_url = f"http://{CHARTS['kube-prometheus-stack'].name}-prometheus.{namespace}.svc:9090"
+        self.prometheus_url = (
+            f"http://{CHARTS['kube-prometheus-stack'].name}-prometheus.{namespace}.svc:{PROMETHEUS_PORT}"
+        )
         self.otlp_endpoint = otlp_endpoint()
         self.register_outputs(
             {
