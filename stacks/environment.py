@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from ipaddress import IPv4Network
+from ipaddress import IPv4Network, ip_network
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
@@ -774,7 +774,29 @@ def cloud_checks(env: CloudEnvironment) -> list[ConfigIssue]:
                 )
             )
     issues += _vpc_cidr_checks(env.network.cidr)
+    issues += _remote_write_source_checks(env)
     issues += _cache_checks(env)
+    return issues
+
+
+def _remote_write_source_checks(env: CloudEnvironment) -> list[ConfigIssue]:
+    """A remote-write source CIDR outside the VPC: the VPC CNI gives every pod a VPC address, so an ``ipBlock`` over
+    the VPC would admit the cluster's own pods to the receiver, which the NetworkPolicy is there to keep out."""
+    issues = []
+    vpc = env.network.cidr
+    for i, source in enumerate(env.observability.remote_write_sources):
+        network = ip_network(source.cidr) if source.cidr is not None else None
+        if network is not None and network.version == vpc.version and network.overlaps(vpc):
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.observability.remoteWriteSources[{i}].cidr",
+                    f"{source.cidr!r} (overlaps the VPC, {vpc}: every pod takes a VPC address with the VPC CNI, so "
+                    "the cluster's own pods could write to the receiver)",
+                    f"the sites' networks, outside network.cidr ({vpc})",
+                    "list the networks the sites write from over the VPN or Direct Connect, or front Prometheus with "
+                    "an ingress controller and name its namespace ({namespace: <its namespace>})",
+                )
+            )
     return issues
 
 

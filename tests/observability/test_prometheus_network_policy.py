@@ -121,6 +121,31 @@ def test_a_bad_source_is_one_line_at_its_entry(entry: dict[str, Any], at: str, f
     assert fragment in line
 
 
+def test_a_cloud_hubs_source_inside_its_vpc_is_refused() -> None:
+    # GIVEN the cloud prod stack as a metrics hub, its VPC's CIDR as planned
+    vpc = load_environment(raw_environment("prod"), "prod").network.cidr  # type: ignore[union-attr]
+    inside, outside = next(vpc.subnets(new_prefix=24)), "192.168.60.0/24"
+    assert not vpc.overlaps(ip_network(outside))
+
+    def hub(*cidrs: str) -> Callable[[dict[str, Any]], None]:
+        def edit(env: dict[str, Any]) -> None:
+            sources = [{"cidr": c} for c in cidrs]
+            env["observability"] = {**env.get("observability", {}), "remoteWriteReceiver": True,
+                                    "remoteWriteSources": sources}  # fmt: skip
+
+        return edit
+
+    # WHEN a source lies in the VPC, where the VPC CNI gives every pod its address
+    (line,) = config_errors(hub(outside, str(inside)))
+    # THEN it is refused at that entry: as an ipBlock it would admit the cluster's own pods
+    assert f"{SOURCES}[1].cidr: got '{inside}' (overlaps the VPC, {vpc}" in line
+    assert "{namespace: <its namespace>}" in line
+    # AND the sites' own network alone is taken
+    env = raw_environment("prod")
+    hub(outside)(env)
+    assert load_environment(env, "prod").observability.remote_write_sources[0].cidr == outside
+
+
 def test_private_ipv4_and_ipv6_networks_and_namespaces_are_taken() -> None:
     # GIVEN sources of each kind, an IPv6 one written in long form
     env = raw_environment("onprem")
