@@ -35,30 +35,15 @@ from components.serving.serving_base import ServingBase, ServingBaseArgs
 from stacks.environment import (
     MODEL_STORE_KEY_ID,
     MODEL_STORE_SECRET_KEY,
-    ConfigError,
-    ConfigIssue,
     OnpremEnvironment,
 )
 from stacks.hub import hub_upstream
-from stacks.program import observability_secrets, stack_file
+from stacks.program import observability_secrets, require_secret
 from stacks.tiers import ONPREM
 
 
 def _secret(name: str, what: str) -> pulumi.Output[str]:
-    value = pulumi.Config("inferstack").get_secret(name)
-    if value is None:
-        raise ConfigError(
-            stack_file(pulumi.get_stack()),
-            [
-                ConfigIssue(
-                    f"inferstack:{name}",
-                    "nothing",
-                    f"{what}, as a Pulumi secret",
-                    f"pulumi config set --secret inferstack:{name} ... (see the README's on-prem quick start)",
-                )
-            ],
-        )
-    return value
+    return require_secret(name, what, "on-prem quick start")
 
 
 def nccl_env(env: OnpremEnvironment) -> dict[str, str]:

@@ -31,23 +31,26 @@ def stack_file(stack: str) -> str:
 
 
 def require_secret(name: str, what: str, guide: str) -> pulumi.Output[str]:
-    """A secret config value the tier needs, or a ConfigError naming the command that sets it."""
+    """A secret config value the tier needs, or a ConfigError naming the command that sets it.
+
+    An empty value is refused like a missing one: set from an empty file, a kubeconfig of ``""`` is one that
+    pulumi-kubernetes reads as unset, and the provider would use the deployer's ambient ``~/.kube/config``."""
     from stacks.environment import ConfigIssue
 
-    value = pulumi.Config("inferstack").get_secret(name)
-    if value is None:
+    value = pulumi.Config("inferstack").get(name)  # the plaintext, to see it is there; handed on only as a secret
+    if value is None or not value.strip():
         raise ConfigError(
             stack_file(pulumi.get_stack()),
             [
                 ConfigIssue(
                     f"inferstack:{name}",
-                    "nothing",
+                    "nothing" if value is None else "an empty string",
                     f"{what}, as a Pulumi secret",
                     f"pulumi config set --secret inferstack:{name} ... (see the README's {guide})",
                 )
             ],
         )
-    return value
+    return pulumi.Output.secret(value)
 
 
 def alert_destinations(spec: AlertingSpec) -> AlertDestinations | None:

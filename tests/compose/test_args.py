@@ -8,10 +8,11 @@ import pulumi
 import pytest
 from pydantic import ValidationError
 
-from components.kube.existing_cluster import ExistingClusterArgs
+from components.kube.existing_cluster import ExistingCluster, ExistingClusterArgs
 from components.observability.alerts import ModelSlo
 from components.serving.inference_server import InferenceServerArgs
 from components.specs import ModelDeploySpec
+from inferstack_cli.plan import MockEngine
 
 
 def test_an_unset_kubeconfig_is_refused_not_replaced_by_the_ambient_one() -> None:
@@ -60,3 +61,25 @@ def test_an_slo_target_that_is_not_a_number_is_refused_by_name() -> None:
     # (a target read from config as a string was a TypeError: '>' not supported between 'str' and 'int')
     with pytest.raises(ValueError, match=r"ModelSlo\.ttft_p99_ms: expected a number, got str '100'"):
         ModelSlo(name="llama-8b", engine="vllm", ttft_p99_ms="100", itl_p99_ms=20, namespace="ml")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("blank", ["", "  \n"])
+def test_an_empty_kubeconfig_is_refused_not_replaced_by_the_ambient_one(blank: str) -> None:
+    # GIVEN a user's program that reads a kubeconfig set to nothing (a file that was empty, a variable unset in CI)
+    # WHEN it builds the cluster's arguments
+    # THEN the field is named: pulumi-kubernetes reads an empty kubeconfig as none and uses ~/.kube/config
+    with pytest.raises(ValidationError) as caught:
+        ExistingClusterArgs(kubeconfig=blank)
+    (error,) = caught.value.errors()
+    assert error["loc"] == ("kubeconfig",)
+    assert error["msg"].startswith("an empty kubeconfig: a Kubernetes provider given one uses the ambient")
+
+
+def test_an_empty_kubeconfig_output_stops_the_program_before_the_provider_exists(engine: MockEngine) -> None:
+    # GIVEN a kubeconfig that only resolves to nothing when the program runs (an empty secret, a stack reference)
+    ExistingCluster("dc1", ExistingClusterArgs(kubeconfig=pulumi.Output.secret("")))
+    # WHEN the program runs THEN it stops, naming the field, and no provider is registered to fall back on the
+    # ambient kubeconfig
+    with pytest.raises(Exception, match=r"ExistingClusterArgs\.kubeconfig: an empty kubeconfig"):
+        engine.settle()
+    assert [r.urn for r in engine.monitor.registrations if r.type == "pulumi:providers:kubernetes"] == []

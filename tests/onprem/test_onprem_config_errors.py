@@ -5,11 +5,13 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from helpers import ROOT, config_errors, raw_environment, refused_by_plan
+from helpers import ROOT, config_errors, plan_cli, raw_environment, refused_by_plan
 from stacks.environment import load_environment
 
 SOURCE = "stacks/Pulumi.onprem.yaml"
@@ -475,3 +477,19 @@ def test_a_plain_http_hub_url_for_a_gateway_that_serves_https_is_refused(gateway
     edit(raw)
     raw["gateway"]["hubUrl"] = fixed
     assert load_environment(raw, SOURCE).gateway.hub_url == fixed
+
+
+@pytest.mark.parametrize("stack", ["onprem", "edge"])
+def test_an_empty_kubeconfig_secret_is_refused_not_replaced_by_the_ambient_one(stack: str, tmp_path: Path) -> None:
+    # GIVEN a stack whose kubeconfig was set to nothing (`pulumi config set --secret inferstack:kubeconfig < f` with an
+    # empty f): pulumi-kubernetes reads an empty kubeconfig as none and would use the deployer's ~/.kube/config
+    document = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())
+    document["config"]["inferstack:kubeconfig"] = ""
+    (tmp_path / "Pulumi.bad.yaml").write_text(yaml.safe_dump(document))
+    # WHEN it is planned THEN it is refused by name, before any resource exists
+    result = plan_cli(tmp_path, "bad")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "Pulumi.bad.yaml: inferstack:kubeconfig: got an empty string; allowed: " in line
+    assert "(its contents), as a Pulumi secret; fix: pulumi config set --secret inferstack:kubeconfig" in line
