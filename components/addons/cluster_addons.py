@@ -32,6 +32,7 @@ chart requests CPU and memory, at ``system-node-critical`` priority: the edge no
 
 class ClusterAddonsArgs(Args):
     provider: k8s.Provider
+    """Required: the cluster's explicit Kubernetes provider; nothing uses an ambient kubeconfig."""
     gpu_stack: Literal["device-plugin", "gpu-operator", "none"] = "device-plugin"
     """``device-plugin`` where the node image ships the driver (EKS, k3s); ``gpu-operator`` on bare metal;
     ``none`` for a cluster without GPUs (a CPU-only edge site): no device plugin, no DCGM exporter."""

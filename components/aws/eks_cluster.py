@@ -96,6 +96,8 @@ LOG_RETENTION_DAYS = 90
 
 class EksClusterArgs(Args):
     spec: ClusterSpec
+    """Required: the stack's ``cluster`` section (version, AMI release, access); no default cluster fits every
+    account."""
     region: str
     """Required: the kubeconfig's token command names it."""
     subnet_ids: list[StrInput]

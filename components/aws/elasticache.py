@@ -29,12 +29,15 @@ EXPORTER_ACCESS = "on ~* -@all +@read +@connection +info +slowlog"
 
 class ElastiCacheValkeyArgs(Args):
     spec: CacheSpec
+    """Required: the stack's ``cache`` section (node type, replicas), which the gateway's cache semantics share."""
     vpc_id: StrInput
+    """Required: the cache's security group lives in the cluster's VPC."""
     subnet_ids: list[StrInput]
     """Private subnets in several zones: replicas land in other zones for failover."""
     client_security_group_id: StrInput
     """The EKS cluster security group: the only source admitted on the Redis port."""
     provider: k8s.Provider
+    """Required: the cluster's explicit Kubernetes provider, for the password Secrets the gateway and exporter read."""
     gateway_namespace: str = "inferstack-gateway"
     """Where the gateway's password Secret is written."""
     exporter_namespace: str = "monitoring"

@@ -62,14 +62,19 @@ def ami_release_parameter(kubernetes_version: str) -> str:
 
 class GpuNodeGroupArgs(Args):
     pool: GpuPoolSpec
+    """Required: the pool's instance type, zone and sizes; EFA and NVMe follow from the instance type."""
     cluster_name: StrInput
+    """Required: the EKS cluster the node group joins (``EksCluster.cluster_name``)."""
     kubernetes_version: str
+    """Required: picks the NVIDIA AMI from SSM and must match the control plane (``EksCluster.kubernetes_version``)."""
     cluster_security_group_id: StrInput
     """EKS adds it only when the launch template names no groups; with EFA interfaces it must be listed."""
     vpc_id: StrInput
+    """Required: an EFA pool's self-referencing security group is created in it."""
     subnet_id: StrInput
     """The private subnet of the pool's single zone (the pool's own, or the network's first)."""
     node_role_arn: StrInput
+    """Required: the nodes' IAM role (``NodeRole.role_arn``), shared by the stack's node groups."""
     ami_release_version: str | None = None
     """Pin an AMI release (e.g. ``1.33.0-20250704``); by default the recommended one from SSM."""
     tags: dict[str, str] = Field(default_factory=dict)

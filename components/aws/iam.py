@@ -66,7 +66,9 @@ class PodIdentityRoleArgs(Args):
     cluster_name: StrInput
     """Required: the association is per cluster."""
     namespace: str
+    """Required: the association binds one service account in one namespace."""
     service_account: str
+    """Required: the Kubernetes service account the workload runs as."""
     policy_json: StrInput | None = None
     """The exact permissions the workload needs, nothing broader (an inline policy)."""
     managed_policy_arns: tuple[str, ...] = ()

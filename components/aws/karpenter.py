@@ -242,16 +242,21 @@ def controller_policy(cluster_name: str, region: str, queue_arn: str, node_role_
 
 class KarpenterArgs(Args):
     cluster_name: StrInput
+    """Required: Karpenter's settings, discovery tags and interruption queue are per cluster."""
     cluster_endpoint: StrInput
+    """Required: the controller's ``settings.clusterEndpoint``; new nodes join through it."""
     cluster_security_group_id: StrInput
     """Tagged for discovery: Karpenter's EC2NodeClass selects node security groups by tag."""
     vpc_id: StrInput
     """Required: each EFA pool gets its own self-referencing security group in the cluster's VPC."""
     region: str
+    """Required: the controller's IAM policy names this region's resources (its ARNs are regional)."""
     provider: k8s.Provider
+    """Required: the cluster's explicit Kubernetes provider; nothing uses an ambient kubeconfig."""
     pools: list[GpuPoolSpec]
     """The pools with ``provisioner: karpenter``; each becomes an EC2NodeClass and a NodePool."""
     default_zone: str
+    """Required: where a pool that names no zone launches."""
     ami_alias: str
     """Required: the pinned EC2NodeClass AMI alias (``al2023@v20251120``), from ``cluster.amiReleaseVersion``."""
     tags: dict[str, str] = Field(default_factory=dict)

@@ -37,8 +37,11 @@ def controller_demand() -> Demand:
 
 class LoadBalancerControllerArgs(Args):
     cluster_name: StrInput
+    """Required: the controller's ``clusterName`` and its Pod Identity association are per cluster."""
     region: str
+    """Required: the chart's ``region`` value, so the controller needs no instance metadata to find it."""
     vpc_id: StrInput
+    """Required: the chart's ``vpcId`` value, so the controller needs no instance metadata to find it."""
     provider: k8s.Provider
     """Required: the cluster's explicit Kubernetes provider."""
     tags: dict[str, str] = Field(default_factory=dict)

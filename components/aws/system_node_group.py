@@ -13,11 +13,15 @@ from components.specs import Args, StrInput, SystemPoolSpec
 
 class SystemNodeGroupArgs(Args):
     spec: SystemPoolSpec
+    """Required: the stack's system pool (instance type, sizes)."""
     cluster_name: StrInput
+    """Required: the EKS cluster the node group joins (``EksCluster.cluster_name``)."""
     node_role_arn: StrInput
+    """Required: the nodes' IAM role (``NodeRole.role_arn``)."""
     subnet_ids: list[StrInput]
     """Private subnets across zones, so the control-plane add-ons survive a zone loss."""
     kubernetes_version: str
+    """Required: must match the control plane (``EksCluster.kubernetes_version``)."""
     ami_release_version: str | None = None
     """Pin the AMI release (``1.33.5-20251120``); ``None`` lets EKS pick its latest at create."""
     tags: dict[str, str] = Field(default_factory=dict)

@@ -61,6 +61,7 @@ class RedisCacheArgs(Args):
     """Required: the namespace's name, known when the program runs: it names the password Secrets (a ``pulumi.Output``
     is refused here; order the Namespace first with ``depends_on``)."""
     provider: k8s.Provider
+    """Required: the cluster's explicit Kubernetes provider; nothing uses an ambient kubeconfig."""
     client_namespace: str = "inferstack-gateway"
     """Where the gateway runs: the only namespace whose pods may connect, and where its Secret goes."""
     secret_namespaces: tuple[str, ...] | None = None

@@ -250,15 +250,20 @@ PRIVATE_NETWORKS: tuple[str, ...] = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0
 
 class GatewayArgs(Args):
     spec: GatewaySpec
+    """Required: the stack's ``gateway`` section (routes, limits, caching); it renders the gateway's config."""
     models: list[ModelDeploySpec]
+    """Required: the models the gateway routes to; each chat model needs an ``upstream_urls`` entry."""
     upstream_urls: dict[str, StrInput]
     """Model name → OpenAI base URL (``…/v1``) of its InferenceServer."""
     cache: CacheEndpoint
+    """Required: the cache's address and password Secret (``RedisCache.endpoint`` / ``ElastiCacheValkey.endpoint``)."""
     namespace: str
     """The gateway's own namespace: one gateway per namespace (its pods' labels are the same in every gateway, so two
     in one namespace select each other's pods; the policy pack's stack-workload-selectors-disjoint refuses that)."""
     provider: k8s.Provider
+    """Required: the cluster's explicit Kubernetes provider; nothing uses an ambient kubeconfig."""
     image: StrInput
+    """Required: the gateway image the stack built and pushed (``images/gateway``); the kit publishes none."""
     otlp_endpoint: str | None = None
     system_node_selector: dict[str, str] = Field(default_factory=lambda: dict(SYSTEM_NODES))
     """Where the gateway runs: the cloud's system pool by default."""

@@ -294,6 +294,7 @@ def remote_write(spec: RemoteWriteSpec) -> dict[str, Any]:
 class ObservabilityArgs(Args):
     spec: ObservabilitySpec = ObservabilitySpec()
     provider: k8s.Provider
+    """Required: the cluster's explicit Kubernetes provider; nothing uses an ambient kubeconfig."""
     models: list[ModelSlo] = Field(default_factory=list)
     """The served models' SLOs (``model_slos``): their alerts, and where their engines and gateways are scraped."""
     serving_namespace: str

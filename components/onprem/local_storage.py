@@ -22,7 +22,9 @@ NO_PROVISIONER = "kubernetes.io/no-provisioner"
 
 class LocalStorageArgs(Args):
     spec: LocalStorageSpec
+    """Required: the StorageClass name and the host directory the NVMe mounts are under."""
     provider: k8s.Provider
+    """Required: the cluster's explicit Kubernetes provider; nothing uses an ambient kubeconfig."""
 
 
 class LocalStorage(pulumi.ComponentResource):

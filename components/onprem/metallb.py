@@ -47,7 +47,9 @@ SERVICE_POOL_ANNOTATION = "metallb.io/address-pool"
 
 class MetalLbArgs(Args):
     spec: MetalLbSpec
+    """Required: the address pool is the site's own (``addresses``); no default fits a network."""
     provider: k8s.Provider
+    """Required: the cluster's explicit Kubernetes provider; nothing uses an ambient kubeconfig."""
     system_node_selector: dict[str, str] = Field(default_factory=dict)
     """Labels of the nodes the controller runs on (``cluster.systemNodeSelector``); speakers run on every node."""
 

@@ -145,8 +145,12 @@ def secondary_network_objects(
 
 class NetworkOperatorArgs(Args):
     spec: NetworkOperatorSpec
+    """Required: the stack's ``networkOperator`` section (what the kit's NicClusterPolicy deploys)."""
     fabric: FabricSpec
+    """Required: the GPU fabric (``kind``, HCAs) decides the NicClusterPolicy and the secondary network that serving
+    pods attach to."""
     provider: k8s.Provider
+    """Required: the cluster's explicit Kubernetes provider; nothing uses an ambient kubeconfig."""
     serving_namespace: str
     """Where the secondary network's NetworkAttachmentDefinition is created (the serving pods' namespace)."""
     system_node_selector: dict[str, str] = Field(default_factory=dict)

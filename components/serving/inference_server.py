@@ -88,6 +88,7 @@ class ModelCacheVolume(Args):
 
 class InferenceServerArgs(Args):
     spec: ModelDeploySpec
+    """Required: the model, its engine, pool and SLO; everything the server runs is derived from it."""
     pool: ServingPool
     """The pool the model runs on: its GPU count, EFA and labels."""
     namespace: str
@@ -100,11 +101,14 @@ class InferenceServerArgs(Args):
     engine_store: StrInput
     """``s3://bucket``: engines live under ``<model_id>/trtllm/<engine key>/`` beside the checkpoint."""
     loader_image: StrInput
+    """Required: the model-loader image the stack built and pushed (``images/model-loader``); the kit publishes none."""
     service_account: str
     """Bound to a read-only store role through workload identity (Pod Identity / IRSA)."""
     build_service_account: str = "engine-builder"
     """The engine-build Job's account: the one role allowed to write engines to the store."""
     priority_class: str
+    """Required: the serving PriorityClass (``ServingBase.priority_class``): a model evicts nothing and is evicted by
+    nothing lower."""
     group_priority_class: str | None = None
     """Multi-node groups' PriorityClass, above ``priority_class`` so that a group can take whole nodes from
     single-node replicas (``ServingBase.group_priority_class``); ``None``: ``priority_class``."""

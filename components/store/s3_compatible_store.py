@@ -30,11 +30,15 @@ def loader_env(spec: S3CompatibleStoreSpec, secret_name: str = SECRET_NAME) -> l
 
 class S3CompatibleStoreArgs(Args):
     spec: S3CompatibleStoreSpec
+    """Required: the store's endpoint, bucket and region; the site's own."""
     access_key_id: StrInput
     """A Pulumi secret. Engine builds upload with it, so it needs write on ``<model id>/trtllm/``."""
     secret_access_key: StrInput
+    """Required: a Pulumi secret, the pair of ``access_key_id``."""
     namespace: str
+    """Required: where the loaders run; their credentials Secret is written there."""
     provider: k8s.Provider
+    """Required: the cluster's explicit Kubernetes provider; nothing uses an ambient kubeconfig."""
     secret_name: str = SECRET_NAME
     """The credentials Secret in ``namespace`` (what ``loader_env`` reads): a second store in one namespace needs its
     own, or the two would write one Secret and every loader would read the last store's keys."""
