@@ -24,6 +24,7 @@ ACCOUNT_ID = "123456789012"
 MOCK_AMI_RELEASE = "1.33.0-20251101"
 
 STACK_REFERENCE = "pulumi:pulumi:StackReference"
+ROOT_STACK = "pulumi:pulumi:Stack"
 PLACEHOLDER_HOST = "inferstack-plan-placeholder.invalid"
 """Host of every URL a stack reference or a load balancer's address resolves to offline: ``.invalid`` can never
 resolve (RFC 6761)."""
@@ -79,6 +80,15 @@ class Registration:
     """Input paths ``pulumi up`` leaves as they are live (the ``ignore_changes`` resource option)."""
     provider: str = ""
     """URN of the resource's explicit provider (its cluster, for a Kubernetes object); empty for the default one."""
+
+
+def parent_urn(parent: str) -> str | None:
+    """A registration's parent as the plan records it: ``None`` for the root ``pulumi:pulumi:Stack``, which the
+    engine makes the parent of every top-level resource but which is not itself in the plan's resources (README,
+    plan JSON: "``null`` for top-level components")."""
+    if not parent or parent.split("::")[2] == ROOT_STACK:
+        return None
+    return parent
 
 
 def provider_urn(ref: str) -> str:
@@ -166,7 +176,7 @@ class RecordingMonitor(MockMonitor):
                     urn=response.urn,
                     type=request.type,
                     name=request.name,
-                    parent=request.parent or None,
+                    parent=parent_urn(request.parent),
                     custom=True,
                     protect=False,
                     inputs=inputs,
@@ -179,7 +189,7 @@ class RecordingMonitor(MockMonitor):
         self._own_thread_loop()
         response = super().RegisterResource(request)
         mark_secret(response.object, request.additionalSecretOutputs)
-        if request.type != "pulumi:pulumi:Stack":
+        if request.type != ROOT_STACK:
             inputs = wire(json_format.MessageToDict(request.object)) if request.object else {}
             with self._lock:
                 self.registrations.append(
@@ -187,7 +197,7 @@ class RecordingMonitor(MockMonitor):
                         urn=response.urn,
                         type=request.type,
                         name=request.name,
-                        parent=request.parent or None,
+                        parent=parent_urn(request.parent),
                         custom=bool(request.custom),
                         protect=bool(request.protect),
                         inputs=inputs,

@@ -114,6 +114,22 @@ def test_plan_json_matches_the_documented_format(tmp_path: Path, capsys: pytest.
     assert "capacity-block cr-0a1b2c3d4e5f60718" in summary
 
 
+def test_plan_json_parents_are_resources_of_the_plan_or_null(tmp_path: Path) -> None:
+    # GIVEN the plan JSON of a bundled stack
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--stack", "dev", "--json", str(out)]) == 0
+    resources = json.loads(out.read_text())["resources"]
+    urns = {r["urn"] for r in resources}
+    # WHEN each resource's parent is looked up
+    top_level = sorted(r["type"] for r in resources if r["parent"] is None)
+    dangling = sorted({r["parent"] for r in resources if r["parent"] is not None and r["parent"] not in urns})
+    # THEN a top-level component has `null` (README: the root Stack is not among the resources) and every other
+    # parent is the URN of a resource in the list
+    assert dangling == []
+    assert "inferstack:aws_eks_cluster:EksCluster" in top_level
+    assert all(t.startswith("inferstack:") for t in top_level)
+
+
 def _managed_h100(env: dict[str, Any]) -> None:
     # One p5.48xlarge node holds llama-8b's 2 replicas and KEDA's default ceiling of 8 (nothing grows a managed group).
     env["gpuPools"][0].update(provisioner="managed", minSize=1)
