@@ -268,7 +268,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     # pulumi-aws marks deprecated resources at import; they are not the user's concern in a plan.
     warnings.filterwarnings("ignore", category=DeprecationWarning)
-    return int(args.func(args))
+    try:
+        code = int(args.func(args))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`inferstack plan ... | head`): stop quietly, as other Unix tools do, and keep the
+        # interpreter's own flush at exit from printing a traceback onto the terminal.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, the shell's status for a writer killed by a closed pipe
+    return code
 
 
 if __name__ == "__main__":

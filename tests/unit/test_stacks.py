@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -181,3 +183,16 @@ def test_the_system_node_groups_size_is_the_stacks(plan_of: PlanOf, stack: str) 
     # WHEN / THEN its desired size is the config's, and a change to it is applied, not ignored
     assert system.inputs["scalingConfig"]["desiredSize"] == plan.environment.system_pool.initial_size
     assert system.ignore_changes == ()
+
+
+def test_plan_piped_into_a_reader_that_stops_early_exits_quietly() -> None:
+    # GIVEN `inferstack plan --stack prod | head -0`: the reader has closed the pipe before the plan writes its table
+    command = [sys.executable, "-m", "inferstack_cli.main", "plan", "--stack", "prod"]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    with proc.stderr:
+        stderr = proc.stderr.read().decode()
+    # THEN it stops with the shell's status for a closed pipe, and no traceback on the terminal
+    assert proc.wait(timeout=120) == 141
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr
