@@ -215,7 +215,36 @@ class Spec(BaseModel):
         alias_generator=to_camel,
         populate_by_name=True,
         validate_default=True,
+        # YAML reads .nan and .inf as floats: no count, size or latency is either, and pydantic would pass .inf on.
+        allow_inf_nan=False,
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_true_or_false_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """``replicas: true``: pydantic reads true as 1 and false as 0 in a number field; a stack file means neither."""
+        if isinstance(value, bool) and info.field_name is not None:
+            kinds = _scalar_types(cls.model_fields[info.field_name].annotation)
+            if bool not in kinds and (int in kinds or float in kinds):
+                whole = float not in kinds
+                raise config_error(
+                    "true or false is not a number",
+                    allowed="a whole number" if whole else "a number",
+                    fix=f"write the number itself, e.g. {2 if whole else 2.5}",
+                )
+        return value
+
+
+def _scalar_types(annotation: Any) -> set[Any]:
+    """The types a field's annotation admits, through ``X | None`` and ``Annotated`` (not into containers)."""
+    import types
+    import typing
+
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, Annotated):
+        args = typing.get_args(annotation)
+        return set().union(*(_scalar_types(a) for a in (args[:1] if origin is Annotated else args)))
+    return {annotation}
 
 
 class Args(BaseModel):

@@ -1179,6 +1179,9 @@ def _issue_from_pydantic(error: Any, root: type[BaseModel]) -> ConfigIssue:
     if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
         bound = error["msg"].replace("Input should be ", "")
         return ConfigIssue(path, received, bound, f"use a number {bound}")
+    if kind == "finite_number":
+        # YAML's .nan and .inf (Spec: allow_inf_nan=False).
+        return ConfigIssue(path, received, "a finite number", "write the number itself, e.g. 2")
     if kind in ("too_short", "too_long"):
         least = kind == "too_short"
         count = ctx.get("min_length" if least else "max_length")
