@@ -7,6 +7,7 @@ the stack file, the key path, the value received, what is allowed, and the fix.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -293,7 +294,16 @@ def load_environment(raw: Any, source: str, stack: str | None = None) -> Environ
                 and any(len(o) > len(e["loc"]) and o[: len(e["loc"])] == tuple(e["loc"]) for o in locs)
             )
         ]
-        raise ConfigError(source, [_issue_from_pydantic(e, model) for e in errors]) from None
+        # A misspelt key the mapping lacks (`regon:` for `region:`) is one problem: the unknown key says to rename it,
+        # and the key it stands for, missing (or failing its default), says nothing more; nor does a rule of the
+        # section that names the key as absent (returnBelowInflight "without spillAboveInflight").
+        meant = _misspelt_keys(errors, raw, model)
+        dropped = {at for at, key in meant.items() for e in errors if _follows_from(e, at[:-1], key)}
+        meant = {at: key for at, key in meant.items() if at in dropped}  # an optional key: "remove, or rename"
+        errors = [e for e in errors if not any(_follows_from(e, at[:-1], key) for at, key in meant.items())]
+        raise ConfigError(
+            source, [_issue_from_pydantic(e, model, meant.get(tuple(e["loc"]))) for e in errors]
+        ) from None
     issues = cross_checks(env, stack)
     if issues:
         raise ConfigError(source, issues)
@@ -1128,6 +1138,48 @@ def _model_at(loc: tuple[int | str, ...], root: type[BaseModel]) -> type[BaseMod
     return model if isinstance(model, type) else None
 
 
+def _raw_at(raw: Any, loc: tuple[int | str, ...]) -> Any:
+    """The raw value at ``loc`` (keys as the stack file spells them), or ``None``."""
+    for part in loc:
+        if isinstance(part, int) and isinstance(raw, list | tuple) and part < len(raw):
+            raw = raw[part]
+        elif isinstance(part, str) and isinstance(raw, dict):
+            raw = raw.get(part)
+        else:
+            return None
+    return raw
+
+
+def _misspelt_keys(errors: list[Any], raw: Any, root: type[BaseModel]) -> dict[tuple[int | str, ...], str]:
+    """Unknown keys that are a misspelling of a key their mapping lacks: the unknown key's loc → the key meant."""
+    meant = {}
+    for error in errors:
+        loc = tuple(error["loc"])
+        if error["type"] != "extra_forbidden":
+            continue
+        model, mapping = _model_at(loc, root), _raw_at(raw, loc[:-1])
+        if model is None or not isinstance(mapping, dict):
+            continue
+        absent = [
+            f.alias or n for n, f in model.model_fields.items() if (f.alias or n) not in mapping and n not in mapping
+        ]
+        close = difflib.get_close_matches(str(loc[-1]).casefold(), [k.casefold() for k in absent], n=1)
+        if close:
+            meant[loc] = next(k for k in absent if k.casefold() == close[0])
+    return meant
+
+
+def _follows_from(error: Any, parent: tuple[int | str, ...], key: str) -> bool:
+    """``error`` is about ``parent.key`` being absent: it is at that key (spelt camelCase, or in Python for a default's
+    error), or a rule of the section (at it or one of its keys) that names the key."""
+    loc = tuple(error["loc"])
+    if loc == parent:
+        return error["type"] == "inferstack" and key in error["msg"]
+    if len(loc) != len(parent) + 1 or loc[:-1] != parent or not isinstance(loc[-1], str):
+        return False
+    return to_camel(loc[-1]) == key or (error["type"] == "inferstack" and key in error["msg"])
+
+
 _TYPE_FIXES = {
     "int": ("a whole number", "write it without quotes or decimals, e.g. 2"),
     "float": ("a number", "write it without quotes, e.g. 2.5"),
@@ -1141,7 +1193,8 @@ _TYPE_FIXES = {
 }
 
 
-def _issue_from_pydantic(error: Any, root: type[BaseModel]) -> ConfigIssue:
+def _issue_from_pydantic(error: Any, root: type[BaseModel], meant: str | None = None) -> ConfigIssue:
+    """One pydantic error as a ConfigIssue; ``meant``: for an unknown key, the absent key it misspells."""
     loc = tuple(error["loc"])
     owner = _model_at(loc, root)
     if owner is not None and loc and isinstance(loc[-1], str) and loc[-1] in owner.model_fields:
@@ -1160,6 +1213,13 @@ def _issue_from_pydantic(error: Any, root: type[BaseModel]) -> ConfigIssue:
     if kind == "extra_forbidden":
         model = _model_at(loc, root)
         keys = [f.alias or n for n, f in model.model_fields.items()] if model else []
+        if meant is not None:
+            return ConfigIssue(
+                path,
+                f"unknown key {str(loc[-1])!r}",
+                ", ".join(keys),
+                f"rename it to `{meant}`, which this section needs",
+            )
         return ConfigIssue(
             path,
             f"unknown key {str(loc[-1])!r}",

@@ -62,3 +62,39 @@ def test_nan_in_a_stack_file_is_refused_by_plan(tmp_path: Path) -> None:
     assert line.endswith(
         "inferstack:environment.nodes[0].cpu: got NaN; allowed: a finite number; fix: write the number itself, e.g. 2"
     )
+
+
+def _renamer(path: tuple[str | int, ...], typo: str) -> Any:
+    def edit(env: dict[str, Any]) -> None:
+        node: Any = env
+        for part in path[:-1]:
+            node = node[part]
+        node[typo] = node.pop(path[-1])
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("stack", "path", "typo", "at"),
+    [
+        ("prod", ("region",), "regoin", ""),  # required
+        ("onprem", ("imageRegistry",), "imageRegisty", ""),  # required on the tier
+        ("edge", ("nodes", 0, "memoryGib"), "memoryGb", "nodes[0]."),  # required in a list item
+        ("dev", ("network", "availabilityZones"), "availabiltyZones", "network."),  # a default that fails its rule
+        ("edge", ("gateway", "burst", "spillAboveInflight"), "spillAboveInflght", "gateway.burst."),  # a section rule
+        ("onprem", ("observability", "remoteWriteReceiver"), "remoteWriteReciever", "observability."),
+    ],
+)
+def test_a_misspelt_key_the_section_needs_is_one_line_naming_the_key(
+    stack: str, path: tuple[str | int, ...], typo: str, at: str
+) -> None:
+    # Before: the unknown key's line, and a second one for the same mistake ("region: got nothing; allowed: a value
+    # (this key is required)", "returnBelowInflight without spillAboveInflight", ...).
+    (line,) = config_errors(_renamer(path, typo), stack)
+    assert f"inferstack:environment.{at}{typo}: got unknown key {typo!r}; " in line
+    assert line.endswith(f"fix: rename it to `{path[-1]}`, which this section needs")
+
+
+def test_a_misspelt_optional_key_may_still_be_removed() -> None:
+    (line,) = config_errors(lambda e: e["gateway"].update(maxReplica=4))
+    assert line.endswith("fix: remove the key, or rename it (did you mean 'maxReplicas'?)")
