@@ -675,6 +675,18 @@ def cloud_checks(env: CloudEnvironment) -> list[ConfigIssue]:
     """The cloud tier's pools, zones, network and cache."""
     issues: list[ConfigIssue] = []
     zones = env.network.availability_zones
+    # An AZ's name is its region's and one letter (us-east-1a): EKS's subnets take no Local Zone, and a name such as
+    # us-east-1az passed the region check to fail at `pulumi up`.
+    zone_issues = [
+        ConfigIssue(
+            f"{CONFIG_KEY}.network.availabilityZones[{i}]",
+            repr(zone),
+            f"availability zones of region {env.region}: {env.region}<letter>, e.g. {env.region}a",
+            "list zones of the stack's region (aws ec2 describe-availability-zones --region " + env.region + ")",
+        )
+        for i, zone in enumerate(zones)
+        if not re.fullmatch(re.escape(env.region) + "[a-z]", zone)
+    ]
     names = [p.name for p in env.gpu_pools]
     for i, pool in enumerate(env.gpu_pools):
         at = f"{CONFIG_KEY}.gpuPools[{i}]"
@@ -691,7 +703,8 @@ def cloud_checks(env: CloudEnvironment) -> list[ConfigIssue]:
                     "remove `efa` (it is derived) or pick an EFA instance type",
                 )
             )
-        if pool.zone is not None and pool.zone not in zones:
+        # With a network zone refused, a pool's zone is judged once the list is right: it may name the one to fix.
+        if pool.zone is not None and pool.zone not in zones and not zone_issues:
             issues.append(
                 ConfigIssue(
                     f"{at}.zone",
@@ -773,16 +786,7 @@ def cloud_checks(env: CloudEnvironment) -> list[ConfigIssue]:
     issues += _size_bounds(
         f"{CONFIG_KEY}.systemPool", sys_pool.min_size, sys_pool.max_size, sys_pool.desired_size, floor=1
     )
-    for zone in zones:
-        if not zone.startswith(env.region):
-            issues.append(
-                ConfigIssue(
-                    f"{CONFIG_KEY}.network.availabilityZones",
-                    repr(zone),
-                    f"zones of region {env.region} (e.g. {env.region}a)",
-                    "list zones of the stack's region",
-                )
-            )
+    issues += zone_issues
     issues += _vpc_cidr_checks(env.network.cidr)
     issues += _remote_write_source_checks(env)
     issues += _cache_checks(env)

@@ -98,3 +98,21 @@ def test_a_misspelt_key_the_section_needs_is_one_line_naming_the_key(
 def test_a_misspelt_optional_key_may_still_be_removed() -> None:
     (line,) = config_errors(lambda e: e["gateway"].update(maxReplica=4))
     assert line.endswith("fix: remove the key, or rename it (did you mean 'maxReplicas'?)")
+
+
+@pytest.mark.parametrize(
+    ("stack", "zone"), [("dev", "us-west-2az"), ("prod", "us-east-1-bos-1a"), ("prod", "eu-west-1a")]
+)
+def test_a_network_zone_that_is_no_zone_of_the_region_is_one_line_at_its_index(stack: str, zone: str) -> None:
+    # Before: us-west-2az (which starts with the region) passed to fail at `pulumi up`; a zone of another region was
+    # reported at network.availabilityZones without its index, and again at the pool pinned to the zone it replaced
+    # ("gpuPools[0].zone: got 'us-east-1a'", which is right).
+    (line,) = config_errors(lambda e: e["network"]["availabilityZones"].__setitem__(0, zone), stack)
+    region = "us-west-2" if stack == "dev" else "us-east-1"
+    assert f"inferstack:environment.network.availabilityZones[0]: got {zone!r}; " in line
+    assert f"allowed: availability zones of region {region}: {region}<letter>, e.g. {region}a; " in line
+
+
+def test_a_pool_zone_outside_a_sound_network_is_still_refused() -> None:
+    (line,) = config_errors(lambda e: e["gpuPools"][0].update(zone="us-east-1d"))
+    assert "inferstack:environment.gpuPools[0].zone: got 'us-east-1d'" in line
