@@ -378,7 +378,7 @@ def cross_checks(env: Environment, stack: str | None = None) -> list[ConfigIssue
     if isinstance(env, EdgeEnvironment):
         from stacks.edge_checks import edge_checks
 
-        return issues + edge_checks(env)
+        return issues + edge_checks(env, sound=not issues)
     issues += cloud_checks(env)
     from stacks.cloud_checks import managed_pools_fit, system_pool_budget
 

@@ -116,3 +116,17 @@ def test_a_network_zone_that_is_no_zone_of_the_region_is_one_line_at_its_index(s
 def test_a_pool_zone_outside_a_sound_network_is_still_refused() -> None:
     (line,) = config_errors(lambda e: e["gpuPools"][0].update(zone="us-east-1d"))
     assert "inferstack:environment.gpuPools[0].zone: got 'us-east-1d'" in line
+
+
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        (lambda e: e["gateway"].update(replicas=50), "gateway.replicas: got 50 (maxReplicas is 2)"),
+        (lambda e: e.pop("gateway"), "gateway.apiKeys: got no keys"),  # the default gateway, at 10 replicas
+    ],
+)
+def test_a_site_is_budgeted_only_once_its_config_is_otherwise_sound(edit: Any, key: str) -> None:
+    # As on the cloud and on-prem tiers. Before, the same mistake came back as a second line, the site short of CPU
+    # for the 50 (or the default 10) gateways.
+    (line,) = config_errors(edit, "edge")
+    assert f"inferstack:environment.{key}" in line
