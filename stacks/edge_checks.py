@@ -9,19 +9,15 @@ from components.edge.budget import cpu_decoders, node_capacity, placed, site_dem
 from components.edge.specs import EdgeNodeSpec
 from components.kube.budget import Demand, biggest, shortfall, total
 from components.kube.requests import Requests
-from stacks.environment import CONFIG_KEY, HUB_TARGET, ConfigIssue, EdgeEnvironment
+from stacks.environment import CONFIG_KEY, HUB_TARGET, ConfigIssue, EdgeEnvironment, repeated_names
 from stacks.tiers import EDGE
 
 
 def edge_checks(env: EdgeEnvironment, sound: bool = True) -> list[ConfigIssue]:
     """The site's rules; ``sound``: the rules every tier shares found nothing, so the node budget is worth counting."""
     issues: list[ConfigIssue] = []
-    names = [n.name for n in env.nodes]
+    issues += repeated_names([n.name for n in env.nodes], "nodes", "node")
     for i, node in enumerate(env.nodes):
-        if names.count(node.name) > 1:
-            issues.append(
-                ConfigIssue(f"{CONFIG_KEY}.nodes[{i}].name", repr(node.name), "a unique node name", "rename one")
-            )
         if node.gpu is None and "gpu_count" in node.model_fields_set:
             # Without a GPU model the count was dropped: the node was planned as CPU-only.
             issues.append(

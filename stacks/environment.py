@@ -687,12 +687,10 @@ def cloud_checks(env: CloudEnvironment) -> list[ConfigIssue]:
         for i, zone in enumerate(zones)
         if not re.fullmatch(re.escape(env.region) + "[a-z]", zone)
     ]
-    names = [p.name for p in env.gpu_pools]
+    issues += repeated_names([p.name for p in env.gpu_pools], "gpuPools", "pool")
     for i, pool in enumerate(env.gpu_pools):
         at = f"{CONFIG_KEY}.gpuPools[{i}]"
         spec = pool.spec
-        if names.count(pool.name) > 1:
-            issues.append(ConfigIssue(f"{at}.name", repr(pool.name), "a name unique among gpuPools", "rename one pool"))
         if pool.efa and not spec.efa:
             efa_types = ", ".join(t for t, s in INSTANCES.items() if s.efa)
             issues.append(
@@ -961,6 +959,20 @@ def cluster_checks(env: CloudEnvironment) -> list[ConfigIssue]:
     return issues
 
 
+def repeated_names(names: list[str], key: str, what: str) -> list[ConfigIssue]:
+    """A name listed twice, reported once: at the repeat, naming the first (not at both, as two problems)."""
+    return [
+        ConfigIssue(
+            f"{CONFIG_KEY}.{key}[{j}].name",
+            f"{name!r}, the name of {key}[{names.index(name)}] too",
+            f"a name unique among {key}",
+            f"rename one {what}",
+        )
+        for j, name in enumerate(names)
+        if names.index(name) < j
+    ]
+
+
 def model_checks(env: Environment) -> list[ConfigIssue]:
     """Each model's pool exists, its engine runs its precision there, and it fits (with numbers)."""
     from components.serving._placement import PlacementProblem, place
@@ -969,11 +981,9 @@ def model_checks(env: Environment) -> list[ConfigIssue]:
     pools = {p.name: p for p in env.gpu_pools}
     # An edge site's pools are its nodes[], and its replicas are fixed: no autoscaling (stacks.tiers, EDGE).
     site = isinstance(env, EdgeEnvironment)
-    names = [m.name for m in env.models]
+    issues += repeated_names([m.name for m in env.models], "models", "model")
     for i, model in enumerate(env.models):
         at = f"{CONFIG_KEY}.models[{i}]"
-        if names.count(model.name) > 1:
-            issues.append(ConfigIssue(f"{at}.name", repr(model.name), "a name unique among models", "rename one model"))
         pool = pools.get(model.pool)
         if pool is None:
             issues.append(

@@ -7,7 +7,7 @@ import math
 from urllib.parse import urlsplit, urlunsplit
 
 from components.onprem.specs import usable_addresses
-from stacks.environment import CONFIG_KEY, ConfigIssue, OnpremEnvironment
+from stacks.environment import CONFIG_KEY, ConfigIssue, OnpremEnvironment, repeated_names
 from stacks.fixed_fleet import Claim, FixedPool, fixed_pool_issues
 
 POD_INTERFACE = "eth0"
@@ -37,11 +37,7 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
 
     issues: list[ConfigIssue] = []
     names = [p.name for p in env.gpu_pools]
-    for i, pool in enumerate(env.gpu_pools):
-        if names.count(pool.name) > 1:
-            issues.append(
-                ConfigIssue(f"{CONFIG_KEY}.gpuPools[{i}].name", repr(pool.name), "a unique pool name", "rename one")
-            )
+    issues += repeated_names(names, "gpuPools", "pool")
 
     # Fixed servers cannot grow: the replicas every model asks for, in GPUs, must fit the pool.
     claims: list[Claim] = []

@@ -130,3 +130,22 @@ def test_a_site_is_budgeted_only_once_its_config_is_otherwise_sound(edit: Any, k
     # for the 50 (or the default 10) gateways.
     (line,) = config_errors(edit, "edge")
     assert f"inferstack:environment.{key}" in line
+
+
+@pytest.mark.parametrize(
+    ("stack", "key", "count"),
+    [("dev", "gpuPools", 1), ("onprem", "gpuPools", 2), ("edge", "nodes", 1), ("prod", "models", 2)],
+)
+def test_a_repeated_name_is_one_line_at_the_repeat(stack: str, key: str, count: int) -> None:
+    # Before: one line at each copy, two problems for one repeated name.
+    def edit(env: dict[str, Any]) -> None:
+        env[key].append(dict(env[key][0]))
+
+    lines = config_errors(edit, stack)
+    at = f"inferstack:environment.{key}[{count}].name: got "
+    assert [line for line in lines if ".name: got " in line] == [
+        line
+        for line in lines
+        if at in line and f", the name of {key}[0] too; allowed: a name unique among {key}" in line
+    ]
+    assert len([line for line in lines if at in line]) == 1
