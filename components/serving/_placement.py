@@ -108,7 +108,13 @@ class Placement:
 
 
 def place(spec: ModelDeploySpec, pool: ServingPool) -> Placement:
-    """Resolve parallelism for ``spec`` on ``pool``; raise ``PlacementProblem`` when it cannot run."""
+    """Resolve parallelism for ``spec`` on ``pool``; raise ``PlacementProblem`` when it cannot run.
+
+    The fit counts the target alone. A speculative draft head (``eagle``/``eagle3``) is not in the model catalog, so
+    its size is unknown here (a few hundred MiB to a few GiB) and nothing is counted for it; a separate draft model
+    (``draft_model``), whose weights and KV cache would count, is refused by the config checks because the pinned
+    vLLM does not run one (``stacks.environment.model_checks``).
+    """
     model = MODELS[spec.model]
     profile = PROFILES[spec.profile]
     if spec.engine == "llamacpp":

@@ -182,7 +182,9 @@ def test_a_catalog_draft_counts_in_the_model_cache() -> None:
             "model": "meta-llama/Llama-3.1-8B-Instruct",
         }
 
-    (line,) = config_errors(edit, stack="onprem")
-    # THEN the volume is refused for the two together, naming the draft and the sum
+    method, line = config_errors(edit, stack="onprem")
+    # THEN the pinned vLLM's missing draft-model proposer is one line (models[2].speculative.method)
+    assert "models[2].speculative.method: got 'draft_model'" in method
+    # AND the volume is refused for the two together, naming the draft and the sum
     assert "localStorage.modelCacheGib: got 800 GiB for 'llama-405b'" in line
     assert "and its draft meta-llama/Llama-3.1-8B-Instruct's (16 GiB) come to 810 GiB" in line

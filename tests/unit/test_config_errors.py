@@ -421,6 +421,34 @@ def test_mtp_speculation_on_a_model_without_mtp_layers_is_refused() -> None:
     assert "fix: use method eagle3 with a draft head (`model`), or ngram" in line
 
 
+@pytest.mark.parametrize("draft", ["meta-llama/Llama-3.2-1B-Instruct", "org/not-in-the-catalog"])
+def test_draft_model_speculation_is_refused_on_the_pinned_vllm(draft: str) -> None:
+    # GIVEN prod's Llama 3.1 8B drafting with a separate draft model: the pinned vLLM v0.11.0 has no proposer for one
+    # and exits at start ("Speculative decoding with draft model is not supported yet", vllm/config/speculative.py)
+    (line,) = config_errors(
+        lambda e: e["models"][0].update(
+            speculative={"method": "draft_model", "numSpeculativeTokens": 4, "model": draft}
+        )
+    )
+    # THEN the plan refuses it in one line at the method, naming the draft, the pinned version and what runs instead
+    assert f"models[0].speculative.method: got 'draft_model' (draft {draft}), which the pinned vLLM v0.11.0" in line
+    assert "allowed: eagle3 or eagle with a draft head (`model`), or ngram" in line
+    assert "fix: use method eagle3 with an EAGLE-3 head trained for the target" in line
+
+
+def test_eagle3_and_ngram_speculation_still_plan() -> None:
+    # GIVEN the methods the pinned vLLM runs: an EAGLE-3 head (not a catalog model) and ngram
+    for speculative in (
+        {"method": "eagle3", "numSpeculativeTokens": 3, "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"},
+        {"method": "ngram", "numSpeculativeTokens": 3, "promptLookupMax": 4},
+    ):
+        env = copy.deepcopy(raw_environment("prod"))
+        env["models"][0]["speculative"] = speculative
+        # THEN it plans, with the method the user wrote
+        loaded = load_environment(env, "stacks/Pulumi.prod.yaml")
+        assert loaded.models[0].speculative.method == speculative["method"]
+
+
 @pytest.mark.parametrize(
     ("text", "path", "got"),
     [
