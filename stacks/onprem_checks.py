@@ -222,22 +222,16 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
                     f"add modelStore.{key}",
                 )
             )
-    from components.catalog.models import MODELS
-
     cache_gib = env.local_storage.model_cache_gib
     for i, model in enumerate(env.models):
+        # An EAGLE head (the only draft the pinned vLLM runs: draft_model is refused) is a few hundred MiB to a few GiB
+        # beside its target, left to the margin.
         checkpoint_gib = _checkpoint_gib(model.model)
-        # A speculative draft is copied beside the target (fetch-draft). A catalog model's size is known; an EAGLE head
-        # (not in the catalog) is a few hundred MiB to a few GiB and is left to the margin.
-        draft = model.speculative.model if model.speculative is not None else None
-        draft_gib = _checkpoint_gib(draft) if draft is not None and draft in MODELS else 0
-        size = f" and its draft {draft}'s ({draft_gib} GiB) come to" if draft_gib else " is"
-        checkpoint_gib += draft_gib
         if model.engine == "vllm" and checkpoint_gib > cache_gib:
             issues.append(
                 ConfigIssue(
                     f"{CONFIG_KEY}.localStorage.modelCacheGib",
-                    f"{cache_gib} GiB for {model.name!r}, whose BF16 checkpoint{size} {checkpoint_gib} GiB",
+                    f"{cache_gib} GiB for {model.name!r}, whose BF16 checkpoint is {checkpoint_gib} GiB",
                     f"at least {checkpoint_gib} GiB: each serving pod copies the whole checkpoint to its NVMe volume",
                     f"set localStorage.modelCacheGib: {checkpoint_gib} or more (local volumes at least that large)",
                 )

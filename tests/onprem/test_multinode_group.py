@@ -169,22 +169,3 @@ def test_a_model_cache_smaller_than_a_checkpoint_is_refused() -> None:
     lines = config_errors(lambda env: env["localStorage"].update(modelCacheGib=10), stack="onprem")
     # one per vLLM model (8B: 16 GiB, 405B); the Triton 70B copies only its tokenizer and engine
     assert [("'llama-8b'" in line, "'llama-405b'" in line) for line in lines] == [(True, False), (False, True)]
-
-
-def test_a_catalog_draft_counts_in_the_model_cache() -> None:
-    # GIVEN 800 GiB local volumes, which hold the 405B checkpoint (794 GiB), and the 405B drafting with the 8B
-    # (draft_model: fetch-draft copies its 16 GiB checkpoint onto the same volume)
-    def edit(env: dict) -> None:
-        env["localStorage"].update(modelCacheGib=800)
-        env["models"][2]["speculative"] = {
-            "method": "draft_model",
-            "numSpeculativeTokens": 4,
-            "model": "meta-llama/Llama-3.1-8B-Instruct",
-        }
-
-    method, line = config_errors(edit, stack="onprem")
-    # THEN the pinned vLLM's missing draft-model proposer is one line (models[2].speculative.method)
-    assert "models[2].speculative.method: got 'draft_model'" in method
-    # AND the volume is refused for the two together, naming the draft and the sum
-    assert "localStorage.modelCacheGib: got 800 GiB for 'llama-405b'" in line
-    assert "and its draft meta-llama/Llama-3.1-8B-Instruct's (16 GiB) come to 810 GiB" in line
