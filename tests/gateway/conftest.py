@@ -28,6 +28,7 @@ from gateway_harness import (
     API_KEY_A,
     API_KEY_B,
     EmbeddingsControl,
+    EmbeddingsProcess,
     EmbeddingsServer,
     GatewayHandle,
     LoopThread,
@@ -105,11 +106,16 @@ def embedding_model() -> Any:
 def embeddings_server(loop_thread: LoopThread, embedding_model: Any) -> Iterator[EmbeddingsServer]:
     from aiohttp import web
 
+    from inferstack_gateway.embeddings import PROBE_INPUT
+
     control = EmbeddingsControl()
 
     async def embeddings(request: web.Request) -> web.Response:
-        control.calls += 1
         body = await request.json()
+        if body["input"] == PROBE_INPUT:
+            control.probes += 1
+        else:
+            control.calls += 1
         if control.delay_s:
             await asyncio.sleep(control.delay_s)
         if control.fail:
@@ -130,6 +136,15 @@ def embeddings_server(loop_thread: LoopThread, embedding_model: Any) -> Iterator
     server = EmbeddingsServer(f"{url}/v1", control)
     yield server
     loop_thread.run(runner.cleanup())
+
+
+@pytest.fixture
+def embeddings_process() -> Iterator[EmbeddingsProcess]:
+    """An embeddings server in a process of the test's own, which it may kill and start again."""
+    server = EmbeddingsProcess()
+    server.start()
+    yield server
+    server.kill()
 
 
 @pytest.fixture

@@ -160,6 +160,8 @@ class EmbeddingsControl:
     delay_s: float = 0.0
     fail: bool = False
     calls: int = 0
+    """Calls by requests; the gateway's readiness probes (embeddings.PROBE_INPUT) are counted in `probes`."""
+    probes: int = 0
     max_tokens: int | None = None
     """Refuse inputs longer than this many of the model's tokens with a 500, as llama.cpp's server does."""
 
@@ -170,8 +172,70 @@ class EmbeddingsServer:
     control: EmbeddingsControl
 
     def reset(self) -> None:
-        self.control.delay_s, self.control.fail, self.control.calls = 0.0, False, 0
+        self.control.delay_s, self.control.fail, self.control.calls, self.control.probes = 0.0, False, 0, 0
         self.control.max_tokens = None
+
+
+_EMBEDDINGS_PROCESS = """
+import http.server, json, sys
+
+port, dimensions = int(sys.argv[1]), int(sys.argv[2])
+body = json.dumps({"object": "list", "data": [{"object": "embedding", "index": 0,
+                   "embedding": [1.0] + [0.0] * (dimensions - 1)}]}).encode()
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""
+
+
+class EmbeddingsProcess:
+    """A /v1/embeddings server in a process of its own, which a test may kill (SIGKILL) and start again on the same
+    port. Every input gets the same vector."""
+
+    def __init__(self, dimensions: int = 384) -> None:
+        self.port = free_port()
+        self.dimensions = dimensions
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> None:
+        import sys
+
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _EMBEDDINGS_PROCESS, str(self.port), str(self.dimensions)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                return
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the embeddings stand-in exited with {self.process.returncode}")
+            time.sleep(0.02)
+        raise RuntimeError("the embeddings stand-in did not start within 10 s")
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(5)
+            self.process = None
 
 
 async def start_app(app: Any) -> tuple[Any, str]:

@@ -7,6 +7,7 @@ frozen and then killed, the embeddings service down, and a mixed concurrent load
 from __future__ import annotations
 
 import asyncio
+import datetime
 import http.client
 import os
 import signal
@@ -18,8 +19,9 @@ import aiohttp
 import openai
 import orjson
 import pytest
-from gateway_harness import API_KEY_A, wait_for
+from gateway_harness import API_KEY_A, free_port, wait_for
 
+from inferstack_gateway import embeddings
 from inferstack_gateway.resp import NEAR_FRESH_S
 
 AUTH = {"authorization": f"Bearer {API_KEY_A}", "content-type": "application/json"}
@@ -318,7 +320,9 @@ def test_redis_frozen_then_killed_the_cache_is_skipped_within_budget_and_readyz_
         # within its budget (plus the upstream and the client's own time; a wait on the frozen Redis would take 3 s)
         assert slowest < 1.0
         status, _, body = gw.http("GET", "/readyz")
-        assert status == 200 and orjson.loads(body) == {"status": "degraded", "redis": "down", "embeddings": "up"}
+        state = orjson.loads(body)
+        assert status == 200 and state.pop("embeddings_observed_at") is not None
+        assert state == {"status": "degraded", "redis": "down", "embeddings": "up"}
         # WHEN Redis is then killed outright
         os.kill(process.pid, signal.SIGKILL)
     finally:
@@ -357,6 +361,61 @@ def test_with_the_embeddings_service_down_the_exact_cache_and_the_upstream_still
     assert ask(gw, "And of Spain?", temperature=0).headers["x-inferstack-cache"] == "miss"
     assert embeddings_server.control.calls == calls
     assert orjson.loads(gw.http("GET", "/readyz")[2])["embeddings"] == "down"
+
+
+def _readyz(gw: Any) -> dict[str, Any]:
+    status, _, body = gw.http("GET", "/readyz")
+    assert status == 200  # a dependency down never makes the gateway unready
+    state: dict[str, Any] = orjson.loads(body)
+    return state
+
+
+def _observed_at(state: dict[str, Any]) -> float:
+    return datetime.datetime.fromisoformat(state["embeddings_observed_at"]).timestamp()
+
+
+def test_readyz_reports_an_embeddings_service_nothing_listens_at_as_down_before_any_request(
+    gateway: Any, upstreams: Any
+) -> None:
+    # GIVEN a gateway whose embeddings URL has nothing listening, and no request yet that would have used it
+    started = time.time()
+    gw = gateway(upstreams("up"), embeddings={"url": f"http://127.0.0.1:{free_port()}/v1"})
+    # THEN /readyz says it is down (it said "up": only a request's failure was ever noticed), from an observation
+    # made since the gateway started, and the gateway stays ready: only the semantic stage is lost
+    assert wait_for(lambda: _readyz(gw)["embeddings"] == "down", timeout=3)
+    state = _readyz(gw)
+    assert state["status"] == "degraded" and state["redis"] == "up"
+    assert started - 0.01 <= _observed_at(state) <= time.time() + 0.01
+    # AND it keeps looking (every RETRY_AFTER_S while down), so the time moves on
+    assert wait_for(lambda: _observed_at(_readyz(gw)) > _observed_at(state), timeout=3)
+    # AND requests are answered, the semantic stage skipped
+    assert ask(gw, "What is the capital of France?", temperature=0).headers["x-inferstack-cache"] == "miss"
+
+
+def test_readyz_follows_the_embeddings_service_up_killed_and_back_without_any_request(
+    gateway: Any, upstreams: Any, embeddings_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN an embeddings service in a process of its own, and a gateway that probes an idle endpoint every 0.3 s
+    # (IDLE_PROBE_S, 10 s in service: shortened so that the test need not wait that long)
+    monkeypatch.setattr(embeddings, "IDLE_PROBE_S", 0.3)
+    gw = gateway(upstreams("up"), embeddings={"url": embeddings_process.url})
+    # THEN once started, /readyz says it is up, from the probe at startup
+    state = _readyz(gw)
+    assert state["embeddings"] == "up" and state["status"] == "ready"
+    up_at = _observed_at(state)
+    assert time.time() - 10 < up_at <= time.time() + 0.01
+    # WHEN the service is killed, with no request coming
+    embeddings_process.kill()
+    killed_at = time.time()
+    # THEN /readyz says it is down within a bounded time, from an observation made after the kill
+    assert wait_for(lambda: _readyz(gw)["embeddings"] == "down", timeout=5)
+    state = _readyz(gw)
+    assert state["status"] == "degraded" and _observed_at(state) >= killed_at - 0.01
+    # WHEN it comes back on the same address
+    embeddings_process.start()
+    # THEN /readyz says it is up again, still without a request
+    assert wait_for(lambda: _readyz(gw)["embeddings"] == "up", timeout=5)
+    assert _readyz(gw)["status"] == "ready"
 
 
 # -- mixed concurrent load ---------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import itertools
 import secrets
 import time
@@ -84,6 +85,7 @@ class Gateway:
         self.http: HttpClient | None = None
         self.store: RedisStore | None = None
         self.embedder: Embedder | None = None
+        self._embeddings_watch: asyncio.Task[None] | None = None
         self.tracer: Tracer | None = None
         self.local_limits = LocalLimiter()
         self.shared_limits: SharedLimiter | None = None
@@ -280,7 +282,9 @@ class Gateway:
                 await asyncio.wait_for(self.store.ensure_index(), 2)
             except (RedisError, OSError, TimeoutError) as exc:
                 self.store.failed("create_index", exc)  # retried on the first semantic lookup
-        await asyncio.gather(*(self._warm(u) for u in self.upstreams.values()))
+        await asyncio.gather(*(self._warm(u) for u in self.upstreams.values()), self._first_probe())
+        if self.embedder is not None:
+            self._embeddings_watch = asyncio.create_task(self.embedder.watch())
         self.ready = True
         logger.info("gateway ready", extra={"models": sorted(config.models), "upstreams": sorted(self.upstreams)})
 
@@ -297,8 +301,19 @@ class Gateway:
         except (OSError, TimeoutError) as exc:
             logger.warning("upstream not reachable at startup", extra={"upstream": upstream.name, "error": repr(exc)})
 
+    async def _first_probe(self) -> None:
+        """Try the embeddings endpoint once before the first request, so that /readyz reports what was observed. A
+        probe slower than 2 s is left to the background watch (the state stays "unknown" until it ends)."""
+        if self.embedder is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.embedder.probe(), 2)
+
     async def shutdown(self) -> None:
         self.ready = False
+        if self._embeddings_watch is not None:
+            self._embeddings_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._embeddings_watch
         if self._drain_handle is not None:
             self._drain_handle.cancel()
             self._drain(now=True)
@@ -327,12 +342,16 @@ class Gateway:
         if not self.ready:
             await self._send(send, exchange, 503, b'{"status":"starting"}', JSON)
             return
-        state: dict[str, str] = {"status": "ready"}
+        state: dict[str, str | None] = {"status": "ready"}
         if self.store is not None:
             up = await self.store.ping(self.config.redis.timeout_ms / 1000)
             state["redis"] = "up" if up else "down"
         if self.embedder is not None:
-            state["embeddings"] = "up" if self.embedder.available() else "down"
+            # The last observation (a request's call or the background probe's), never a guess: "unknown" until
+            # the first call ends; the probe keeps it at most embeddings.IDLE_PROBE_S old.
+            state["embeddings"] = self.embedder.state
+            observed = self.embedder.observed_at()
+            state["embeddings_observed_at"] = None if observed is None else _utc(observed)
         if "down" in state.values():
             state["status"] = "degraded"
         await self._send(send, exchange, 200, orjson.dumps(state), JSON)
@@ -913,6 +932,11 @@ def _observe_stream(
     opened.upstream.observe_ttft(opened.first_s + first - arrivals[0])
     for previous, now in itertools.pairwise(arrivals):
         itl.observe(now - previous)
+
+
+def _utc(timestamp: float) -> str:
+    """RFC 3339 in UTC, to the millisecond: 2025-01-31T12:00:00.123Z."""
+    return datetime.datetime.fromtimestamp(timestamp, datetime.UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 def _consume_exception(task: asyncio.Task[Any]) -> None:
