@@ -418,6 +418,36 @@ def test_readyz_follows_the_embeddings_service_up_killed_and_back_without_any_re
     assert _readyz(gw)["status"] == "ready"
 
 
+def test_an_embedding_with_nulls_skips_the_semantic_cache_and_readyz_says_down(
+    gateway: Any, upstreams: Any, loop_thread: Any
+) -> None:
+    # GIVEN an embeddings server that answers the gateway's probe, and then a vector of nulls (a model that produced
+    # NaN, serialized as JSON)
+    from aiohttp import web
+    from gateway_harness import start_app
+
+    async def nulls(request: web.Request) -> web.Response:
+        probe = (await request.json())["input"] == embeddings.PROBE_INPUT
+        vector = [1.0] * 384 if probe else [None] * 384
+        return web.json_response({"object": "list", "data": [{"object": "embedding", "index": 0,
+                                                              "embedding": vector}]})  # fmt: skip
+
+    app = web.Application()
+    app.router.add_post("/v1/embeddings", nulls)
+    runner, url = loop_thread.run(start_app(app))
+    try:
+        gw = gateway(upstreams("up"), embeddings={"url": f"{url}/v1"})
+        # WHEN a cacheable single-turn question is asked
+        raw = ask(gw, "What is the capital of France?", temperature=0)
+        # THEN it is answered by the upstream, the semantic stage skipped (it was a 500: the gateway failed)
+        assert raw.http_response.status_code == 200 and raw.headers["x-inferstack-cache"] == "miss"
+        assert gw.metric("inferstack_gateway_cache_skipped_total", kind="semantic", reason="embeddings") == 1
+        # AND /readyz says the service is down: it answers nothing the semantic cache can use
+        assert _readyz(gw)["embeddings"] == "down"
+    finally:
+        loop_thread.run(runner.cleanup())
+
+
 # -- mixed concurrent load ---------------------------------------------------------------------------------------
 
 

@@ -144,8 +144,12 @@ class Embedder:
             got = len(vector) if isinstance(vector, list) else type(vector).__name__
             error = f"expected {self._dimensions} dimensions (embeddings.dimensions), got {got}"
             raise self._failed(error, retry_after=False)
+        try:
+            packed = array("f", vector).tobytes()
+        except TypeError:  # a null (a NaN the server serialized) or a string among the numbers
+            raise self._failed("embeddings endpoint returned a vector of non-numbers", retry_after=False) from None
         self._up()
-        return array("f", vector).tobytes()
+        return packed
 
     def _may_be_too_long(self, text: str) -> bool:
         """Whether `text` could hold more tokens than the model reads (`embeddings.max_input_tokens`).
