@@ -577,27 +577,42 @@ def common_checks(env: Environment, stack: str | None = None) -> list[ConfigIssu
 
 
 def _size_bounds(at: str, min_size: int, max_size: int, desired: int | None, *, floor: int) -> list[ConfigIssue]:
-    """A node group's sizes (``at`` is its key path): minSize ≤ maxSize, and desiredSize between them."""
-    issues = []
+    """A node group's sizes (``at`` is its key path): minSize ≤ maxSize, and desiredSize between them.
+
+    With minSize above maxSize no desiredSize lies between them: that is one problem, reported at minSize with a fix
+    that places both bounds around desiredSize, not a second line at desiredSize."""
     if min_size > max_size:
-        issues.append(
+        fits = desired is None or desired >= floor
+        issues = [
             ConfigIssue(
                 f"{at}.minSize",
-                f"{min_size} (maxSize is {max_size})",
+                f"{min_size} (maxSize is {max_size}" + ("" if desired is None else f", desiredSize {desired}") + ")",
                 f"{floor} ≤ minSize ≤ maxSize ({max_size})",
-                "lower minSize or raise maxSize",
+                "lower minSize or raise maxSize"
+                + (f" so that minSize ≤ desiredSize ({desired}) ≤ maxSize" if desired is not None and fits else ""),
             )
-        )
+        ]
+        if not fits:
+            # Below the floor, desiredSize is wrong whatever the bounds become: a problem of its own.
+            issues.append(
+                ConfigIssue(
+                    f"{at}.desiredSize",
+                    str(desired),
+                    f"at least {floor}, between minSize and maxSize",
+                    "set desiredSize inside the bounds, or remove it (defaults to minSize)",
+                )
+            )
+        return issues
     if desired is not None and not min_size <= desired <= max_size:
-        issues.append(
+        return [
             ConfigIssue(
                 f"{at}.desiredSize",
                 str(desired),
                 f"between minSize ({min_size}) and maxSize ({max_size})",
                 "set desiredSize inside the bounds, or remove it (defaults to minSize)",
             )
-        )
-    return issues
+        ]
+    return []
 
 
 def gateway_key_checks(env: Environment) -> list[ConfigIssue]:
@@ -711,10 +726,20 @@ def cloud_checks(env: CloudEnvironment) -> list[ConfigIssue]:
                     "set the zone to one of the network's zones" + did_you_mean(pool.zone, list(zones)),
                 )
             )
-        issues += _size_bounds(at, pool.min_size, pool.max_size, pool.desired_size, floor=0)
-        if pool.provisioner == "karpenter":
+        bounds = _size_bounds(at, pool.min_size, pool.max_size, pool.desired_size, floor=0)
+        if pool.provisioner == "managed":
+            issues += bounds
+        else:
             # A NodePool has no node minimum (karpenter.sh/v1 NodePool: requirements, limits, disruption): Karpenter
-            # launches a node for pending pods and removes it once empty, so a floor would never be kept.
+            # launches a node for pending pods and removes it once empty, so a floor would never be kept. A size out
+            # of bounds is always a minSize or desiredSize above 0, refused here: its fix (0, or no key) puts it
+            # inside the bounds too, so the bounds' line would report the same key twice.
+            managed = ", or set provisioner: managed for a fixed node count"
+            if bounds:
+                sizes = (
+                    ("minSize", "desiredSize", "maxSize") if pool.desired_size is not None else ("minSize", "maxSize")
+                )
+                managed += " with " + " ≤ ".join(sizes)
             for key, size in (("minSize", pool.min_size), ("desiredSize", pool.desired_size)):
                 if size:
                     issues.append(
@@ -724,11 +749,8 @@ def cloud_checks(env: CloudEnvironment) -> list[ConfigIssue]:
                             "warm)",
                             f"0 or no {key}: a Karpenter pool grows from zero up to maxSize",
                             "keep warm capacity with models[].replicas (their pods hold the nodes)"
-                            + (
-                                ""  # a Capacity Block pool is Karpenter's: a managed one is refused above
-                                if pool.capacity.type == "capacity-block"
-                                else ", or set provisioner: managed for a fixed node count"
-                            ),
+                            # a Capacity Block pool is Karpenter's: a managed one is refused above
+                            + ("" if pool.capacity.type == "capacity-block" else managed),
                         )
                     )
         if pool.capacity.reserved and not pool.capacity.reservation_id:

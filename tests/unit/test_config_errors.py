@@ -64,6 +64,51 @@ def test_min_greater_than_max() -> None:
     )
 
 
+def test_min_greater_than_max_on_a_karpenter_pool_is_one_line() -> None:
+    # GIVEN prod's first pool (Karpenter, no Capacity Block) asked to keep 5 nodes of at most 4
+    def edit(e: dict[str, Any]) -> None:
+        e["gpuPools"][0].update(provisioner="karpenter", capacity={"type": "on-demand"}, minSize=5, maxSize=4)
+
+    # WHEN it is validated THEN minSize is reported once, by the Karpenter rule, whose fix (no minSize) also brings
+    # it under maxSize; the managed alternative says the bounds it would then need
+    (line,) = config_errors(edit)
+    assert "gpuPools[0].minSize: got 5 on a Karpenter pool" in line
+    assert "or set provisioner: managed for a fixed node count with minSize ≤ maxSize" in line
+
+
+def test_desired_size_above_max_on_a_karpenter_pool_is_one_line() -> None:
+    def edit(e: dict[str, Any]) -> None:
+        e["gpuPools"][0].update(provisioner="karpenter", capacity={"type": "on-demand"}, desiredSize=6, maxSize=4)
+
+    (line,) = config_errors(edit)
+    assert "gpuPools[0].desiredSize: got 6 on a Karpenter pool" in line
+    assert "provisioner: managed for a fixed node count with minSize ≤ desiredSize ≤ maxSize" in line
+
+
+@pytest.mark.parametrize(
+    ("section", "edit"),
+    [
+        ("systemPool", lambda e: e["systemPool"].update(minSize=5, maxSize=4, desiredSize=4)),
+        ("gpuPools[0]", lambda e: e["gpuPools"][0].update(provisioner="managed", minSize=5, maxSize=4, desiredSize=4)),
+    ],
+    ids=["systemPool", "managed-gpu-pool"],
+)
+def test_min_greater_than_max_with_a_desired_size_is_one_line(section: str, edit: Any) -> None:
+    # GIVEN minSize above maxSize, and a desiredSize (no desiredSize lies between such bounds)
+    # WHEN it is validated THEN one line at minSize, whose fix places both bounds around desiredSize
+    (line,) = config_errors(edit)
+    assert f"inferstack:environment.{section}.minSize: got 5 (maxSize is 4, desiredSize 4)" in line
+    assert "fix: lower minSize or raise maxSize so that minSize ≤ desiredSize (4) ≤ maxSize" in line
+
+
+def test_a_system_pool_desired_size_below_its_floor_is_its_own_line() -> None:
+    # GIVEN minSize above maxSize and a desiredSize of 0, which no bounds of a system pool (at least 1) admit
+    lines = config_errors(lambda e: e["systemPool"].update(minSize=5, maxSize=4, desiredSize=0))
+    # THEN two problems, two lines: the bounds, and desiredSize below the floor
+    assert [line.split(": got")[0].rsplit(".", 1)[1] for line in lines] == ["minSize", "desiredSize"]
+    assert "systemPool.desiredSize: got 0; allowed: at least 1, between minSize and maxSize" in lines[1]
+
+
 def test_capacity_block_without_a_reservation_id() -> None:
     (line,) = config_errors(lambda e: e["gpuPools"][1]["capacity"].pop("reservationId"))
     assert "gpuPools[1].capacity.reservationId: got nothing (capacity.type is 'capacity-block')" in line
