@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from ipaddress import IPv4Network, ip_network
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
+from components.catalog.images import KIT_IMAGES
 from components.catalog.instances import INSTANCES
 from components.edge.specs import EdgeClusterSpec, EdgeGatewaySpec, EdgeNodeSpec, EdgeObservabilitySpec
 from components.onprem.specs import (
@@ -51,14 +53,84 @@ from components.specs import (
 )
 
 CONFIG_KEY = "inferstack:environment"
-ImageRegistry = Annotated[
-    str,
-    described(
-        r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)*$",
-        allowed="a registry host[:port][/path] in lowercase",
-        fix="e.g. harbor.dc1.example.com/inferstack",
-    ),
-]
+_DOMAIN_LABEL = r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?"
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REGISTRY = re.compile(
+    rf"(?P<host>{_DOMAIN_LABEL}(?:\.{_DOMAIN_LABEL})*|\[[0-9a-f:]+\])(?::(?P<port>[0-9]+))?(?:/{_PATH_COMPONENT})*"
+)
+"""distribution/reference's grammar (``reference.go``) for an image name's part before the image's own name: a
+``domain`` (host, optional port) and path components of lowercase letters and digits joined by ``.``, ``_``, ``__``
+or dashes. Host names in lowercase here, as the kit writes them."""
+_IMAGE_NAME_MAX = 255
+"""distribution/reference's ``NameTotalLengthMax``: an image name (without its tag) longer than this is refused."""
+IMAGE_REGISTRY_MAX = _IMAGE_NAME_MAX - max(len("/" + image) for image in KIT_IMAGES)
+"""The longest ``imageRegistry`` for which every kit image (``<registry>/model-loader``) is a name Docker takes."""
+_IMAGE_REGISTRY_ALLOWED = (
+    "a registry host[:port][/path] as image references write it (distribution/reference): a host name with a dot, "
+    "an IP address or localhost, an optional :port, then lowercase path components of letters and digits joined by "
+    f"'.', '_' or '-'; no scheme, no tag; at most {IMAGE_REGISTRY_MAX} characters"
+)
+_IMAGE_REGISTRY_EXAMPLE = "e.g. harbor.dc1.example.com/inferstack"
+
+
+def _image_registry(value: str) -> str:
+    """``imageRegistry`` as the kit writes each image, ``<imageRegistry>/gateway:<tag>``: anything but a registry's
+    host[:port][/path] makes a reference that Kubernetes refuses (a scheme, a tag) or that resolves elsewhere."""
+
+    def refuse(problem: str, fix: str) -> PydanticCustomError:
+        return config_error(problem, allowed=_IMAGE_REGISTRY_ALLOWED, fix=fix)
+
+    scheme = re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", value)
+    if scheme:
+        rest = value[scheme.end() :].rstrip("/")
+        raise refuse(
+            "a URL scheme, which an image reference does not take",
+            f"remove {scheme.group()}: write {rest!r}" if rest else _IMAGE_REGISTRY_EXAMPLE,
+        )
+    # A tag is a ':' in the last path component (one in the first, with no '/', is the registry's port); a digest
+    # follows an '@'.
+    name = value.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    colon = last.rfind(":")
+    tagged = colon >= 0 and ("/" in name or not (last[colon + 1 :].isdigit() or last.endswith("]")))
+    cut = len(name) - len(last) + (last.index(":") if "/" in name else colon) if tagged else len(name)
+    if cut < len(value):
+        suffix = value[cut:]
+        kind = "digest" if suffix.startswith("@") else "tag" if "@" not in suffix else "tag and digest"
+        raise refuse(
+            f"a {kind} ({suffix}): the kit appends each image's name and tag (<imageRegistry>/gateway:<tag>)",
+            f"remove {suffix}: write {value[:cut]!r}",
+        )
+    if value.endswith("/") and value.rstrip("/"):
+        raise refuse("a trailing '/'", f"write {value.rstrip('/')!r}")
+    if value != value.lower() and _IMAGE_REGISTRY.fullmatch(value.lower()):
+        raise refuse("capital letters", f"write {value.lower()!r}")
+    if len(value) > IMAGE_REGISTRY_MAX:
+        raise refuse(
+            f"{len(value)} characters: <imageRegistry>/model-loader would pass the {_IMAGE_NAME_MAX} characters an "
+            "image name may have",
+            "use a shorter path under the registry's host",
+        )
+    match = _IMAGE_REGISTRY.fullmatch(value)
+    if match is None:
+        raise refuse("not a registry host[:port][/path]", _IMAGE_REGISTRY_EXAMPLE)
+    host, port = match.group("host"), match.group("port")
+    if port is not None and not 1 <= int(port) <= 65535:
+        raise refuse(f"port {port}, outside 1 to 65535", "write the registry's port")
+    if port is None and "." not in host and host != "localhost" and not host.startswith("["):
+        # distribution/reference (splitDockerDomain): a first component with no '.' or ':' that is not localhost is
+        # a path on Docker Hub, so <imageRegistry>/gateway would be pulled from docker.io.
+        raise refuse(
+            f"a host name without a dot, a port or localhost: Docker and Kubernetes read {host!r} as a namespace on "
+            f"Docker Hub (docker.io/{host}/...)",
+            "write the registry's full host name (harbor.dc1.example.com) or add its :port",
+        )
+    if any(len(label) > 63 for label in host.split(".")):
+        raise refuse("a host name label longer than 63 characters (DNS)", "write the registry's host name")
+    return value
+
+
+ImageRegistry = Annotated[str, AfterValidator(_image_registry)]
 """Where the kit's images (``gateway``, ``model-loader``) are pushed."""
 HUB_TARGET = "hub"
 """What a route names as its ``large`` target to send complex prompts to the stack's hub."""

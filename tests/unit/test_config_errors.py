@@ -657,6 +657,96 @@ def test_a_cache_key_the_chosen_kind_ignores_is_refused(
         assert "set kind: elasticache" in line
 
 
+REGISTRY = "harbor.dc1.example.com/inferstack"
+
+
+@pytest.mark.parametrize("stack", ["onprem", "edge"])
+@pytest.mark.parametrize(
+    ("value", "got", "fix"),
+    [
+        ("-1", "got '-1' (not a registry host[:port][/path])", "fix: e.g. harbor.dc1.example.com/inferstack"),
+        (
+            "https://" + REGISTRY,
+            "(a URL scheme, which an image reference does not take)",
+            f"remove https://: write {REGISTRY!r}",
+        ),
+        (f"http://{REGISTRY}/", "(a URL scheme", f"remove http://: write {REGISTRY!r}"),
+        (
+            REGISTRY + ":1.4",
+            "(a tag (:1.4): the kit appends each image's name and tag",
+            f"remove :1.4: write {REGISTRY!r}",
+        ),
+        ("harbor.dc1.example.com:latest", "(a tag (:latest)", "remove :latest: write 'harbor.dc1.example.com'"),
+        (REGISTRY + "@sha256:" + "0" * 64, "(a digest (@sha256:", f"write {REGISTRY!r}"),
+        (REGISTRY + "/", "(a trailing '/')", f"write {REGISTRY!r}"),
+        ("Harbor.DC1.example.com/AI", "(capital letters)", "write 'harbor.dc1.example.com/ai'"),
+        ("harbor/inferstack", "read 'harbor' as a namespace on Docker Hub (docker.io/harbor/...)", "or add its :port"),
+        ("harbor.dc1.example.com:70000/ai", "(port 70000, outside 1 to 65535)", "write the registry's port"),
+        ("harbor.dc1.example.com/-ai", "(not a registry host[:port][/path])", "e.g. harbor.dc1"),
+        ("harbor.dc1.example.com//ai", "(not a registry host[:port][/path])", "e.g. harbor.dc1"),
+        (
+            "a" * 300,
+            "(300 characters: <imageRegistry>/model-loader would pass the 255 characters",
+            "use a shorter path",
+        ),
+    ],
+    ids=[
+        "number",
+        "https",
+        "http-slash",
+        "tag",
+        "tag-no-path",
+        "digest",
+        "slash",
+        "capitals",
+        "no-dot",
+        "port",
+        "dash-first",
+        "empty-component",
+        "long",
+    ],
+)
+def test_an_image_registry_that_is_no_registry_host_is_refused(stack: str, value: str, got: str, fix: str) -> None:
+    # GIVEN an imageRegistry the kit would write into <imageRegistry>/gateway:<tag>, a reference Kubernetes refuses
+    # or resolves elsewhere (Docker Hub) WHEN the on-prem or edge stack is validated
+    (line,) = config_errors(lambda e: e.update(imageRegistry=value), stack=stack)
+    # THEN one line at imageRegistry names the problem, the registry form and the fix
+    assert "inferstack:environment.imageRegistry: got " in line and got in line
+    assert "allowed: a registry host[:port][/path] as image references write it (distribution/reference)" in line
+    assert fix in line
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "registry.example.com:5000/team/ai",
+        "10.0.0.5:5000",
+        "localhost:5000",
+        "[fd00::1]:5000",
+        "harbor.example/a__b/c--d.e",
+    ],
+)
+def test_an_image_registry_in_reference_form_is_taken(value: str) -> None:
+    env = raw_environment("onprem")
+    env["imageRegistry"] = value
+    assert load_environment(env, "stacks/Pulumi.onprem.yaml").image_registry == value  # type: ignore[union-attr]
+
+
+def test_the_longest_image_registry_makes_image_names_of_at_most_255_characters() -> None:
+    from components.catalog.images import KIT_IMAGES
+    from stacks.environment import IMAGE_REGISTRY_MAX
+
+    longest = "harbor.example.com/" + "a" * (IMAGE_REGISTRY_MAX - len("harbor.example.com/"))
+    # GIVEN the longest imageRegistry taken: every kit image's name (distribution/reference: at most 255) fits
+    assert max(len(f"{longest}/{image}") for image in KIT_IMAGES) == 255
+    env = raw_environment("edge")
+    env["imageRegistry"] = longest
+    assert load_environment(env, "stacks/Pulumi.edge.yaml").image_registry == longest  # type: ignore[union-attr]
+    # AND one character more is refused
+    (line,) = config_errors(lambda e: e.update(imageRegistry=longest + "a"), stack="edge")
+    assert f"({IMAGE_REGISTRY_MAX + 1} characters: <imageRegistry>/model-loader would pass" in line
+
+
 @pytest.mark.parametrize(
     ("change", "key", "fix"),
     [
