@@ -1072,6 +1072,24 @@ class HubSpec(Spec):
     ca_key: str = Field(default="ca.crt", pattern=r"^[-._a-zA-Z0-9]+$")
     """The key of ``caConfigMap`` that holds the PEM bundle (trust-manager writes the key its Bundle names)."""
 
+    @field_validator("model")
+    @classmethod
+    def _model_name(cls, value: str | None) -> str | None:
+        # Empty is "not set" (the gateway forwards the client's alias), but whitespace is a name: the gateway would ask
+        # the hub for a model called "  ", which no hub serves, on every request it sends there.
+        if value is not None and value != value.strip():
+            raise config_error(
+                "only whitespace"
+                if not value.strip()
+                else "whitespace around the name, which the gateway sends as it is",
+                allowed="the name of a model the hub serves (e.g. llama-70b), with no whitespace around it; no "
+                "hub.model: the alias the client asked for",
+                fix="remove hub.model to send the client's alias, or name the hub's model"
+                if not value.strip()
+                else f"write {value.strip()!r}",
+            )
+        return value
+
     @model_validator(mode="after")
     def _one_way(self) -> HubSpec:
         if self.ca_config_map is not None and self.url is not None and not self.url.startswith("https://"):

@@ -331,6 +331,29 @@ def test_a_private_ca_for_a_plain_http_hub_is_refused() -> None:
     assert "hub" in line and "caConfigMap" in line and "https://" in line
 
 
+@pytest.mark.parametrize("stack", ["edge", "onprem"])
+@pytest.mark.parametrize("blank", ["   ", "\t"])
+def test_a_hub_model_of_only_whitespace_is_refused(stack: str, blank: str) -> None:
+    # GIVEN hub.model of whitespace alone: empty means "the client's alias", but this was sent to the hub as the name
+    (line,) = config_errors(lambda e: e["hub"].update(model=blank), stack=stack)
+    # THEN one line at hub.model says so, and the fix is to remove the key or name the hub's model
+    assert f"inferstack:environment.hub.model: got {blank!r} (only whitespace)" in line
+    assert "fix: remove hub.model to send the client's alias, or name the hub's model" in line
+
+
+def test_a_hub_model_with_whitespace_around_it_is_told_the_name_to_write() -> None:
+    (line,) = config_errors(lambda e: e["hub"].update(model=" llama-70b "), stack="onprem")
+    assert "hub.model: got ' llama-70b ' (whitespace around the name, which the gateway sends as it is)" in line
+    assert "fix: write 'llama-70b'" in line
+
+
+@pytest.mark.parametrize("model", ["", "llama-70b"])
+def test_a_hub_model_empty_or_named_is_taken(model: str) -> None:
+    env = raw_environment("onprem")
+    env["hub"] = {**env["hub"], "model": model}
+    assert load_environment(env, "stacks/Pulumi.onprem.yaml").hub.model == model  # type: ignore[union-attr]
+
+
 def test_a_model_named_hub_on_a_stack_with_a_hub_is_refused() -> None:
     # GIVEN the onprem stack, which names a hub, with a local model named "hub" (no spillover, and its residency-local
     # tenant kept to another alias: nothing else in the gateway's own checks trips on the name)
