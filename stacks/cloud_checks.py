@@ -61,7 +61,8 @@ def rollout_surges(env: CloudEnvironment, model: ModelDeploySpec) -> bool:
     mine = next((c for c in claims if c.model is model), None)
     if mine is None:
         return False
-    return pool_peak_gpus(claims, pool.name) + mine.gpus <= pool.initial_size * pool.spec.gpu_count
+    gpus: int = pool.initial_size * pool.spec.gpu_count
+    return pool_peak_gpus(claims, pool.name) + mine.gpus <= gpus
 
 
 def system_pool_budget(env: CloudEnvironment) -> list[ConfigIssue]:

@@ -100,7 +100,8 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
     issues += fixed_pool_issues(fleet, claims)
 
     gateway = env.gateway
-    if gateway.enabled and gateway.tls_secret is not None and (gateway.hub_url or "").startswith("http://"):
+    hub_url = gateway.hub_url or ""
+    if gateway.enabled and gateway.tls_secret is not None and hub_url.startswith("http://"):
         # With tlsSecret the gateway serves HTTPS only, on every port (the load balancer forwards plain TCP): a sending
         # stack would speak plain HTTP to it, every burst would fail, and its burst key would cross the LAN in clear.
         issues.append(
@@ -108,7 +109,7 @@ def onprem_checks(env: OnpremEnvironment) -> list[ConfigIssue]:
                 f"{CONFIG_KEY}.gateway.hubUrl",
                 f"{gateway.hub_url!r} with gateway.tlsSecret (the gateway serves HTTPS only)",
                 f"an https:// URL naming the certificate's host, on the load balancer's port ({gateway.listen_port})",
-                f"write {_https(gateway.hub_url, gateway.listen_port)!r}, or remove tlsSecret",
+                f"write {_https(hub_url, gateway.listen_port)!r}, or remove tlsSecret",
             )
         )
 

@@ -456,9 +456,9 @@ class Observability(pulumi.ComponentResource):
         caches: list[tuple[str | None, str, StrInput, tuple[str, str] | None, str | None]] = []
         if args.cache_url is not None:
             caches.append((None, REDIS_EXPORTER, args.cache_url, args.cache_secret, args.cache_user))
-        for cache_name, cache in sorted(args.extra_caches.items()):
-            exporter_release = f"{REDIS_EXPORTER}-{cache_name}"
-            caches.append((cache_name, exporter_release, cache.url(), cache.exporter_secret(), cache.exporter_username))
+        for extra_name, cache in sorted(args.extra_caches.items()):
+            exporter_release = f"{REDIS_EXPORTER}-{extra_name}"
+            caches.append((extra_name, exporter_release, cache.url(), cache.exporter_secret(), cache.exporter_username))
         for cache_name, exporter_release, url, cache_secret, cache_user in caches:
             exporter: dict[str, Any] = {
                 "redisAddress": url,
