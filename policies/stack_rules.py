@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import Any
 
 from components.catalog.charts import PROMETHEUS_POD_LABELS
-from components.kube.labels import GATEWAY_POD_LABELS
+from components.kube.labels import GATEWAY_POD_LABELS, NAMESPACE_NAME_LABEL
 from policies.kube_rules import walk
 from policies.model import (
     HELM_RELEASE,
@@ -745,11 +745,6 @@ def _open_ingress(policy: Res) -> str | None:
 def _everything(selector: Mapping[str, Any]) -> bool:
     """Whether a label selector is empty (matches every object): no matchLabels and no matchExpressions."""
     return not selector.get("matchLabels") and not selector.get("matchExpressions")
-
-
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
-"""Set by the API server on every namespace to its name (Kubernetes 1.22+, "Well-Known Labels"): the one label a
-namespaceSelector can name a namespace by, which no one else can put on another namespace."""
 
 
 def _named_namespaces(selector: Mapping[str, Any]) -> set[str] | None:

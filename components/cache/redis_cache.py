@@ -17,8 +17,8 @@ from pydantic import Field
 from components.catalog import images as _images
 from components.catalog.charts import REDIS_EXPORTER_POD_LABELS
 from components.kube.budget import Demand, demand
-from components.kube.labels import SYSTEM_NODES
-from components.kube.objects import RESTRICTED_CONTAINER, restricted_pod
+from components.kube.labels import GATEWAY_POD_LABELS, SYSTEM_NODES
+from components.kube.objects import RESTRICTED_CONTAINER, namespace_peer, restricted_pod
 from components.specs import Args, CacheSpec
 
 REDIS_PORT = 6379
@@ -67,7 +67,7 @@ class RedisCacheArgs(Args):
     secret_namespaces: tuple[str, ...] | None = None
     """Where the password Secret is written besides ``namespace``; ``None``: ``client_namespace`` (the gateway reads
     it) and ``monitoring_namespace`` (the Redis exporter reads it)."""
-    client_labels: dict[str, str] = Field(default_factory=lambda: {"app.kubernetes.io/name": "inferstack-gateway"})
+    client_labels: dict[str, str] = Field(default_factory=lambda: dict(GATEWAY_POD_LABELS))
     monitoring_namespace: str = "monitoring"
     protect: bool = True
     """Keep the data volume's StatefulSet from being deleted by ``pulumi destroy``."""
@@ -186,9 +186,6 @@ class RedisCache(pulumi.ComponentResource):
             name, metadata=meta, spec={"maxUnavailable": 1, "selector": {"matchLabels": labels}}, opts=k8s_opts
         )
 
-        def ns(n: str) -> dict[str, Any]:
-            return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}}
-
         k8s.networking.v1.NetworkPolicy(
             name,
             metadata=meta,
@@ -198,11 +195,14 @@ class RedisCache(pulumi.ComponentResource):
                 "ingress": [
                     {
                         "from": [
-                            {**ns(args.client_namespace), "podSelector": {"matchLabels": args.client_labels}},
+                            {
+                                **namespace_peer(args.client_namespace),
+                                "podSelector": {"matchLabels": args.client_labels},
+                            },
                             # The Redis exporter, from the monitoring namespace: its pods only, not all of
                             # monitoring (Grafana, Alertmanager, the collector have no business with the cache).
                             {
-                                **ns(args.monitoring_namespace),
+                                **namespace_peer(args.monitoring_namespace),
                                 "podSelector": {"matchLabels": dict(REDIS_EXPORTER_POD_LABELS)},
                             },
                         ],

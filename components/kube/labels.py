@@ -34,6 +34,9 @@ policy pack, which sees resources but not the config."""
 SYSTEM_POOL: Final = "system"
 SYSTEM_NODES: Final = {POOL_LABEL: SYSTEM_POOL}
 """Node selector of controllers, the gateway, the cache and observability."""
+NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
+"""Set by the API server on every namespace to its name (Kubernetes 1.22+, "Well-Known Labels"): the one label a
+namespaceSelector can name a namespace by, which no one else can put on another namespace."""
 GATEWAY_POD_LABELS: Final = {"app.kubernetes.io/name": "inferstack-gateway"}
 """On the gateway's pods (its Deployment's selector): the peer the model servers' and the cache's NetworkPolicies
 admit, and what the policy pack knows the gateway's pods by."""

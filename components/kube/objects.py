@@ -8,6 +8,8 @@ from typing import Any, Final
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.kube.labels import NAMESPACE_NAME_LABEL
+
 
 def custom_resource(
     name: str, manifest: dict[str, Any], opts: pulumi.ResourceOptions, *, spec: Any = None
@@ -59,3 +61,9 @@ def one_or_several(names: str | tuple[str, ...] | None) -> tuple[str, ...]:
     if names is None:
         return ()
     return tuple(dict.fromkeys((names,) if isinstance(names, str) else names))
+
+
+def namespace_peer(name: str) -> dict[str, Any]:
+    """A NetworkPolicy peer of one namespace, named by the label the API server sets to its name. Alone it admits
+    every pod there; beside a ``podSelector`` (``{**namespace_peer(n), "podSelector": ...}``), those pods only."""
+    return {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: name}}}

@@ -6,6 +6,7 @@ import re
 from typing import Any, Final
 
 from components.catalog.charts import prometheus_selector_labels
+from components.kube.labels import GATEWAY_POD_LABELS
 from components.kube.objects import MANAGED_BY, check_name
 from components.observability.dashboards import (
     ENGINE_POD_LABEL,
@@ -89,7 +90,7 @@ def gateway_service_monitor(
         "kind": "ServiceMonitor",
         "metadata": _monitor_metadata("inferstack-gateway", namespace),
         "spec": {
-            "selector": {"matchLabels": selector_labels or {"app.kubernetes.io/name": "inferstack-gateway"}},
+            "selector": {"matchLabels": selector_labels or dict(GATEWAY_POD_LABELS)},
             "endpoints": [endpoint],
         },
     }

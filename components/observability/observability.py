@@ -19,7 +19,7 @@ from components.catalog.charts import CHARTS, PROMETHEUS_POD_LABELS, PROMETHEUS_
 from components.kube.budget import Demand, demand
 from components.kube.helm import HELM_RELEASE_NAME_MAX, release
 from components.kube.labels import SYSTEM_NODES
-from components.kube.objects import RESTRICTED_CONTAINER, check_name, custom_resource, restricted_pod
+from components.kube.objects import RESTRICTED_CONTAINER, check_name, custom_resource, namespace_peer, restricted_pod
 from components.observability.alerting import ALERT_RECEIVERS_SECRET, AlertDestinations, alertmanager_config
 from components.observability.alerts import ModelSlo, prometheus_rule
 from components.observability.dashboards import DASHBOARD_METRICS, DASHBOARDS, dashboard_configmap
@@ -98,14 +98,12 @@ def prometheus_network_policy(
     if not spec.remote_write_receiver:
         return None
 
-    def ns(name: str) -> dict[str, Any]:
-        return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
-
     def port(number: int) -> dict[str, Any]:
         return {"port": number, "protocol": "TCP"}
 
     sources = [
-        {"ipBlock": {"cidr": s.cidr}} if s.cidr is not None else ns(str(s.namespace)) for s in spec.remote_write_sources
+        {"ipBlock": {"cidr": s.cidr}} if s.cidr is not None else namespace_peer(str(s.namespace))
+        for s in spec.remote_write_sources
     ]
     return {
         "apiVersion": "networking.k8s.io/v1",
@@ -115,8 +113,11 @@ def prometheus_network_policy(
             "podSelector": {"matchLabels": dict(PROMETHEUS_POD_LABELS)},
             "policyTypes": ["Ingress"],
             "ingress": [
-                {"from": [ns(namespace)], "ports": [port(PROMETHEUS_PORT), port(CONFIG_RELOADER_PORT)]},
-                {"from": [*(ns(r) for r in readers if r != namespace), *sources], "ports": [port(PROMETHEUS_PORT)]},
+                {"from": [namespace_peer(namespace)], "ports": [port(PROMETHEUS_PORT), port(CONFIG_RELOADER_PORT)]},
+                {
+                    "from": [*(namespace_peer(r) for r in readers if r != namespace), *sources],
+                    "ports": [port(PROMETHEUS_PORT)],
+                },
             ],
         },
     }

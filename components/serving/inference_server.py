@@ -24,8 +24,8 @@ from components.catalog.charts import PROMETHEUS_POD_LABELS
 from components.catalog.engine_support import check_engine_args, missing_paths
 from components.catalog.instances import InstanceSpec
 from components.catalog.models import MODEL_CACHE_ROOT, gguf_dir, hf_checkpoint_dir, trtllm_engine_dir
-from components.kube.labels import POOL_LABEL
-from components.kube.objects import custom_resource, one_or_several
+from components.kube.labels import GATEWAY_POD_LABELS, POOL_LABEL
+from components.kube.objects import custom_resource, namespace_peer, one_or_several
 from components.observability.dashboards import MODEL_POD_LABEL
 from components.serving._llamacpp import LLAMACPP_HTTP_PORT, llamacpp_args, prompt_cache_mib
 from components.serving._placement import Placement, engine_build_memory_gib, host_memory_share_gib, place
@@ -764,14 +764,19 @@ def network_policy(args: InferenceServerArgs) -> dict[str, Any]:
     serving = [{"port": p["name"], "protocol": "TCP"} for p in ports(spec)]
     metrics = [{"port": "http", "protocol": "TCP"}]
 
-    def ns(name: str) -> dict[str, Any]:
-        return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
-
-    gateway_pods = {"podSelector": {"matchLabels": {APP_LABEL: "inferstack-gateway"}}}
+    gateway_pods = {"podSelector": {"matchLabels": dict(GATEWAY_POD_LABELS)}}
     ingress = [
-        {"from": [{**ns(gateway), **gateway_pods} for gateway in gateway_namespaces(args)], "ports": serving},
         {
-            "from": [{**ns(args.monitoring_namespace), "podSelector": {"matchLabels": dict(PROMETHEUS_POD_LABELS)}}],
+            "from": [{**namespace_peer(gateway), **gateway_pods} for gateway in gateway_namespaces(args)],
+            "ports": serving,
+        },
+        {
+            "from": [
+                {
+                    **namespace_peer(args.monitoring_namespace),
+                    "podSelector": {"matchLabels": dict(PROMETHEUS_POD_LABELS)},
+                }
+            ],
             "ports": metrics,
         },
     ]
