@@ -187,6 +187,7 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
 
     loader_image = pulumi.Output.concat(store.repository_urls["model-loader"], ":", _images.KIT_IMAGE_TAG)
     models = {}
+    surges = rollout_surges(env)
     for model in env.models:
         models[model.name] = InferenceServer(
             model.name,
@@ -201,7 +202,7 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
                 service_account=base.service_account,
                 priority_class=base.priority_class,
                 group_priority_class=base.group_priority_class,
-                rollout_surge=rollout_surges(env, model),
+                rollout_surge=surges[model.name],
                 fabric="efa",
                 gateway_namespace=base.gateway_namespace,
                 prometheus_url=observability.prometheus_url,

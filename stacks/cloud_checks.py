@@ -6,7 +6,6 @@ from __future__ import annotations
 from components.aws.system_budget import node_capacity, system_demand
 from components.catalog.instances import SYSTEM_INSTANCES, SystemInstanceSpec
 from components.kube.budget import biggest, nodes_needed, shortfall, total
-from components.specs import ModelDeploySpec
 from stacks.environment import CONFIG_KEY, CloudEnvironment, ConfigIssue
 from stacks.fixed_fleet import Claim, FixedPool, fixed_pool_issues, pool_peak_gpus
 
@@ -49,20 +48,18 @@ def managed_pools_fit(env: CloudEnvironment) -> list[ConfigIssue]:
     return fixed_pool_issues(pools, managed_claims(env))
 
 
-def rollout_surges(env: CloudEnvironment, model: ModelDeploySpec) -> bool:
-    """Whether the model's rollout may add its new pod before it removes an old one (``rollout_strategy``). On a
-    Karpenter pool, always: Karpenter launches the node the new pod asks for. On a managed pool, only while the pool's
-    fixed GPUs hold every model on it at its ceiling plus one more of this model's pods: else that pod stays Pending
-    and the rollout never finishes."""
-    pool = env.pool(model.pool)
-    if pool.provisioner == "karpenter":
-        return True
+def rollout_surges(env: CloudEnvironment) -> dict[str, bool]:
+    """Per model name, whether its rollout may add the new pod before it removes an old one (``rollout_strategy``). On
+    a Karpenter pool, always: Karpenter launches the node the new pod asks for. On a managed pool, only while the
+    pool's fixed GPUs hold every model on it at its ceiling plus one more of this model's pods: else that pod stays
+    Pending and the rollout never finishes."""
+    surges = {model.name: env.pool(model.pool).provisioner == "karpenter" for model in env.models}
     claims = managed_claims(env)
-    mine = next((c for c in claims if c.model is model), None)
-    if mine is None:
-        return False
-    gpus: int = pool.initial_size * pool.spec.gpu_count
-    return pool_peak_gpus(claims, pool.name) + mine.gpus <= gpus
+    for claim in claims:
+        pool = env.pool(claim.model.pool)
+        gpus: int = pool.initial_size * pool.spec.gpu_count
+        surges[claim.model.name] = pool_peak_gpus(claims, pool.name) + claim.gpus <= gpus
+    return surges
 
 
 def system_pool_budget(env: CloudEnvironment) -> list[ConfigIssue]:

@@ -85,14 +85,14 @@ def test_a_rollout_surges_on_a_managed_group_only_into_a_spare_gpu() -> None:
     # GIVEN the 8B model on one 8-GPU managed node
     def at(ceiling: int) -> bool:
         env = cloud_env(lambda e: (managed_h100(e), llama_8b(e).update(autoscaling={"maxReplicas": ceiling})))
-        return rollout_surges(env, env.models[0])
+        return rollout_surges(env)[env.models[0].name]
 
     # WHEN KEDA's ceiling leaves a GPU free THEN the new pod may come up first; at 8 it would wait for ever
     assert at(7) is True
     assert at(8) is False
     # AND on a Karpenter pool it always may (Karpenter launches the node)
     env = cloud_env(lambda e: None)
-    assert rollout_surges(env, env.models[0]) is True
+    assert rollout_surges(env)[env.models[0].name] is True
 
 
 def test_a_full_managed_group_rolls_one_pod_at_a_time(tmp_path: Path) -> None:
