@@ -370,9 +370,10 @@ def load_environment(raw: Any, source: str, stack: str | None = None) -> Environ
         # and the key it stands for, missing (or failing its default), says nothing more; nor does a rule of the
         # section that names the key as absent (returnBelowInflight "without spillAboveInflight").
         meant = _misspelt_keys(errors, raw, model)
-        dropped = {at for at, key in meant.items() for e in errors if _follows_from(e, at[:-1], key)}
-        meant = {at: key for at, key in meant.items() if at in dropped}  # an optional key: "remove, or rename"
-        errors = [e for e in errors if not any(_follows_from(e, at[:-1], key) for at, key in meant.items())]
+        follow = {at: [id(e) for e in errors if _follows_from(e, at[:-1], key)] for at, key in meant.items()}
+        meant = {at: key for at, key in meant.items() if follow[at]}  # an optional key: "remove, or rename"
+        dropped = {i for found in follow.values() for i in found}
+        errors = [e for e in errors if id(e) not in dropped]
         raise ConfigError(
             source, [_issue_from_pydantic(e, model, meant.get(tuple(e["loc"]))) for e in errors]
         ) from None
