@@ -98,6 +98,21 @@ def private_ca(host: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     return server, trusting
 
 
+def wait_listening(
+    process: subprocess.Popen[bytes], port: int, what: str, ready: Callable[[socket.socket], bool] | None = None
+) -> None:
+    """Wait up to 10 s for ``process`` to accept connections on ``port`` (and, with ``ready``, to answer on one)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
+            if ready is None or ready(s):
+                return
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}")
+        time.sleep(0.02)
+    raise RuntimeError(f"{what} did not start within 10 s")
+
+
 class RedisServer:
     def __init__(self, *extra_args: str) -> None:
         self.extra_args = extra_args
@@ -119,16 +134,12 @@ class RedisServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith((b"+PONG", b"-NOAUTH")):  # up (a password-protected one refuses PING)
-                    return
-            if self.process.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {self.process.returncode}")
-            time.sleep(0.02)
-        raise RuntimeError("redis-server did not start within 10 s")
+
+        def answers(s: socket.socket) -> bool:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith((b"+PONG", b"-NOAUTH"))  # up (a password-protected one refuses PING)
+
+        wait_listening(self.process, self.port, "redis-server", answers)
 
     def stop(self) -> None:
         if self.process is not None:
@@ -222,14 +233,7 @@ class EmbeddingsProcess:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                return
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the embeddings stand-in exited with {self.process.returncode}")
-            time.sleep(0.02)
-        raise RuntimeError("the embeddings stand-in did not start within 10 s")
+        wait_listening(self.process, self.port, "the embeddings stand-in")
 
     def kill(self) -> None:
         if self.process is not None:
