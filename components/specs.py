@@ -165,6 +165,7 @@ def _openai_base_url(value: str) -> str:
             fix="write the gateway's URL with the /v1 path",
         )
     base = urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+    fix = f"write {base if base.endswith('/v1') else base + '/v1'!r}"
     if parts.username is not None or parts.password is not None:
         raise config_error(
             "a user name or password in the URL, which the gateway drops and the ConfigMap would hold in clear",
@@ -175,13 +176,13 @@ def _openai_base_url(value: str) -> str:
         raise config_error(
             f"a {'query' if parts.query else 'fragment'}, after which the gateway would append /chat/completions",
             allowed=allowed,
-            fix=f"write {base if base.endswith('/v1') else base + '/v1'!r}",
+            fix=fix,
         )
     if not parts.path.endswith("/v1"):
         raise config_error(
             "not an OpenAI base URL ending in /v1",
             allowed=allowed,
-            fix=f"write {base if base.endswith('/v1') else base + '/v1'!r}",
+            fix=fix,
         )
     return value
 
