@@ -221,6 +221,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if args.render:
             written = render.write(render.renders(plan.resources), Path(args.render))
             print(f"Rendered {len(written)} files under {args.render}")
+    except BrokenPipeError:
+        raise  # stdout's reader went away (`| head`), not a file: main() stops quietly
     except OSError as err:  # the checks above passed, then the disk filled or a path changed under us
         fix = "pick a path in a directory you can write"
         print(f"inferstack plan: cannot write {err.filename} ({err.strerror}); fix: {fix}", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import re
@@ -196,3 +197,26 @@ def test_plan_piped_into_a_reader_that_stops_early_exits_quietly() -> None:
     # THEN it stops with the shell's status for a closed pipe, and no traceback on the terminal
     assert proc.wait(timeout=120) == 141
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr
+
+
+def test_a_pipe_closed_while_the_plan_reports_its_json_file_is_not_a_file_that_could_not_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN `inferstack plan --stack edge --json F | head -1`: the summary went out, then the reader closed the pipe,
+    # and the line naming the JSON file meets it
+    class ClosingPipe(io.StringIO):
+        def write(self, text: str) -> int:
+            if "Plan JSON" in text:
+                raise BrokenPipeError(32, "Broken pipe")
+            return super().write(text)
+
+        def fileno(self) -> int:
+            return sink.fileno()
+
+    with (tmp_path / "sink").open("w") as sink:
+        monkeypatch.setattr(sys, "stdout", ClosingPipe())
+        code = main(["plan", "--stack", "edge", "--json", str(tmp_path / "plan.json")])
+    # THEN it stops as for any closed pipe, and does not blame the JSON file (it was written)
+    assert code == 141
+    assert "cannot write" not in capsys.readouterr().err
+    assert json.loads((tmp_path / "plan.json").read_text())["stack"] == "edge"
