@@ -233,7 +233,10 @@ def run_plan(stack: str, stacks_dir: Path = program.STACKS_DIR) -> Plan:
             # Offline there is no kubeconfig or store credential: a marked stand-in, secret like the real one.
             values[key] = OFFLINE_SECRET
             secret_keys.append(key)
-    with mock_engine(stack, values, secret_keys, getattr(env, "region", "us-east-1")) as engine:
+    with (
+        mock_engine(stack, values, secret_keys, getattr(env, "region", "us-east-1")) as engine,
+        program.config_read_from(source_name(stack, stacks_dir)),
+    ):
         program.run()
         resources = engine.settle()
         root = settings.get_root_resource()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,24 @@ from stacks.tiers import TIER_PLUGINS
 STACKS_DIR = Path(__file__).resolve().parent
 
 
+_config_source: str | None = None
+"""Where the running stack's config was read from, when not ``stacks/Pulumi.<stack>.yaml`` (``inferstack plan
+--stacks-dir``): errors name the file the user wrote."""
+
+
 def stack_file(stack: str) -> str:
-    return f"stacks/Pulumi.{stack}.yaml"
+    return _config_source or f"stacks/Pulumi.{stack}.yaml"
+
+
+@contextlib.contextmanager
+def config_read_from(source: str) -> Iterator[None]:
+    """Name ``source`` in the errors of the program run inside this block."""
+    global _config_source
+    previous, _config_source = _config_source, source
+    try:
+        yield
+    finally:
+        _config_source = previous
 
 
 def require_secret(name: str, what: str, guide: str) -> pulumi.Output[str]:
