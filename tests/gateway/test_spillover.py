@@ -97,10 +97,11 @@ def test_below_the_threshold_nothing_is_sent_to_the_remote(gateway: Any, upstrea
     assert remote_share(answers) == 0 and len(answers) == 20
     assert hub.requests == []
     assert gw.metric("inferstack_gateway_spilling", tier="small") == 0
-    assert gw.metric(
+    # (counted as each request's task ends, just after its last bytes are sent: the client may read them first)
+    assert wait_for(lambda: gw.metric(
         "inferstack_gateway_requests_total", route="/v1/chat/completions", status="200", cache="bypass",
         model="local", upstream_kind="local",
-    ) == 20  # fmt: skip
+    ) == 20)  # fmt: skip
 
 
 def test_above_the_threshold_the_overflow_grows_with_load_and_returns_after(
@@ -123,11 +124,16 @@ def test_above_the_threshold_the_overflow_grows_with_load_and_returns_after(
     # AND the hub got the burst key, the local server no key at all; the metrics tell burst from local traffic
     assert {r["headers"].get("Authorization") for r in hub.requests} == {f"Bearer {HUB_KEY}"}
     assert all("Authorization" not in r["headers"] for r in local.requests)
-    remote = gw.metric(
-        "inferstack_gateway_requests_total", route="/v1/chat/completions", status="200", cache="bypass",
-        model="local", upstream_kind="remote",
-    )  # fmt: skip
-    assert remote == len(hub.requests) > 0
+
+    def counted_remote() -> float:
+        return gw.metric(
+            "inferstack_gateway_requests_total", route="/v1/chat/completions", status="200", cache="bypass",
+            model="local", upstream_kind="remote",
+        )  # fmt: skip
+
+    # (counted as each request's task ends, just after its last bytes are sent: the client may read them first)
+    assert len(hub.requests) > 0 and wait_for(lambda: counted_remote() == len(hub.requests))
+    remote = len(hub.requests)
     assert gw.metric("inferstack_gateway_spill_changes_total", tier="small", to="remote") >= 1
     assert gw.metric("inferstack_gateway_spill_changes_total", tier="small", to="local") >= 1
     assert gw.metric("inferstack_gateway_spilling", tier="small") == 0
