@@ -447,6 +447,18 @@ def gateway_alerts(namespace: str, deployment: str = "gateway") -> list[dict[str
             "5m",
             own_labels,
         ),
+        _alert(
+            "InferstackSemanticCacheOff",
+            f"max({selector(GatewayMetrics.EMBEDDINGS_UP, *own)}) == 0",
+            "warning",
+            f"{who}: no replica reaches the embeddings endpoint, so the semantic cache is skipped",
+            "Every gateway replica reports its embeddings endpoint down (/readyz says embeddings: down). The gateway "
+            "keeps serving, exact hits included, but a request that a paraphrase's cached answer would have served "
+            "now reaches a GPU. The gateway's log ('embeddings endpoint down, serving without the semantic cache', "
+            "with the error) and the embeddings service's pods say why.",
+            "10m",
+            own_labels,
+        ),
     ]
 
 

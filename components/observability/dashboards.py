@@ -70,6 +70,9 @@ class GatewayMetrics:
     """Histogram, label ``upstream`` (the kit names each model's upstream after the model): streams only, from the
     request to the upstream to its first event that carries output. The TTFT of engines that export none."""
     UPSTREAM_LABEL: Final = "upstream"
+    EMBEDDINGS_UP: Final = "inferstack_gateway_embeddings_up"
+    """Gauge: 1 while the semantic cache's embeddings endpoint answers, 0 while it is down and the semantic stage is
+    skipped; no series before the first call ends, nor on a gateway without an embeddings endpoint."""
 
 
 # --- inference engines ---------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import http.client
 import os
 import signal
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import pytest
 from gateway_harness import API_KEY_A, free_port, wait_for
 
 from inferstack_gateway import embeddings
+from inferstack_gateway.metrics import Metrics
 from inferstack_gateway.resp import NEAR_FRESH_S
 
 AUTH = {"authorization": f"Bearer {API_KEY_A}", "content-type": "application/json"}
@@ -370,6 +372,25 @@ def _readyz(gw: Any) -> dict[str, Any]:
     return state
 
 
+def _embeddings_up(gw: Any) -> float | None:
+    """inferstack_gateway_embeddings_up as a scrape of /metrics reads it; None when the series is absent."""
+    return gw.app.metrics.registry.get_sample_value("inferstack_gateway_embeddings_up")
+
+
+def test_embeddings_up_has_no_series_until_the_state_is_known() -> None:
+    # GIVEN the gateway's metrics watching an embeddings endpoint no call has reached yet
+    endpoint = types.SimpleNamespace(state="unknown")
+    metrics = Metrics()
+    metrics.watch_embeddings(endpoint)
+    # THEN there is no series (a 0 would read as down, a 1 as up: neither is known)
+    assert metrics.registry.get_sample_value("inferstack_gateway_embeddings_up") is None
+    # AND each known state is read at scrape time
+    endpoint.state = "down"
+    assert metrics.registry.get_sample_value("inferstack_gateway_embeddings_up") == 0
+    endpoint.state = "up"
+    assert metrics.registry.get_sample_value("inferstack_gateway_embeddings_up") == 1
+
+
 def _observed_at(state: dict[str, Any]) -> float:
     return datetime.datetime.fromisoformat(state["embeddings_observed_at"]).timestamp()
 
@@ -386,6 +407,7 @@ def test_readyz_reports_an_embeddings_service_nothing_listens_at_as_down_before_
     state = _readyz(gw)
     assert state["status"] == "degraded" and state["redis"] == "up"
     assert started - 0.01 <= _observed_at(state) <= time.time() + 0.01
+    assert _embeddings_up(gw) == 0
     # AND it keeps looking (every RETRY_AFTER_S while down), so the time moves on
     assert wait_for(lambda: _observed_at(_readyz(gw)) > _observed_at(state), timeout=3)
     # AND requests are answered, the semantic stage skipped
@@ -402,6 +424,7 @@ def test_readyz_follows_the_embeddings_service_up_killed_and_back_without_any_re
     # THEN once started, /readyz says it is up, from the probe at startup
     state = _readyz(gw)
     assert state["embeddings"] == "up" and state["status"] == "ready"
+    assert _embeddings_up(gw) == 1  # and so does /metrics
     up_at = _observed_at(state)
     assert time.time() - 10 < up_at <= time.time() + 0.01
     # WHEN the service is killed, with no request coming
@@ -411,11 +434,13 @@ def test_readyz_follows_the_embeddings_service_up_killed_and_back_without_any_re
     assert wait_for(lambda: _readyz(gw)["embeddings"] == "down", timeout=5)
     state = _readyz(gw)
     assert state["status"] == "degraded" and _observed_at(state) >= killed_at - 0.01
+    assert _embeddings_up(gw) == 0
     # WHEN it comes back on the same address
     embeddings_process.start()
     # THEN /readyz says it is up again, still without a request
     assert wait_for(lambda: _readyz(gw)["embeddings"] == "up", timeout=5)
     assert _readyz(gw)["status"] == "ready"
+    assert _embeddings_up(gw) == 1
 
 
 def test_an_embedding_with_nulls_skips_the_semantic_cache_and_readyz_says_down(

@@ -229,3 +229,41 @@ def test_a_model_behind_two_gateways_is_held_to_its_slo_on_the_streams_of_both(t
     }
     groups = [{"name": "inferstack.recording", "rules": recording_rules([slo])}]
     _promtool_test(tmp_path, groups, [{"interval": "1m", "input_series": series, "promql_expr_test": [check]}])
+
+
+def test_the_semantic_cache_warning_fires_only_when_no_replica_reaches_the_embeddings_endpoint(tmp_path: Path) -> None:
+    # GIVEN a gateway of two replicas: from minute 5 one of them, and from minute 20 both, report the embeddings
+    # endpoint down; another team's gateway reports it down throughout, and a third has no embeddings endpoint at all
+    # (no series)
+    def up(namespace: str, pod: str, values: str) -> dict[str, str]:
+        labels = f'namespace="{namespace}",pod="{pod}"'
+        return {"series": f"inferstack_gateway_embeddings_up{{{labels}}}", "values": values}
+
+    series = [up("gateway", "gw-1", "1x4 0x40"), up("gateway", "gw-2", "1x19 0x25"), up("team-b", "gw-1", "0x45")]
+    groups = [
+        {"name": f"inferstack.gateway.{ns}", "rules": gateway_alerts(ns)} for ns in ("gateway", "team-b", "plain")
+    ]  # fmt: skip
+    (rule,) = [r for r in gateway_alerts("gateway") if r["alert"] == "InferstackSemanticCacheOff"]
+
+    def warning(namespace: str) -> dict[str, Any]:
+        return {
+            "exp_labels": {"severity": "warning", "namespace": namespace, "deployment": "gateway"},
+            "exp_annotations": {
+                "summary": f"{namespace}/gateway: no replica reaches the embeddings endpoint, so the semantic cache "
+                "is skipped",
+                "description": rule["annotations"]["description"],
+            },
+        }
+
+    # WHEN Prometheus evaluates them THEN one replica down of two is no warning; both down for 10 minutes is; the
+    # gateway with no embeddings endpoint never warns
+    checks = [
+        {"eval_time": "19m", "alertname": "InferstackSemanticCacheOff", "exp_alerts": [warning("team-b")]},
+        {"eval_time": "28m", "alertname": "InferstackSemanticCacheOff", "exp_alerts": [warning("team-b")]},
+        {
+            "eval_time": "31m",
+            "alertname": "InferstackSemanticCacheOff",
+            "exp_alerts": [warning("gateway"), warning("team-b")],
+        },
+    ]
+    _promtool_test(tmp_path, groups, [{"interval": "1m", "input_series": series, "alert_rule_test": checks}])

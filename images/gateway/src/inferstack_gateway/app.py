@@ -275,6 +275,7 @@ class Gateway:
                 self.metrics.watch_near_cache(self.store.reads)
         if config.embeddings.url is not None:
             self.embedder = Embedder(config.embeddings, self.http)
+            self.metrics.watch_embeddings(self.embedder)
         self.tracer = setup_tracing(config.tracing)
         semantic = any(m.cache.semantic.enabled and m.cache.policy != "never" for m in config.models.values())
         if self.store is not None and semantic:

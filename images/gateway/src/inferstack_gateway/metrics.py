@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Literal, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -49,10 +49,33 @@ class _NearCacheCollector(Collector):
         )
 
 
+class EmbeddingsState(Protocol):
+    state: Literal["unknown", "up", "down"]
+
+
+class _EmbeddingsCollector(Collector):
+    def __init__(self, embedder: EmbeddingsState) -> None:
+        self._embedder = embedder
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        state = self._embedder.state
+        if state != "unknown":  # no series before the first call ended: neither up nor down is known
+            yield GaugeMetricFamily(
+                "inferstack_gateway_embeddings_up",
+                "1 while the embeddings endpoint answers, 0 while it is down and the semantic stage is skipped "
+                "(what /readyz reports as embeddings)",
+                value=1 if state == "up" else 0,
+            )
+
+
 class Metrics:
     def watch_near_cache(self, near: NearCache) -> None:
         """Export the near cache's counts, read at scrape time."""
         self.registry.register(_NearCacheCollector(near))
+
+    def watch_embeddings(self, embedder: EmbeddingsState) -> None:
+        """Export the embeddings endpoint's state, read at scrape time."""
+        self.registry.register(_EmbeddingsCollector(embedder))
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
