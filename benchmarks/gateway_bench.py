@@ -498,7 +498,7 @@ def main() -> int:
     parser.add_argument("--requests-c8", type=int, default=400, help="at c=8 (default 400)")
     parser.add_argument("--requests-c32", type=int, default=1280, help="at c=32 (default 1280)")
     parser.add_argument("--runs", type=int, default=5, help="interleaved repetitions (default 5)")
-    parser.add_argument("--quick", action="store_true", help="2 runs of 60/120/240 requests: a smoke run")
+    parser.add_argument("--quick", action="store_true", help="2 runs of 60/160/640 requests: a smoke run")
     parser.add_argument("--concurrency", type=int, nargs="+", default=list(CONCURRENCY), help="(default 1 8 32)")
     parser.add_argument("--no-litellm", action="store_true", help="leave LiteLLM out (no install)")
     parser.add_argument("--out", type=Path, default=RESULTS / "gateway_bench.json")
