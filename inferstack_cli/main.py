@@ -58,7 +58,13 @@ def _gpu_rows(plan: Plan, env: CloudEnvironment) -> list[list[str]]:
     return rows
 
 
+def _gb(value: float) -> str:
+    """GB as the models table shows them: whole numbers, and a decimal under 10 (a small model's 0.03 is not 0)."""
+    return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
+
+
 def _model_rows(plan: Plan) -> list[list[str]]:
+    from components.catalog.models import model as catalog_model
     from components.serving._placement import place
 
     rows = []
@@ -68,6 +74,10 @@ def _model_rows(plan: Plan) -> list[list[str]]:
         gpus = pool.spec.gpu_count
         workload = f"LeaderWorkerSet x{placed.pods_per_group(gpus)} pods" if placed.multi_node(gpus) else "Deployment"
         runs_on = placed.fit.gpu if spec.engine == "llamacpp" or pool.spec.gpu is None else pool.spec.gpu.model
+        # llama.cpp on a node without a GPU (edge) fits the model in the node's RAM, not in a GPU's memory
+        memory = "RAM" if runs_on.startswith("CPU") else "per GPU"
+        # An embedding model answers /v1/embeddings in one pass: it streams no tokens, so it has no ITL
+        embeds = catalog_model(spec.model).embedding_dimensions is not None
         rows.append(
             [
                 spec.name,
@@ -76,8 +86,8 @@ def _model_rows(plan: Plan) -> list[list[str]]:
                 f"{spec.pool} ({runs_on})",
                 placed.fit.precision if spec.engine == "llamacpp" else spec.precision,
                 f"TP{placed.tp}{' (derived)' if placed.tp_derived else ''} PP{placed.pp}",
-                f"{placed.fit.required_gb_per_gpu:.0f}/{placed.fit.usable_gb_per_gpu:.0f} GB",
-                f"{placed.itl.total_ms:.1f} ms (target {spec.slo.itl_p99_ms:g})",
+                f"{_gb(placed.fit.required_gb_per_gpu)}/{_gb(placed.fit.usable_gb_per_gpu)} GB {memory}",
+                "- (embeddings)" if embeds else f"{placed.itl.total_ms:.1f} ms (target {spec.slo.itl_p99_ms:g})",
                 f"{workload}, {spec.replicas} replica(s)",
                 spec.profile,
             ]
@@ -155,7 +165,7 @@ def summary(plan: Plan, seconds: float) -> str:
                 "pool",
                 "precision",
                 "parallelism",
-                "GPU mem/GPU",
+                "memory need/usable",
                 "ITL floor",
                 "workload",
                 "profile",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -74,6 +75,14 @@ def test_the_plan_cli_exits_0_on_the_bundled_edge_stack() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "Site nodes:" in out.stdout and "store-0042" in out.stdout
+    # AND the models table gives the embedding model on the node's CPU its RAM, not a GPU's memory, and no ITL floor
+    # (it streams no tokens), while the chat model on the L4 keeps both
+    models = out.stdout.split("\nModels:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert "memory need/usable" in models[0] and "GPU mem" not in models[0]
+    (minilm,) = [row for row in models if row.startswith("minilm ")]
+    (llama,) = [row for row in models if row.startswith("llama-3b ")]
+    assert re.search(r" 0\.0\d/62 GB RAM +- \(embeddings\) ", minilm), minilm
+    assert re.search(r" \d\.\d/22 GB per GPU +\d+\.\d ms \(target 20\) ", llama), llama
 
 
 def test_one_explicit_provider_from_a_secret_kubeconfig(plan_of: PlanOf) -> None:
