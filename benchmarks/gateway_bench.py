@@ -31,10 +31,12 @@ the next one starts, so that no path's load overlaps another's. A block's worker
 waves as bursts, which is not the steady load the numbers describe. (Before 2026-11-24 23:00 UTC each path ran its 400
 or 800 requests at c=8 and c=32 in one go, and a slow spell of a few seconds fell on one path's p99: the gateway's
 and the relay's added p99 at c=32 spread over -25..+30 ms across runs.) Throughput there is completed requests over
-the time the path's own requests or blocks took, and CPU per request includes what the proxy spends while it waits
-for its turn. The other paths run on their own, their work after an answer would fall on the next path's requests:
-LiteLLM's (tens of milliseconds away in any case), and miss's write-back, which embeds the prompt on the same two
-cores; the hit paths need their entry prepared. Their added TTFT is still taken against the run's direct.
+the time the path's own requests or blocks took. CPU per request at c=1 includes what the proxy spends while it waits
+for its turn; in blocks it is what the proxy spends from the start of each of its blocks until the servers are idle
+after it (its deferred work in, its idle time during the other paths' blocks out). The other paths run on their
+own, their work after an answer would fall on the next path's requests: LiteLLM's (tens of milliseconds away in any
+case), and miss's write-back, which embeds the prompt on the same two cores; the hit paths need their entry
+prepared. Their added TTFT is still taken against the run's direct.
 
 Added TTFT is the path's TTFT minus direct's, at the same concurrency in the same run. The table shows the median
 over runs, with the spread (min..max) of added TTFT and of throughput relative to direct. Throughput, CPU ms per
@@ -394,18 +396,25 @@ async def run_in_turn(
 ) -> dict[str, dict[str, Any]]:
     """Several paths in turn. At concurrency 1: request i of every path, one after another, then request i + 1. Above
     it: a block of `block` requests of one path at `concurrency` (all of them ended before the next block starts),
-    then the same block of the next path, and round again, `between` awaited before each block. The workers of a
-    block start `stagger_s` apart, as a steady stream of requests would have them, not all in one burst. `jobs` maps
-    a path to its client, its bodies (as many for each path) and the pid of its proxy (None for direct)."""
+    then the same block of the next path, and round again, `between` awaited before the first block and after each.
+    The workers of a block start `stagger_s` apart, as a steady stream of requests would have them, not all in one
+    burst. `jobs` maps a path to its client, its bodies (as many for each path) and the pid of its proxy (None for
+    direct).
+
+    CPU per request: at concurrency 1, everything the proxy spent over the whole phase; in blocks, what it spent from
+    the start of each of its own blocks to the end of the `between` after it (its deferred work included, its idle
+    time during the other paths' blocks not)."""
     ttfts: dict[str, list[float]] = {path: [] for path in jobs}
     results: dict[str, collections.Counter[str]] = {path: collections.Counter() for path in jobs}
     busy = dict.fromkeys(jobs, 0.0)
-    before = {path: tree_stats(pid)[0] if pid else 0.0 for path, (_, _, pid) in jobs.items()}
+    cpu_s = {path: 0.0 for path in jobs}
+    cpu = {path: (lambda pid=pid: tree_stats(pid)[0] if pid else 0.0) for path, (_, _, pid) in jobs.items()}
+    before = {path: cpu[path]() for path in jobs}
+    if between is not None:
+        await between()
     for first in range(0, max(len(bodies) for _, bodies, _ in jobs.values()), block):
         for path, (client, bodies, _) in jobs.items():
-            if between is not None:
-                await between()
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), cpu[path]()
             if concurrency == 1 and block == 1:
                 await timed(client, bodies[first], ttfts[path], results[path])
             else:
@@ -418,9 +427,15 @@ async def run_in_turn(
 
                 await asyncio.gather(*(worker(i * stagger_s) for i in range(concurrency)))
             busy[path] += time.perf_counter() - started
-    return {
-        path: load_row(ttfts[path], results[path], busy[path], pid, before[path]) for path, (_, _, pid) in jobs.items()
-    }
+            if between is not None:
+                await between()
+                cpu_s[path] += cpu[path]() - cpu_started
+    rows = {}
+    for path, (_, _, pid) in jobs.items():
+        # load_row reads the CPU the process tree has spent since `before`: in blocks, only the blocks' share counts
+        spent = cpu[path]() - before[path] if between is None else cpu_s[path]
+        rows[path] = load_row(ttfts[path], results[path], busy[path], pid, before[path], spent)
+    return rows
 
 
 async def timed(client: Any, body: dict[str, Any], ttfts: list[float], results: collections.Counter[str]) -> None:
@@ -437,8 +452,14 @@ async def timed(client: Any, body: dict[str, Any], ttfts: list[float], results: 
 
 
 def load_row(
-    ttfts: list[float], results: collections.Counter[str], elapsed: float, pid: int | None, before: float
+    ttfts: list[float],
+    results: collections.Counter[str],
+    elapsed: float,
+    pid: int | None,
+    before: float,
+    cpu_s: float | None = None,
 ) -> dict[str, Any]:
+    """A path's numbers. CPU per request: `cpu_s` when given, else what the proxy's tree has spent since `before`."""
     out: dict[str, Any] = {
         "requests": len(ttfts),
         "rps": len(ttfts) / elapsed,
@@ -448,7 +469,7 @@ def load_row(
     }
     if pid:
         cpu, peak, processes = tree_stats(pid)
-        out["cpu_ms_per_request"] = (cpu - before) * 1000 / len(ttfts)
+        out["cpu_ms_per_request"] = (cpu - before if cpu_s is None else cpu_s) * 1000 / len(ttfts)
         out["peak_rss_mb"] = peak
         out["processes"] = processes
     return out
