@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from ipaddress import IPv4Network, IPv6Network, ip_network
 from typing import Any
 
 from components.catalog.charts import PROMETHEUS_POD_LABELS
@@ -677,7 +678,16 @@ def network_policy_enforced(stack: Stack) -> Iterator[Finding]:
 
 CACHE_IMAGES = ("redis", "valkey", "redis-stack-server")
 """Image names (the last path segment of the repository) of the cache servers."""
-_ALL_TRAFFIC = ("0.0.0.0/0", "::/0")
+BROADEST_BLOCK = {4: 8, 6: 48}
+"""The widest ipBlock prefix, per IP version, that a policy guarding the cache or a model server may admit.
+
+Each is the largest network one organisation numbers privately: IPv4's 10.0.0.0/8 (RFC 1918's largest block, all of
+it free to any one network), IPv6's /48 (RFC 4193 gives each organisation a unique local /48 under fd00::/8 with its
+40-bit random Global ID, and RFC 6177 an end site a /48 of global space). A wider block spans other organisations'
+networks or the public internet, so it cannot be the one client network it should be: 0.0.0.0/0, ::/0, a /4 or
+fd00::/8 (every organisation's unique local addresses) are caught. A block as wide as these or narrower can still
+hold the cluster's own pods and nodes; where the plan says which addresses those are (the VPC and its subnets, from
+which the EKS VPC CNI numbers every node and pod), a block that covers one is caught too (``_cluster_networks``)."""
 
 
 def _guarded(stack: Stack, pod: Pod) -> str | None:
@@ -716,9 +726,10 @@ def _selects(policy: Res, labels: Mapping[str, Any]) -> bool:
 def _open_ingress(policy: Res) -> str | None:
     """How a policy admits every source, or ``None`` if each of its ingress rules names its peers.
 
-    An ingress rule without ``from`` admits all sources; so does an ipBlock of every address, and a
-    peer with an empty namespaceSelector and no podSelector, or an empty one, admits every pod of every namespace
-    (https://kubernetes.io/docs/concepts/services-networking/network-policies/).
+    An ingress rule without ``from`` admits all sources; a peer with an empty namespaceSelector and no podSelector, or
+    an empty one, admits every pod of every namespace
+    (https://kubernetes.io/docs/concepts/services-networking/network-policies/). An ipBlock of every address is one of
+    ``_broad_ip_blocks``.
     """
     spec = policy.inputs.get("spec") or {}
     # policyTypes left out means Ingress (plus Egress when egress rules are present): the same docs page.
@@ -729,9 +740,6 @@ def _open_ingress(policy: Res) -> str | None:
         if not peers:
             return "an ingress rule without from (every source)"
         for peer in peers:
-            cidr = (peer.get("ipBlock") or {}).get("cidr")
-            if cidr in _ALL_TRAFFIC:
-                return f"ipBlock {cidr}"
             namespaces = peer.get("namespaceSelector")
             if not peer or (
                 isinstance(namespaces, Mapping)
@@ -795,11 +803,103 @@ def _whole_namespace_peers(policy: Res, gateways: set[tuple[str, str]]) -> Itera
                 yield f"its own namespace {policy.namespace}", peer
 
 
+Network = IPv4Network | IPv6Network
+
+
+def _network(cidr: Any) -> Network | None:
+    """A CIDR as the API server reads an ipBlock's: host bits masked off, an IPv4 octet's leading zeros read as
+    decimal (k8s.io/utils/net ParseCIDRSloppy); ``None`` where unknown at preview or not a CIDR."""
+    if not isinstance(cidr, str) or not known(cidr):
+        return None
+    text = cidr.strip()
+    try:
+        return ip_network(text, strict=False)
+    except ValueError:
+        pass
+    address, _, prefix = text.partition("/")
+    octets = address.split(".")
+    if len(octets) != 4 or not all(o.isdigit() for o in [*octets, prefix]):
+        return None
+    try:
+        return ip_network(f"{'.'.join(str(int(o)) for o in octets)}/{int(prefix)}", strict=False)
+    except ValueError:
+        return None
+
+
+def _within(inner: Network, outer: Network) -> bool:
+    """Whether every address of ``inner`` is in ``outer`` (false across IP versions)."""
+    return (
+        inner.version == outer.version
+        and int(outer.network_address) <= int(inner.network_address)
+        and int(inner.broadcast_address) <= int(outer.broadcast_address)
+    )
+
+
+CLUSTER_NETWORK_TYPES = (("aws:ec2/vpc:Vpc", "VPC"), ("aws:ec2/subnet:Subnet", "subnet"))
+
+
+def _cluster_networks(stack: Stack) -> list[tuple[str, Network]]:
+    """(how a message names it, network) for each network the plan numbers the cluster's nodes and pods from: the
+    stack's VPCs and subnets, whose addresses the EKS VPC CNI gives every node and pod (and a load balancer's
+    interfaces). On-prem and edge plans do not say which pod network their CNI uses."""
+    found: list[tuple[str, Network]] = []
+    for type_, what in CLUSTER_NETWORK_TYPES:
+        for r in stack.by_type[type_]:
+            for key in ("cidrBlock", "ipv6CidrBlock"):
+                network = _network(r.inputs.get(key))
+                if network is not None:
+                    found.append((f"the {what} {r.name} ({network})", network))
+    return found
+
+
+def _broad_ip_blocks(policy: Res, cluster: list[tuple[str, Network]]) -> Iterator[tuple[str, str, bool]]:
+    """(the peer's CIDR as written, what it admits, whether it has an ``except`` list) for each ingress ipBlock
+    peer wider than ``BROADEST_BLOCK`` or covering a network of the cluster's own.
+
+    An ``except`` list does not narrow a wide block: it takes out only the ranges it names, and every other address
+    of the block still gets in. It does keep out a network of the cluster's that one of its entries covers."""
+    spec = policy.inputs.get("spec") or {}
+    for rule in spec.get("ingress") or []:
+        for peer in rule.get("from") or []:
+            block = peer.get("ipBlock") if isinstance(peer, Mapping) else None
+            if not isinstance(block, Mapping) or (network := _network(block.get("cidr"))) is None:
+                continue
+            excepted = [n for n in map(_network, block.get("except") or []) if n is not None]
+            widest = BROADEST_BLOCK[network.version]
+            if network.prefixlen == 0:
+                yield str(block["cidr"]), "every address", bool(excepted)
+            elif network.prefixlen < widest:
+                yield (
+                    str(block["cidr"]),
+                    f"every address of {network}, a /{network.prefixlen}: wider than the widest network one "
+                    f"organisation numbers privately (a /{widest} for IPv{network.version})",
+                    bool(excepted),
+                )
+            else:
+                covered = [
+                    what
+                    for what, own in cluster
+                    if _within(own, network) and not any(_within(own, e) for e in excepted)
+                ]
+                if covered:
+                    yield (
+                        str(block["cidr"]),
+                        f"every node and pod of {covered[0]}, which the VPC CNI numbers them from",
+                        False,
+                    )
+
+
 def network_policy_guards(stack: Stack) -> Iterator[Finding]:
     """The cache's and the model servers' pods are each selected by an ingress NetworkPolicy of their namespace and
-    cluster (provider), and none lets everyone in, or every pod of a namespace other than the gateway's (NetworkPolicies
-    add up: one open policy opens the pod)."""
+    cluster (provider), and none lets everyone in, an ipBlock wider than one organisation's network or covering the
+    cluster's own (``BROADEST_BLOCK``), or every pod of a namespace other than the gateway's (NetworkPolicies add up:
+    one open policy opens the pod).
+
+    Ports are left alone: a rule without ``ports`` admits every port, but the kit's own model-server policies have
+    one on purpose (a multi-node group's ranks reach each other on the ports NCCL and Ray pick), so a rule that names
+    its peers may leave its ports out."""
     gateways = _gateway_namespaces(stack)
+    cluster = _cluster_networks(stack)
     for pod in stack.pods:
         what = _guarded(stack, pod)
         if what is None:
@@ -829,6 +929,20 @@ def network_policy_guards(stack: Stack) -> Iterator[Finding]:
                     np,
                 )
                 continue
+            for cidr, admits, excepted in _broad_ip_blocks(np, cluster):
+                yield (
+                    f"{np.label} selects the {what} {pod.label} and admits {admits} through the peer ipBlock "
+                    f"{cidr}"
+                    + (
+                        " (its except list takes out only the ranges it names: every other address of the block "
+                        "still gets in)"
+                        if excepted
+                        else ""
+                    )
+                    + ", past the gateway's API keys: an address range names no pod. Fix: replace it with a "
+                    f"podSelector naming the pods that need it ({NAMED_PEERS})",
+                    np,
+                )
             for where, peer in _whole_namespace_peers(np, gateways):
                 yield (
                     f"{np.label} selects the {what} {pod.label} and admits every pod of {where} through the peer "

@@ -174,6 +174,96 @@ def test_a_second_policy_that_lets_everyone_in_is_caught(ingress: list[dict[str,
     assert "NetworkPolicy serving/llama-open" in found["message"]
 
 
+def ip_block(cidr: str, *excepted: str) -> dict[str, Any]:
+    return {"ipBlock": {"cidr": cidr, **({"except": list(excepted)} if excepted else {})}}
+
+
+def llama_admitting(*peers: dict[str, Any]) -> dict[str, Any]:
+    """A policy beside the model server's own that admits ``peers`` to its port."""
+    return policy("llama-clients", ANY_MODEL, [{"from": [GATEWAY_PEER, *peers], "ports": [{"port": "http"}]}])
+
+
+@pytest.mark.parametrize(
+    ("cidr", "admits"),
+    [
+        ("0.0.0.0/0", "every address"),
+        ("::/0", "every address"),
+        ("0::/0", "every address"),  # ::/0 spelt another way
+        ("10.1.2.3/0", "every address"),  # host bits, which the API server masks off
+        ("000.000.000.000/0", "every address"),  # leading zeros, which the API server reads as decimal
+        ("64.0.0.0/4", "every address of 64.0.0.0/4, a /4"),
+        ("0.0.0.0/1", "every address of 0.0.0.0/1, a /1"),  # half of 0.0.0.0/0, beside the other half
+        ("fd00::/8", "every address of fd00::/8, a /8"),  # every organisation's unique local addresses
+    ],
+)
+def test_a_broad_ip_block_to_a_model_server_is_caught(cidr: str, admits: str) -> None:
+    # GIVEN a policy on the server that admits the gateway's pods and an address range wider than any one network
+    plan = [*fixed_cloud_plan(), gateway_deployment(), llama_admitting(ip_block(cidr))]
+    # WHEN the pack runs THEN the policy, the peer's CIDR and the fix are named
+    (found,) = violations(plan, GUARD)
+    message = found["message"]
+    assert message.startswith("NetworkPolicy serving/llama-clients selects the model server Deployment serving/llama")
+    assert f"admits {admits}" in message and f"through the peer ipBlock {cidr}," in message
+    assert "replace it with a podSelector" in message and "app.kubernetes.io/name=inferstack-gateway" in message
+    assert "except" not in message
+
+
+def test_an_except_list_does_not_narrow_a_broad_block() -> None:
+    # GIVEN every address but the private ones, on the cache
+    peers = [GATEWAY_PEER, ip_block("0.0.0.0/0", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")]
+    guard = policy("valkey", {"matchLabels": {"app.kubernetes.io/name": "cache"}}, [{"from": peers}], "cache")
+    (found,) = violations([*fixed_cloud_plan(), cache_statefulset(), guard], GUARD)
+    # THEN the whole internet still gets in, and the message says why the except list does not help
+    assert found["message"].startswith("NetworkPolicy cache/valkey selects the cache StatefulSet cache/valkey")
+    assert "through the peer ipBlock 0.0.0.0/0 (its except list takes out only the ranges it names" in found["message"]
+
+
+@pytest.mark.parametrize(
+    ("widest", "wider"),
+    [("10.0.0.0/8", "10.0.0.0/7"), ("fd12:3456:789a::/48", "fd12:3456:7800::/40")],
+    ids=["ipv4", "ipv6"],
+)
+def test_the_widest_block_admitted_is_one_organisations_private_network(widest: str, wider: str) -> None:
+    # GIVEN a site's private network beside the gateway's pods: RFC 1918's 10.0.0.0/8, a unique local /48, or narrower
+    plan = [*fixed_cloud_plan(), gateway_deployment()]
+    for narrow in (widest, "10.60.0.0/16", "10.60.1.7/32", "fd12:3456:789a:1::/64"):
+        assert violations([*plan, llama_admitting(ip_block(narrow))], GUARD) == []
+    # WHEN the block is any wider THEN it spans other networks, and is caught
+    (found,) = violations([*plan, llama_admitting(ip_block(wider))], GUARD)
+    assert f"through the peer ipBlock {wider}," in found["message"]
+
+
+def vpc() -> list[dict[str, Any]]:
+    """The stack's VPC and a private subnet of it, where the VPC CNI numbers the nodes and pods."""
+    return [
+        res("aws:ec2/vpc:Vpc", "network", {"cidrBlock": "10.20.0.0/16"}),
+        res("aws:ec2/subnet:Subnet", "network-private-a", {"cidrBlock": "10.20.0.0/18", "vpcId": "vpc-1"}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("cidr", "covers"),
+    [
+        ("10.20.0.0/16", "the VPC network (10.20.0.0/16)"),
+        ("10.0.0.0/8", "the VPC network (10.20.0.0/16)"),
+        ("10.20.0.0/17", "the subnet network-private-a (10.20.0.0/18)"),
+    ],
+)
+def test_a_block_covering_the_clusters_own_network_is_caught(cidr: str, covers: str) -> None:
+    # GIVEN a cloud stack whose pods and nodes take the VPC's addresses, and a block over all of a subnet of it
+    plan = [*fixed_cloud_plan(), *vpc(), gateway_deployment(), llama_admitting(ip_block(cidr))]
+    # THEN the block admits every pod there, and is caught however narrow it is
+    (found,) = violations(plan, GUARD)
+    assert f"admits every node and pod of {covers}" in found["message"]
+    assert f"through the peer ipBlock {cidr}," in found["message"]
+
+
+def test_a_block_beside_the_clusters_network_or_excepting_it_passes() -> None:
+    plan = [*fixed_cloud_plan(), *vpc(), gateway_deployment()]
+    for peer in (ip_block("10.60.0.0/16"), ip_block("10.0.0.0/8", "10.20.0.0/16"), ip_block("10.20.200.0/24")):
+        assert violations([*plan, llama_admitting(peer)], GUARD) == []
+
+
 MONITORING = {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
 GATEWAY_NS = {"matchLabels": {"kubernetes.io/metadata.name": "inferstack-gateway"}}
 ANY_MODEL = {"matchExpressions": [{"key": "inferstack.io/model", "operator": "Exists"}]}
