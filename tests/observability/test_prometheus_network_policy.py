@@ -18,6 +18,7 @@ from helm_values import load_defaults
 from helpers import config_errors, plan_with, raw_environment
 from inferstack_cli import render
 from inferstack_cli.plan import Plan
+from policies.rules import RULES_BY_ID, check_plan
 from stacks.environment import ConfigError, load_environment
 
 PlanOf = Callable[[str], Plan]
@@ -242,6 +243,19 @@ def test_site_networks_become_ip_blocks(tmp_path: Path) -> None:
     assert not admits(policy, 9090, address="10.61.0.1")
     # AND the ingress controller's namespace, no longer listed, is not admitted
     assert not admits(policy, 9090, namespace="ingress-nginx")
+
+
+def test_the_widest_site_networks_pass_the_policy_pack(tmp_path: Path) -> None:
+    # GIVEN the on-prem hub admitting the widest private networks the config takes (10.0.0.0/8, a unique local /48)
+    def edit(env: dict[str, Any]) -> None:
+        env["observability"]["remoteWriteSources"] = [{"cidr": "10.0.0.0/8"}, {"cidr": "fd00:60::/48"}]
+
+    plan = plan_with(tmp_path, "onprem", edit)
+    (policy,) = prometheus_policies(plan)
+    assert admits(policy, 9090, address="10.200.0.1")
+    # WHEN the policy pack runs THEN the kit's own ipBlocks break no mandatory rule (the NetworkPolicy guard included)
+    found = check_plan(plan.resources, plan.tier, plan.environment, plan.outputs)
+    assert [v for v in found if RULES_BY_ID[v["policy"]].enforcement.value == "mandatory"] == []
 
 
 def test_without_the_receiver_no_policy_guards_prometheus(plan_of: PlanOf) -> None:

@@ -348,6 +348,15 @@ def test_a_users_model_server_open_to_prometheuss_pods_passes(messages: Run) -> 
     assert messages(program, "stack-network-policy-guards-cache-and-servers") == []
 
 
+def test_a_users_model_server_open_to_half_the_internet_is_caught(messages: Run) -> None:
+    # GIVEN a user's model server whose policy admits the gateway's pods and 0.0.0.0/1, which is not 0.0.0.0/0
+    program = lambda: guarded_server(GATEWAY_PODS, {"ip_block": {"cidr": "0.0.0.0/1"}})  # noqa: E731
+    # WHEN the pack runs THEN the policy, the CIDR and the fix are named
+    (found,) = messages(program, "stack-network-policy-guards-cache-and-servers")
+    assert found.startswith("NetworkPolicy team-a/team-worker selects the model server Deployment team-a/team-worker")
+    assert "through the peer ipBlock 0.0.0.0/1," in found and "replace it with a podSelector" in found
+
+
 def coredns_patch(**pod: Any) -> k8s.apps.v1.DeploymentPatch:
     """A server-side apply patch of a Deployment the stack does not own: only the fields it writes."""
     spec: dict[str, Any] = {"replicas": 3}
