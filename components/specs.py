@@ -1156,6 +1156,62 @@ class RouteSpec(Spec):
         return self
 
 
+REDIS_MAX_EXPIRE_S = (2**63 - 1 - 2**42) // 1000
+"""The longest lifetime Redis gives a key: it refuses an expiry (``SET ... EX``, ``EXPIRE``) whose milliseconds, added
+to the current time's, pass a signed 64-bit integer (``getExpireMillisecondsOrReply`` in Redis's t_string.c); 2**42 ms
+is the current time's bound until the year 2109. Past it every cache write fails and nothing is ever cached."""
+
+
+class GatewayCacheSpec(Spec):
+    """``gateway.cache``: what the gateway caches, for every model and route alias (``models.<alias>.cache``)."""
+
+    policy: Literal["temperature_zero", "always", "never"] = "temperature_zero"
+    """``temperature_zero``: only requests with temperature 0 (or that opt in with ``x-inferstack-cache-opt-in``);
+    ``always``: every request, whatever its temperature; ``never``: nothing is stored or served from the cache (a
+    gateway whose tenants must never get a stored answer)."""
+    ttl_seconds: int = Field(default=3600, ge=1, le=REDIS_MAX_EXPIRE_S)
+    """How long a cached answer is kept, exact and semantic entries alike (the gateway's ``ttl_s`` and
+    ``semantic.ttl_s``)."""
+
+    @model_validator(mode="after")
+    def _ttl_only_when_caching(self) -> GatewayCacheSpec:
+        # A lifetime for entries that are never written: refused, as a returnBelow* without its spillAbove* is.
+        if self.policy == "never" and "ttl_seconds" in self.model_fields_set:
+            raise config_error(
+                f"ttlSeconds ({self.ttl_seconds}) with policy: never, which stores nothing",
+                allowed="ttlSeconds with policy temperature_zero or always",
+                fix="remove ttlSeconds, or set policy to temperature_zero or always",
+            )
+        return self
+
+
+class GatewayBudgetsSpec(Spec):
+    """``gateway.budgets``: the gateway's latency budgets (its ``budgets``) that a deployment has a reason to change."""
+
+    request_ms: int = Field(default=300_000, ge=1)
+    """The whole request, the whole stream included: past it the client gets 504, or the stream ends with an error
+    event. A long answer needs its tokens x the inter-token latency (16,000 tokens at 25 ms: 400 s)."""
+    upstream_ttft_ms: int = Field(default=10_000, ge=1)
+    """A stream's time to its first event from one upstream, after which the next upstream is tried (a model that
+    answers long prompts slowly, or wakes from zero replicas, needs more). Under ``requestMs``."""
+
+    @model_validator(mode="after")
+    def _ttft_under_request(self) -> GatewayBudgetsSpec:
+        # The gateway takes the smaller of the two, so it accepts this; but a request whose budget runs out first
+        # never gives up on its first upstream in time to try the next (a local model's hub fallback included).
+        if self.upstream_ttft_ms < self.request_ms:
+            return self
+        ttft = f"upstreamTtftMs ({self.upstream_ttft_ms}" + (
+            ")" if "upstream_ttft_ms" in self.model_fields_set else ", its default)"
+        )
+        raise config_error(
+            f"{ttft} is not under requestMs ({self.request_ms}): the request's budget runs out before the gateway "
+            "gives up on one upstream, so it never fails over to the next",
+            allowed="upstreamTtftMs less than requestMs",
+            fix=f"raise requestMs above {self.upstream_ttft_ms}, or lower upstreamTtftMs below {self.request_ms}",
+        )
+
+
 class GatewaySpec(Spec):
     """The OpenAI-compatible gateway in front of the models (``images/gateway``)."""
 
@@ -1192,6 +1248,10 @@ class GatewaySpec(Spec):
     """OpenAI-compatible ``/v1`` base URL for embeddings. Without it the semantic cache is off (exact only)."""
     semantic_max_distance: float = Field(default=0.1, ge=0, le=1)
     """Cosine distance for a semantic hit. Strict: 0.2 serves "delete my password" for "reset my password"."""
+    cache: GatewayCacheSpec = GatewayCacheSpec()
+    """What is cached and for how long (every alias alike)."""
+    budgets: GatewayBudgetsSpec = GatewayBudgetsSpec()
+    """The whole request's and each upstream's time-to-first-token budgets."""
     api_keys: tuple[ApiKeySpec, ...] = ()
     """Hashed keys, one tenant each; written to a Kubernetes Secret the gateway reads as its keys file."""
     routes: tuple[RouteSpec, ...] = ()

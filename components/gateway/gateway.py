@@ -168,11 +168,19 @@ def gateway_config(
         "auth": {"keys_file": KEYS_PATH},
         "limits": {"requests_per_minute": spec.requests_per_minute, "tokens_per_minute": spec.tokens_per_minute},
     }
-    cache = {
-        "policy": "temperature_zero",
+    cache: dict[str, Any] = {
+        "policy": spec.cache.policy,
         "exact": True,
         "semantic": {"enabled": semantic, "max_distance": spec.semantic_max_distance},
     }
+    # Only what differs from the gateway's own defaults (the keys' defaults are the same): a stack that sets none of
+    # these keys renders the config it rendered before they existed, and its gateway pods are not rolled.
+    if spec.cache.ttl_seconds != type(spec.cache).model_fields["ttl_seconds"].default:
+        cache["ttl_s"] = spec.cache.ttl_seconds
+        cache["semantic"]["ttl_s"] = spec.cache.ttl_seconds
+    budgets = spec.budgets.model_dump(exclude_defaults=True)  # snake_case: the gateway's own names
+    if budgets:
+        config["budgets"] = budgets
     if hub is not None:
         # kind: remote: residency-local traffic never goes there, and spillover overflows to it.
         upstream: dict[str, Any] = {

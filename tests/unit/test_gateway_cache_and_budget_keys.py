@@ -1,0 +1,135 @@
+"""``gateway.cache`` and ``gateway.budgets``: the stack keys for what the gateway caches, for how long, and how long a
+request and an upstream's first token may take. Each reaches the ConfigMap the plan renders, read back by the
+gateway's own ``load_config``; each bad value is one line from ``inferstack plan``; without them nothing changes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.specs import GatewayBudgetsSpec, GatewayCacheSpec
+from helpers import plan_with, refused_by_plan
+from inferstack_cli import render
+from inferstack_cli.plan import Plan
+from inferstack_gateway.config import BudgetsConfig, CacheConfig, GatewayConfig, load_config
+
+PlanOf = Callable[[str], Plan]
+ENV = {"GATEWAY_REDIS_URL": "redis://cache:6379", "HUB_API_KEY": "k"}
+
+
+def rendered_config(plan: Plan) -> str:
+    (text,) = (
+        yaml.safe_load(t)["data"]["gateway.yaml"]
+        for p, t in render.renders(plan.resources).items()
+        if p == "manifests/inferstack-gateway/configmap-gateway-config.yaml"
+    )
+    return text
+
+
+def loaded(plan: Plan, tmp_path: Path) -> GatewayConfig:
+    """The rendered ConfigMap as the gateway reads it in its pod: a file, through its own loader and schema."""
+    path = tmp_path / "gateway.yaml"
+    path.write_text(rendered_config(plan))
+    return load_config(path, env=ENV)
+
+
+@pytest.mark.parametrize(
+    ("stack", "cache", "ttl"),
+    [
+        ("prod", {"policy": "always", "ttlSeconds": 600}, 600),  # cloud
+        ("onprem", {"ttlSeconds": 86_400}, 86_400),
+        ("edge", {"policy": "never"}, CacheConfig().ttl_s),
+    ],
+)
+def test_the_keys_reach_the_gateways_config_on_every_tier(
+    tmp_path: Path, stack: str, cache: dict[str, Any], ttl: int
+) -> None:
+    # GIVEN a bundled stack of each tier with a cache policy or lifetime, and a 10-minute request with 1-minute TTFT
+    def edit(env: dict[str, Any]) -> None:
+        env["gateway"]["cache"] = cache
+        env["gateway"]["budgets"] = {"requestMs": 600_000, "upstreamTtftMs": 60_000}
+
+    # WHEN planned and the gateway loads the ConfigMap
+    config = loaded(plan_with(tmp_path, stack, edit), tmp_path)
+    # THEN every alias (models and routes) caches as asked, exact and semantic entries for the same time
+    policy = cache.get("policy", "temperature_zero")
+    assert {a: (m.cache.policy, m.cache.ttl_s, m.cache.semantic.ttl_s) for a, m in config.models.items()} == {
+        alias: (policy, ttl, ttl) for alias in config.models
+    }
+    assert "chat" in config.models  # the route's alias, not only the models
+    # AND the two budgets are the gateway's, the other stages keep theirs
+    defaults = BudgetsConfig()
+    assert config.budgets == defaults.model_copy(update={"request_ms": 600_000, "upstream_ttft_ms": 60_000})
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod", "onprem", "edge"])
+def test_without_the_keys_the_gateway_config_is_unchanged(plan_of: PlanOf, stack: str, tmp_path: Path) -> None:
+    # GIVEN a bundled stack, which sets none of the keys, WHEN planned
+    text = rendered_config(plan_of(stack))
+    document = yaml.safe_load(text)
+    # THEN the ConfigMap carries no budgets and no lifetime (the gateway's own defaults apply, and a stack that does
+    # not use the keys renders what it rendered before they existed: its gateway pods are not rolled)
+    assert "budgets" not in document
+    caches = {alias: model["cache"] for alias, model in document["models"].items()}
+    assert [a for a, c in caches.items() if "ttl_s" in c or "ttl_s" in c["semantic"]] == []
+    assert {m["cache"]["policy"] for m in document["models"].values()} == {"temperature_zero"}
+    config = loaded(plan_of(stack), tmp_path)
+    assert config.budgets == BudgetsConfig()
+
+
+def test_the_keys_defaults_are_the_gateways() -> None:
+    # The renderer leaves out a key at its default: that is only the same config if the defaults agree.
+    cache, budgets = GatewayCacheSpec(), GatewayBudgetsSpec()
+    assert (cache.policy, cache.ttl_seconds) == (CacheConfig().policy, CacheConfig().ttl_s)
+    assert cache.ttl_seconds == CacheConfig().semantic.ttl_s
+    gateway = BudgetsConfig()
+    assert (budgets.request_ms, budgets.upstream_ttft_ms) == (gateway.request_ms, gateway.upstream_ttft_ms)
+
+
+@pytest.mark.parametrize(
+    ("stack", "gateway", "expected"),
+    [
+        (
+            "prod",
+            {"cache": {"policy": "sometimes"}},
+            ["gateway.cache.policy: got 'sometimes'", "'temperature_zero', 'always' or 'never'"],
+        ),
+        ("edge", {"cache": {"ttlSeconds": 0}}, ["gateway.cache.ttlSeconds: got 0", "greater than or equal to 1"]),
+        (
+            "onprem",
+            {"cache": {"policy": "never", "ttlSeconds": 60}},
+            ["gateway.cache: got", "ttlSeconds (60) with policy: never", "fix: remove ttlSeconds"],
+        ),
+        ("prod", {"budgets": {"requestMs": "5m"}}, ["gateway.budgets.requestMs: got '5m'", "a whole number"]),
+        (
+            "edge",
+            {"budgets": {"requestMs": 5000}},
+            [
+                "gateway.budgets: got",
+                "upstreamTtftMs (10000, its default) is not under requestMs (5000)",
+                "fix: raise requestMs above 10000, or lower upstreamTtftMs below 5000",
+            ],
+        ),
+        (
+            "onprem",
+            {"budgets": {"requestMs": 600_000, "upstreamTtftMs": 600_000}},
+            ["upstreamTtftMs (600000) is not under requestMs (600000)"],
+        ),
+        (
+            "prod",
+            {"budgets": {"exactCacheMs": 10}},
+            ["gateway.budgets.exactCacheMs: got unknown key", "allowed: requestMs, upstreamTtftMs"],
+        ),
+    ],
+)
+def test_each_bad_value_is_one_line_from_inferstack_plan(
+    tmp_path: Path, stack: str, gateway: dict[str, Any], expected: list[str]
+) -> None:
+    # GIVEN a bundled stack with a bad cache or budget key WHEN `inferstack plan` runs on it
+    line = refused_by_plan(tmp_path, stack, lambda env: env["gateway"].update(gateway))
+    # THEN it exits 2 with one line naming the key, what it got, what is allowed and the fix (no traceback)
+    assert [part for part in expected if part not in line] == [], line
