@@ -827,12 +827,8 @@ def _network(cidr: Any) -> Network | None:
 
 
 def _within(inner: Network, outer: Network) -> bool:
-    """Whether every address of ``inner`` is in ``outer`` (false across IP versions)."""
-    return (
-        inner.version == outer.version
-        and int(outer.network_address) <= int(inner.network_address)
-        and int(inner.broadcast_address) <= int(outer.broadcast_address)
-    )
+    """Whether every address of ``inner`` is in ``outer`` (false across IP versions, where ``subnet_of`` raises)."""
+    return inner.version == outer.version and inner.subnet_of(outer)  # type: ignore[arg-type]
 
 
 CLUSTER_NETWORK_TYPES = (("aws:ec2/vpc:Vpc", "VPC"), ("aws:ec2/subnet:Subnet", "subnet"))
