@@ -77,7 +77,7 @@ def _model_rows(plan: Plan) -> list[list[str]]:
         # llama.cpp on a node without a GPU (edge) fits the model in the node's RAM, not in a GPU's memory
         memory = "RAM" if runs_on.startswith("CPU") else "per GPU"
         # An embedding model answers /v1/embeddings in one pass: it streams no tokens, so it has no ITL
-        embeds = catalog_model(spec.model).embedding_dimensions is not None
+        embeds = catalog_model(spec.model).is_embedding
         rows.append(
             [
                 spec.name,
