@@ -16,6 +16,7 @@ from components.catalog.sizing import (
     FitResult,
     ItlEstimate,
     SizingError,
+    TensorParallelChoice,
     check_fit,
     derive_tensor_parallel,
     engine_precision_problem,
@@ -162,28 +163,14 @@ def place(spec: ModelDeploySpec, pool: ServingPool) -> Placement:
         )
     if spec.tensor_parallel is None:
         try:
-            choice = derive_tensor_parallel(
-                model,
-                gpu,
-                spec.precision,
-                spec.slo.itl_p99_ms,
-                gpus_per_node,
-                pp=spec.pipeline_parallel,
-                memory_utilization=profile.gpu_memory_utilization,
-                kv_reserve_tokens=context,
-                # A full batch at full context: the step the SLO must hold at (issue 12, point 10).
-                batch=profile.max_batch_size,
-                context_tokens=context,
-            )
+            choice = _derive(spec, pool, model, profile)
         except SizingError as err:
             text = " ".join(line.strip() for line in str(err).splitlines())
             raise PlacementProblem(
                 "tensorParallel",
                 f"nothing fits (derived on {pool.instance_type})",
                 text.split(" fix: ")[0],
-                # fp8 halves a 16-bit model's weights; a model already in fp8 or int4 has nothing to gain from it.
-                ("use fp8, " if spec.precision in ("bf16", "fp16") else "use ")
-                + "a bigger GPU pool, pipelineParallel across nodes, or a looser slo.itlP99Ms",
+                _use_fp8(spec) + "a bigger GPU pool, pipelineParallel across nodes, or a looser slo.itlP99Ms",
             ) from None
         placement = Placement(model, profile, choice.tp, spec.pipeline_parallel, True, choice.fit, choice.itl)
         return _engine_build_fits(spec, pool, placement)
@@ -214,7 +201,78 @@ def place(spec: ModelDeploySpec, pool: ServingPool) -> Placement:
         model, gpu, spec.precision, tp, pp=spec.pipeline_parallel, batch=profile.max_batch_size,
         context_tokens=context, memory_utilization=profile.gpu_memory_utilization,
     )  # fmt: skip
+    # An explicit degree is held to the same target the derived one is chosen by: the floor is a lower bound, so a
+    # model over it misses its SLO at every busy step and its ITL burn alert fires from the first busy minute.
+    # pipelineParallel gives no way round it: a token passes through every stage in turn and each stage reads its own
+    # weights, so PP leaves the weight term as it is and only adds KV capacity (itl_floor counts both). Embedding
+    # models would be exempt (they stream no tokens), but they never get here: vllm and triton refuse them above and
+    # llama.cpp, which serves them, checks its own decode floor (``_place_llamacpp``).
+    if itl.total_ms > spec.slo.itl_p99_ms:
+        raise _explicit_itl_problem(spec, pool, model, profile, itl)
     return _engine_build_fits(spec, pool, Placement(model, profile, tp, spec.pipeline_parallel, False, fit, itl))
+
+
+def _use_fp8(spec: ModelDeploySpec) -> str:
+    """The fix's opening: fp8 halves a 16-bit model's weights; a model already in fp8 or int4 has nothing to gain."""
+    return "use fp8, " if spec.precision in ("bf16", "fp16") else "use "
+
+
+def _derive(
+    spec: ModelDeploySpec, pool: ServingPool, model: ModelSpec, profile: LatencyProfile
+) -> TensorParallelChoice:
+    """The smallest TP on ``pool`` that fits and meets ``slo.itlP99Ms`` (``derive_tensor_parallel``, which raises
+    ``SizingError`` when none does), at the profile's full batch and context."""
+    context = serving_context_tokens(model, profile)
+    return derive_tensor_parallel(
+        model,
+        pool.spec.gpu,
+        spec.precision,
+        spec.slo.itl_p99_ms,
+        pool.spec.gpu_count,
+        pp=spec.pipeline_parallel,
+        memory_utilization=profile.gpu_memory_utilization,
+        kv_reserve_tokens=context,
+        # A full batch at full context: the step the SLO must hold at (issue 12, point 10).
+        batch=profile.max_batch_size,
+        context_tokens=context,
+    )
+
+
+def _explicit_itl_problem(
+    spec: ModelDeploySpec, pool: ServingPool, model: ModelSpec, profile: LatencyProfile, itl: ItlEstimate
+) -> PlacementProblem:
+    """An explicit tensorParallel whose ITL floor is over ``slo.itlP99Ms``: the floor and its parts, the target (and
+    whether it is the default), the degree the kit would derive on this pool if one meets it, and the fixes."""
+    target = spec.slo.itl_p99_ms
+    written = "itl_p99_ms" in spec.slo.model_fields_set
+    pp = f", PP={spec.pipeline_parallel}" if spec.pipeline_parallel > 1 else ""
+    try:
+        derived: int | None = _derive(spec, pool, model, profile).tp
+    except SizingError:
+        derived = None
+    if derived is not None:
+        verdict = f"TP={derived} meets it on {pool.instance_type} (the degree the kit derives there)"
+        first = f"remove tensorParallel to derive it (TP={derived}) or set it to {derived}; or "
+    else:
+        verdict = f"no degree up to {pool.spec.gpu_count} on {pool.instance_type} meets it"
+        first = ""
+    loosen = (
+        "a looser slo.itlP99Ms"
+        if written
+        else f"write a looser slo.itlP99Ms (it is not set: {target:g} ms is the default)"
+    )
+    allreduce = f" + {itl.allreduce_ms:.1f} ms of all-reduces" if itl.allreduce_ms else ""
+    return PlacementProblem(
+        "tensorParallel",
+        f"{spec.tensor_parallel} with {spec.precision} on {pool.spec.gpu.model}{pp}, whose ITL floor is "
+        f"{itl.total_ms:.1f} ms a token ({itl.weight_read_ms:.1f} ms reading the weights + {itl.kv_read_ms:.1f} ms "
+        f"reading {profile.max_batch_size} sequences' KV cache{allreduce})",
+        f"a degree whose ITL floor meets slo.itlP99Ms, {target:g} ms"
+        + ("" if written else " (the default: slo.itlP99Ms is not set)")
+        + f"; {verdict}"
+        + ("; pipelineParallel does not lower the floor (a token passes every stage)" if pp else ""),
+        first + _use_fp8(spec) + f"a bigger GPU pool, or {loosen}",
+    )
 
 
 def _engine_build_fits(spec: ModelDeploySpec, pool: ServingPool, placement: Placement) -> Placement:
