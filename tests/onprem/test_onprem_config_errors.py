@@ -416,6 +416,38 @@ def test_a_model_too_slow_for_its_slo_is_told_to_use_fp8_only_when_it_does_not(p
     assert "a bigger GPU pool, pipelineParallel across nodes, or a looser slo.itlP99Ms" in line
 
 
+def test_an_explicit_tensor_parallel_whose_itl_floor_misses_the_default_slo_is_refused(tmp_path: Path) -> None:
+    # GIVEN on-prem's 70B model (FP8, Triton, on an 8x H200 server), which writes no SLO, pinned to TP1: its floor
+    # there is 28.4 ms, over the default 20 ms target
+    line = refused_by_plan(tmp_path, "onprem", lambda e: e["models"][1].update(tensorParallel=1))
+
+    # WHEN / THEN exit 2, one line: the floor, the default target, the TP the kit derives on the server, both ways out
+    assert "inferstack:environment.models[1].tensorParallel: got 1 with fp8 on H200, whose ITL floor is 28.4 ms" in line
+    assert "slo.itlP99Ms, 20 ms (the default: slo.itlP99Ms is not set); TP=2 meets it on 8x H200 server" in line
+    assert "fix: remove tensorParallel to derive it (TP=2) or set it to 2" in line
+    assert "write a looser slo.itlP99Ms (it is not set: 20 ms is the default)" in line
+
+    # AND the same TP1 with a target over its floor is placed
+    raw = copy.deepcopy(raw_environment("onprem"))
+    raw["models"][1].update(tensorParallel=1, slo={"itlP99Ms": 30})
+    assert load_environment(raw, SOURCE).models[1].tensor_parallel == 1
+
+
+def test_pipeline_parallel_does_not_excuse_an_explicit_tp_from_the_itl_target(tmp_path: Path) -> None:
+    # GIVEN the 405B group (BF16, TP8 x PP2 on H100s): its floor is 42.7 ms, which the bundled 60 ms target meets;
+    # a stage per server adds no read a token skips, so PP2 leaves the floor as TP8 on its own would
+    assert load_environment(raw_environment("onprem"), SOURCE).models[2].slo.itl_p99_ms == 60
+
+    # WHEN its target is tightened to 40 ms
+    line = refused_by_plan(tmp_path, "onprem", lambda e: e["models"][2].update(slo={"itlP99Ms": 40}))
+
+    # THEN it is refused; no degree on the server meets it, so the fix offers no TP, and fp8 (it is in bf16)
+    assert "models[2].tensorParallel: got 8 with bf16 on H100, PP=2, whose ITL floor is 42.7 ms" in line
+    assert "slo.itlP99Ms, 40 ms; no degree up to 8 on 8x H100 server meets it" in line
+    assert "pipelineParallel does not lower the floor" in line
+    assert line.endswith("fix: use fp8, a bigger GPU pool, or a looser slo.itlP99Ms")
+
+
 def minilm_on_cpu(env: dict[str, Any]) -> None:
     """The embedding model on llama.cpp (``engine: llamacpp``, any tier): it runs on the CPU of an h100 server."""
     env["models"].append(

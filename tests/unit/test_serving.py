@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from components.catalog.instances import INSTANCES
 from components.kube.labels import POOL_LABEL
 from components.kube.requests import pod_requests
 from crdcheck import validate as validate_cr
-from helpers import ROOT, bundled_stacks, cloud_stacks, config_errors, only, plan_with
+from helpers import ROOT, bundled_stacks, cloud_stacks, config_errors, only, plan_with, raw_environment, refused_by_plan
 from inferstack_cli import render
 from inferstack_cli.plan import Plan
 
@@ -287,6 +288,43 @@ def test_model_that_does_not_fit_its_pool_names_the_numbers() -> None:
     assert "models[1].tensorParallel: got 1 with bf16 on H200" in line
     assert "GB of weights" in line and "GB per GPU" in line and "does not fit" in line
     assert "fix: raise tensorParallel" in line
+
+
+@pytest.mark.parametrize("slo", [None, {"ttftP99Ms": 100, "itlP99Ms": 20}], ids=["default-slo", "written-slo"])
+def test_an_explicit_tensor_parallel_whose_itl_floor_misses_the_slo_is_refused(
+    tmp_path: Path, slo: dict[str, float] | None
+) -> None:
+    # GIVEN prod's 70B model (FP8, Triton, on H200) pinned to TP1: a full ultra-low-latency batch reads 70.6 GB of
+    # weights and 65.7 GB of KV cache a step from one H200, a floor of 28.4 ms against a 20 ms target
+    def edit(env: dict[str, Any]) -> None:
+        env["models"][1].update(tensorParallel=1)
+        env["models"][1].pop("slo")
+        if slo is not None:
+            env["models"][1]["slo"] = slo
+
+    # WHEN planned THEN exit 2, one line at the key: the floor, the target (said to be the default when unwritten),
+    # the TP the kit would derive on the pool, and every way out
+    line = refused_by_plan(tmp_path, "prod", edit)
+    assert "inferstack:environment.models[1].tensorParallel: got 1 with fp8 on H200, whose ITL floor is 28.4 ms" in line
+    assert "allowed: a degree whose ITL floor meets slo.itlP99Ms, 20 ms" in line
+    assert ("(the default: slo.itlP99Ms is not set)" in line) is (slo is None)
+    assert "TP=2 meets it on p5en.48xlarge" in line
+    assert "fix: remove tensorParallel to derive it (TP=2) or set it to 2; or use a bigger GPU pool" in line
+    assert ("write a looser slo.itlP99Ms (it is not set: 20 ms is the default)" in line) is (slo is None)
+    assert "fp8" not in line.split("; fix: ")[1]  # already in fp8: nothing to gain
+
+    # AND the same model is placed with its TP left to the kit (as prod has it: TP2), or at TP1 with a target over
+    # its floor
+    from components.serving._placement import place
+    from stacks.environment import load_environment
+
+    for change, tp in (({}, 2), ({"tensorParallel": 1, "slo": {"itlP99Ms": 30}}, 1)):
+        raw = copy.deepcopy(raw_environment("prod"))
+        raw["models"][1].update(change)
+        env = load_environment(raw, "stacks/Pulumi.prod.yaml")
+        placed = place(env.models[1], env.pool(env.models[1].pool))
+        assert (placed.tp, placed.tp_derived) == (tp, "tensorParallel" not in change)
+        assert placed.itl.total_ms <= env.models[1].slo.itl_p99_ms
 
 
 def test_tensor_parallel_must_divide_the_attention_heads() -> None:
