@@ -306,6 +306,16 @@ def _place_llamacpp(spec: ModelDeploySpec, pool: ServingPool, model: ModelSpec, 
             "no precision on llamacpp: the GGUF file's quantization is its precision",
             "remove `precision`; set quantization (e.g. Q4_K_M) instead",
         )
+    # The server the kit runs loads the whole file on one GPU or on the CPU (`--n-gpu-layers`, no `--split-mode`): a
+    # degree of parallelism would be accepted and never used.
+    for key, value in (("tensorParallel", spec.tensor_parallel), ("pipelineParallel", spec.pipeline_parallel)):
+        if value is not None and value > 1:
+            raise PlacementProblem(
+                key,
+                str(value),
+                "1 on llamacpp: the kit's llama.cpp server loads the whole GGUF file on one GPU, or on the CPU",
+                f"remove {key}, or serve the model with engine: vllm to spread it over GPUs",
+            )
     files = GGUF_FILES.get(model.model_id)
     if not files:
         known = ", ".join(GGUF_FILES)

@@ -526,3 +526,23 @@ def test_an_empty_kubeconfig_secret_is_refused_not_replaced_by_the_ambient_one(s
     # AND the line names the file that was planned (--stacks-dir), not the bundled stacks/ directory
     assert line.startswith(f"{tmp_path / 'Pulumi.bad.yaml'}: inferstack:kubeconfig: got an empty string; allowed: ")
     assert "(its contents), as a Pulumi secret; fix: pulumi config set --secret inferstack:kubeconfig" in line
+
+
+@pytest.mark.parametrize(("stack", "pool"), [("onprem", "h100"), ("dev", "l40s")])
+@pytest.mark.parametrize(("key", "value"), [("tensorParallel", 4), ("pipelineParallel", 2)])
+def test_parallelism_on_a_llamacpp_model_is_refused_not_ignored(
+    stack: str, pool: str, key: str, value: int, tmp_path: Path
+) -> None:
+    # GIVEN a llama.cpp chat model on a GPU pool, with a degree of parallelism (the edge tier refuses the keys
+    # outright; on the others they were accepted and never used: the server loads the whole file on one GPU)
+    def edit(env: dict[str, Any]) -> None:
+        env["models"].append(
+            {"name": "small", "model": "meta-llama/Llama-3.2-3B-Instruct", "engine": "llamacpp", "pool": pool,
+             key: value}
+        )  # fmt: skip
+
+    # WHEN it is planned THEN it is refused at that key, with the way to spread a model over GPUs
+    line = refused_by_plan(tmp_path, stack, edit)
+    assert f"models[{len(raw_environment(stack)['models'])}].{key}: got {value}" in line
+    assert "1 on llamacpp: the kit's llama.cpp server loads the whole GGUF file on one GPU, or on the CPU" in line
+    assert line.endswith(f"fix: remove {key}, or serve the model with engine: vllm to spread it over GPUs")
