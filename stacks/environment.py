@@ -646,6 +646,39 @@ def common_checks(env: Environment, stack: str | None = None) -> list[ConfigIssu
                 'add a key: printf %s "$KEY" | sha256sum, or set gateway.enabled: false',
             )
         )
+    if env.gateway.enabled and env.gateway.cache.policy == "never":
+        issues += _semantic_cache_unused(env)
+    return issues
+
+
+def _semantic_cache_unused(env: Environment) -> list[ConfigIssue]:
+    """With ``gateway.cache.policy: never`` nothing is cached, so what only the semantic cache uses is refused: an
+    embedding model would hold its node's CPU and memory for nothing (its NetworkPolicy admits only the gateway, which
+    calls it only to embed prompts for the cache), and an embeddings URL or a distance would be read by no one."""
+    from components.catalog.models import MODELS
+
+    never = "with gateway.cache.policy: never, which caches nothing"
+    fix = "or set gateway.cache.policy to temperature_zero or always"
+    issues = [
+        ConfigIssue(
+            f"{CONFIG_KEY}.models[{i}].model",
+            f"the embedding model {m.model!r} ({m.name}) {never}: only the semantic cache calls it",
+            "an embedding model only where the gateway caches",
+            f"remove models[{i}] ({m.name}), {fix}",
+        )
+        for i, m in enumerate(env.models)
+        if MODELS[m.model].is_embedding
+    ]
+    for key, field in (("embeddingsUrl", "embeddings_url"), ("semanticMaxDistance", "semantic_max_distance")):
+        if field in env.gateway.model_fields_set:
+            issues.append(
+                ConfigIssue(
+                    f"{CONFIG_KEY}.gateway.{key}",
+                    f"{getattr(env.gateway, field)!r} {never}",
+                    f"{key} only where the gateway caches",
+                    f"remove {key}, {fix}",
+                )
+            )
     return issues
 
 

@@ -52,6 +52,8 @@ def test_the_keys_reach_the_gateways_config_on_every_tier(
     def edit(env: dict[str, Any]) -> None:
         env["gateway"]["cache"] = cache
         env["gateway"]["budgets"] = {"requestMs": 600_000, "upstreamTtftMs": 60_000}
+        if cache.get("policy") == "never":  # the edge site's embedding model serves only the cache: it goes too
+            env["models"] = [m for m in env["models"] if not m["model"].startswith("sentence-transformers/")]
 
     # WHEN planned and the gateway loads the ConfigMap
     config = loaded(plan_with(tmp_path, stack, edit), tmp_path)
@@ -133,3 +135,42 @@ def test_each_bad_value_is_one_line_from_inferstack_plan(
     line = refused_by_plan(tmp_path, stack, lambda env: env["gateway"].update(gateway))
     # THEN it exits 2 with one line naming the key, what it got, what is allowed and the fix (no traceback)
     assert [part for part in expected if part not in line] == [], line
+
+
+@pytest.mark.parametrize(
+    ("stack", "edit", "expected"),
+    [
+        (
+            "edge",
+            lambda env: None,
+            "models[1].model: got the embedding model 'sentence-transformers/all-MiniLM-L6-v2' (minilm) with "
+            "gateway.cache.policy: never, which caches nothing: only the semantic cache calls it; allowed: an "
+            "embedding model only where the gateway caches; fix: remove models[1] (minilm), or set "
+            "gateway.cache.policy to temperature_zero or always",
+        ),
+        (
+            "dev",
+            lambda env: env["gateway"].update(embeddingsUrl="http://embed.example.internal/v1"),
+            "gateway.embeddingsUrl: got 'http://embed.example.internal/v1' with gateway.cache.policy: never, which "
+            "caches nothing; allowed: embeddingsUrl only where the gateway caches; fix: remove embeddingsUrl, or set "
+            "gateway.cache.policy to temperature_zero or always",
+        ),
+        (
+            "onprem",
+            lambda env: env["gateway"].update(semanticMaxDistance=0.05),
+            "gateway.semanticMaxDistance: got 0.05 with gateway.cache.policy: never",
+        ),
+    ],
+    ids=["edge-embedding-model", "cloud-embeddings-url", "onprem-distance"],
+)
+def test_what_only_the_semantic_cache_uses_is_refused_when_nothing_is_cached(
+    tmp_path: Path, stack: str, edit: Callable[[dict[str, Any]], None], expected: str
+) -> None:
+    # GIVEN a bundled stack whose gateway caches nothing, with an embedding model (the edge site's MiniLM, whose
+    # NetworkPolicy admits only the gateway), an embeddings URL or a semantic distance: used by no one
+    def never(env: dict[str, Any]) -> None:
+        env["gateway"]["cache"] = {"policy": "never"}
+        edit(env)
+
+    # WHEN it is planned THEN it is refused at that key, with the way out either side
+    assert expected in refused_by_plan(tmp_path, stack, never)
