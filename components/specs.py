@@ -1190,8 +1190,10 @@ class GatewayBudgetsSpec(Spec):
 
     request_ms: int = Field(default=300_000, ge=1)
     """The whole request, the whole stream included: past it the client gets 504, or the stream ends with an error
-    event. A long answer needs its tokens x the inter-token latency (16,000 tokens at 25 ms: 400 s). A request sent on
-    to the hub is cut by the hub's own ``requestMs`` too."""
+    event. A long answer needs its tokens x the inter-token latency (16,000 tokens at 25 ms: 400 s). Unset, the kit
+    renders the longer of this default and the longest answer a chat model may stream on target plus
+    ``upstreamTtftMs`` (``components.gateway.gateway.longest_answer_ms``). A request sent on to the hub is cut by the
+    hub's own ``requestMs`` too."""
     upstream_ttft_ms: int = Field(default=10_000, ge=1)
     """A stream's time to its first event from one upstream, after which the next upstream is tried (a model that
     answers long prompts slowly, or wakes from zero replicas, needs more). Under ``requestMs``."""

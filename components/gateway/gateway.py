@@ -9,6 +9,7 @@ password and the hashed API keys come from Kubernetes Secrets.
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import pulumi
@@ -85,6 +86,23 @@ def disruption_budget(spec: GatewaySpec) -> dict[str, int]:
 def gateway_demand(spec: GatewaySpec) -> Demand:
     """The gateway's pods at their peak: the HPA grows it to its ceiling, and a rollout then adds its surge pod."""
     return demand("gateway", GATEWAY_RESOURCES, hpa_max_replicas(spec) + surge_pods(GATEWAY_ROLLOUT))
+
+
+def longest_answer_ms(models: list[ModelDeploySpec]) -> float:
+    """The longest a chat model's answer may stream within its SLO: its served context (``max_model_len``, which bounds
+    prompt and answer together), every token at ``slo.itlP99Ms``; 0 without a chat model."""
+    from components.catalog.models import MODELS
+    from components.catalog.profiles import PROFILES
+    from components.catalog.sizing import serving_context_tokens
+
+    return max(
+        (
+            serving_context_tokens(MODELS[m.model], PROFILES[m.profile]) * m.slo.itl_p99_ms
+            for m in models
+            if not MODELS[m.model].is_embedding
+        ),
+        default=0.0,
+    )
 
 
 def embedder_for(model_id: str, url: StrInput) -> Embedder | None:
@@ -179,6 +197,13 @@ def gateway_config(
         cache["ttl_s"] = spec.cache.ttl_seconds
         cache["semantic"]["ttl_s"] = spec.cache.ttl_seconds
     budgets = spec.budgets.model_dump(exclude_defaults=True)  # snake_case: the gateway's own names
+    if "request_ms" not in spec.budgets.model_fields_set:
+        # Unset, the request's budget is at least what a model's longest answer may take within its SLO: a budget
+        # shorter than that cuts a stream the model is still serving on target (the 405B of the bundled on-prem stack:
+        # 8,192 tokens at 60 ms is over 8 minutes, where the gateway's default is 5).
+        needed = math.ceil(longest_answer_ms(models) + spec.budgets.upstream_ttft_ms)
+        if needed > spec.budgets.request_ms:
+            budgets["request_ms"] = needed
     if budgets:
         config["budgets"] = budgets
     if hub is not None:

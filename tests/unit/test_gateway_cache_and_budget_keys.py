@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from components.catalog.models import MODELS
+from components.gateway.gateway import longest_answer_ms
 from components.specs import GatewayBudgetsSpec, GatewayCacheSpec
 from helpers import plan_with, refused_by_plan
 from inferstack_cli import render
@@ -68,9 +70,10 @@ def test_the_keys_reach_the_gateways_config_on_every_tier(
     assert config.budgets == defaults.model_copy(update={"request_ms": 600_000, "upstream_ttft_ms": 60_000})
 
 
-@pytest.mark.parametrize("stack", ["dev", "prod", "onprem", "edge"])
+@pytest.mark.parametrize("stack", ["prod", "edge"])
 def test_without_the_keys_the_gateway_config_is_unchanged(plan_of: PlanOf, stack: str, tmp_path: Path) -> None:
-    # GIVEN a bundled stack, which sets none of the keys, WHEN planned
+    # GIVEN a bundled stack, which sets none of the keys, and whose models' longest answers fit the gateway's 300 s
+    # request budget, WHEN planned
     text = rendered_config(plan_of(stack))
     document = yaml.safe_load(text)
     # THEN the ConfigMap carries no budgets and no lifetime (the gateway's own defaults apply, and a stack that does
@@ -174,3 +177,36 @@ def test_what_only_the_semantic_cache_uses_is_refused_when_nothing_is_cached(
 
     # WHEN it is planned THEN it is refused at that key, with the way out either side
     assert expected in refused_by_plan(tmp_path, stack, never)
+
+
+@pytest.mark.parametrize(
+    ("stack", "model", "itl_ms"),
+    [
+        ("onprem", "llama-405b", 60),  # 8,192 tokens at 60 ms: 491.5 s
+        ("dev", "llama-3b", 40),  # 8,192 tokens at 40 ms: 327.7 s
+    ],
+)
+def test_an_unset_request_budget_holds_the_longest_answer_a_model_may_stream_on_target(
+    plan_of: PlanOf, tmp_path: Path, stack: str, model: str, itl_ms: int
+) -> None:
+    # GIVEN a bundled stack with a model that serves 8,192 tokens of context (the ultra-low-latency profile) at an ITL
+    # target that makes an answer that long take more than the gateway's default 300 s request budget, which would
+    # cut it while the model is still on target
+    plan = plan_of(stack)
+    models = list(plan.environment.models)
+    (slow,) = [m for m in models if m.name == model]
+    assert slow.slo.itl_p99_ms == itl_ms and MODELS[slow.model].max_context_tokens >= 8192
+    assert longest_answer_ms(models) == 8192 * itl_ms > BudgetsConfig().request_ms
+    # WHEN the gateway's config is rendered without gateway.budgets.requestMs
+    config = loaded(plan, tmp_path)
+    # THEN its request budget is that answer plus the upstream's time to first token, and nothing else changes
+    assert config.budgets == BudgetsConfig().model_copy(update={"request_ms": 8192 * itl_ms + 10_000})
+
+
+@pytest.mark.parametrize("request_ms", [120_000, 900_000])
+def test_a_request_budget_that_is_set_is_kept_shorter_or_longer(tmp_path: Path, request_ms: int) -> None:
+    # GIVEN the on-prem stack with requestMs set, under or over its longest answer (the user's word: a shorter one
+    # cuts long answers on purpose)
+    plan = plan_with(tmp_path, "onprem", lambda env: env["gateway"].update(budgets={"requestMs": request_ms}))
+    # WHEN / THEN the gateway gets exactly that
+    assert loaded(plan, tmp_path).budgets.request_ms == request_ms
