@@ -1196,13 +1196,16 @@ class GatewayBudgetsSpec(Spec):
     hub's own ``requestMs`` too."""
     upstream_ttft_ms: int = Field(default=10_000, ge=1)
     """A stream's time to its first event from one upstream, after which the next upstream is tried (a model that
-    answers long prompts slowly, or wakes from zero replicas, needs more). Under ``requestMs``."""
+    answers long prompts slowly, or wakes from zero replicas, needs more). Under ``requestMs`` where that is set; unset,
+    the request budget the kit renders adds it to the longest answer."""
 
     @model_validator(mode="after")
     def _ttft_under_request(self) -> GatewayBudgetsSpec:
         # The gateway takes the smaller of the two, so it accepts this; but a request whose budget runs out first
         # never gives up on its first upstream in time to try the next (a local model's hub fallback included).
-        if self.upstream_ttft_ms < self.request_ms:
+        # Unset, requestMs is not this default: the kit renders at least a chat model's longest answer plus
+        # upstreamTtftMs (``components.gateway.gateway.gateway_config``), above upstreamTtftMs whatever it is.
+        if "request_ms" not in self.model_fields_set or self.upstream_ttft_ms < self.request_ms:
             return self
         ttft = f"upstreamTtftMs ({self.upstream_ttft_ms}" + (
             ")" if "upstream_ttft_ms" in self.model_fields_set else ", its default)"

@@ -192,7 +192,8 @@ def gateway_config(
         "semantic": {"enabled": semantic, "max_distance": spec.semantic_max_distance},
     }
     # Only what differs from the gateway's own defaults (the keys' defaults are the same): a stack that sets none of
-    # these keys renders the config it rendered before they existed, and its gateway pods are not rolled.
+    # these keys renders the config it rendered before they existed, and its gateway pods are not rolled, but for a
+    # request budget derived from a model whose longest answer passes the default (below).
     if spec.cache.ttl_seconds != type(spec.cache).model_fields["ttl_seconds"].default:
         cache["ttl_s"] = spec.cache.ttl_seconds
         cache["semantic"]["ttl_s"] = spec.cache.ttl_seconds

@@ -210,3 +210,19 @@ def test_a_request_budget_that_is_set_is_kept_shorter_or_longer(tmp_path: Path, 
     plan = plan_with(tmp_path, "onprem", lambda env: env["gateway"].update(budgets={"requestMs": request_ms}))
     # WHEN / THEN the gateway gets exactly that
     assert loaded(plan, tmp_path).budgets.request_ms == request_ms
+
+
+def test_a_long_first_token_budget_with_request_ms_unset_is_planned_under_the_derived_request_budget(
+    tmp_path: Path,
+) -> None:
+    # GIVEN the on-prem stack whose gateway waits 5 minutes for a first token (a 405B woken from zero replicas) and
+    # leaves requestMs unset: the kit renders the 405B's longest answer plus that wait, not the 300 s default, so the
+    # request's budget does outlast one upstream's first-token budget
+    ttft_ms = 300_000
+    plan = plan_with(tmp_path, "onprem", lambda env: env["gateway"].update(budgets={"upstreamTtftMs": ttft_ms}))
+    # WHEN / THEN it is planned (not refused as "not under requestMs (300000)"), and the gateway gets a request
+    # budget above the first-token one: the longest answer on target plus the wait
+    budgets = loaded(plan, tmp_path).budgets
+    longest = longest_answer_ms(list(plan.environment.models))
+    assert (budgets.upstream_ttft_ms, budgets.request_ms) == (ttft_ms, longest + ttft_ms)
+    assert budgets.upstream_ttft_ms < budgets.request_ms
