@@ -28,7 +28,8 @@ of the noise. At concurrency 1, one request to each path in rotation; at 8 and 3
 worker (320 at c=32, about a second) to each path in rotation, every block started on idle servers and ended before
 the next one starts, so that no path's load overlaps another's. A block's workers start one request's duration
 (upstream TTFT plus the tokens) over the concurrency apart: a block of workers started all at once sends its first
-waves as bursts, which is not the steady load the numbers describe. (Before 2026-11-24 23:00 UTC each path ran its 400
+waves as bursts, which is not the steady load the numbers describe; the paths that run on their own start their
+workers the same way. (Before 2026-11-24 23:00 UTC each path ran its 400
 or 800 requests at c=8 and c=32 in one go, and a slow spell of a few seconds fell on one path's p99: the gateway's
 and the relay's added p99 at c=32 spread over -25..+30 ms across runs.) Throughput there is completed requests over
 the time the path's own requests or blocks took. CPU per request at c=1 includes what the proxy spends while it waits
@@ -372,18 +373,23 @@ async def one(client: Any, body: dict[str, Any], stall_s: float = STALL_S) -> tu
     return ttft, response.headers.get("x-inferstack-cache", "-")
 
 
-async def run_load(client: Any, bodies: list[dict[str, Any]], concurrency: int, pid: int | None) -> dict[str, Any]:
+async def run_load(
+    client: Any, bodies: list[dict[str, Any]], concurrency: int, pid: int | None, stagger_s: float = 0.0
+) -> dict[str, Any]:
+    """One path on its own at `concurrency`, its workers started `stagger_s` apart (as in `run_in_turn`'s blocks, so
+    that its added TTFT is taken against a direct path that started the same way)."""
     ttfts: list[float] = []
     results: collections.Counter[str] = collections.Counter()
     queue = iter(bodies)
     before = tree_stats(pid)[0] if pid else 0.0
 
-    async def worker() -> None:
+    async def worker(delay: float) -> None:
+        await asyncio.sleep(delay)
         for body in queue:
             await timed(client, body, ttfts, results)
 
     started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await asyncio.gather(*(worker(i * stagger_s) for i in range(concurrency)))
     return load_row(ttfts, results, time.perf_counter() - started, pid, before)
 
 
@@ -636,13 +642,18 @@ def main() -> int:
                 bodies = [chat(f"What's {country}'s capital city?", 0.0, "local-semantic")] * n
             return client, bodies, pids.get(target)
 
+        def stagger(concurrency: int) -> float:
+            """How far apart the workers of a load start: one request's duration (the upstream's TTFT and tokens)
+            over the concurrency, the spacing of a steady stream; 0 at c=1."""
+            return (args.ttft_ms + (args.tokens - 1) * args.itl_ms) / 1000 / concurrency if concurrency > 1 else 0.0
+
         async def measure(run: int, concurrency: int, path: str, clients: dict[str, Any]) -> None:
             client, bodies, pid = await prepare(run, concurrency, path, clients)
             await settle(servers)
             # Warm the client's connections at this concurrency before timing.
             tag = f"r{run}c{concurrency}"
             await asyncio.gather(*(one(client, chat(f"warm {tag} {i}", 1.0)) for i in range(concurrency)))
-            runs[run][f"{path}/c{concurrency}"] = await run_load(client, bodies, concurrency, pid)
+            runs[run][f"{path}/c{concurrency}"] = await run_load(client, bodies, concurrency, pid, stagger(concurrency))
             print(f"run {run + 1}/{args.runs} c={concurrency} {path}: "
                   f"{summary(runs[run][f'{path}/c{concurrency}'])}", flush=True)  # fmt: skip
 
@@ -657,9 +668,8 @@ def main() -> int:
             else:
                 # Blocks of BLOCK_WAVES waves each, every block started on idle servers, its workers spread over one
                 # request's duration.
-                stagger_s = (args.ttft_ms + (args.tokens - 1) * args.itl_ms) / 1000 / concurrency
                 rows = await run_in_turn(
-                    jobs, concurrency, BLOCK_WAVES * concurrency, stagger_s, between=lambda: settle(servers)
+                    jobs, concurrency, BLOCK_WAVES * concurrency, stagger(concurrency), between=lambda: settle(servers)
                 )
             for path, row in rows.items():
                 runs[run][f"{path}/c{concurrency}"] = row
