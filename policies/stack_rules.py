@@ -877,10 +877,28 @@ def _broad_ip_blocks(policy: Res, cluster: list[tuple[str, Network]]) -> Iterato
                     for what, own in cluster
                     if _within(own, network) and not any(_within(own, e) for e in excepted)
                 ]
+                # A block inside a subnet admits whichever nodes and pods the VPC CNI happens to number there: "these
+                # should be cluster-external IPs, since Pod IPs are ephemeral and unpredictable" (Kubernetes docs,
+                # Network Policies, ipBlock). The rest of the VPC holds no pod of the stack's.
+                inside = [
+                    what
+                    for what, own in cluster
+                    if what.startswith("the subnet ")
+                    and _within(network, own)
+                    and network != own
+                    and not any(_within(network, e) for e in excepted)
+                ]
                 if covered:
                     yield (
                         str(block["cidr"]),
                         f"every node and pod of {covered[0]}, which the VPC CNI numbers them from",
+                        False,
+                    )
+                elif inside:
+                    yield (
+                        str(block["cidr"]),
+                        f"whichever nodes and pods the VPC CNI numbers in it, a range inside {inside[0]} (an ipBlock "
+                        "is for addresses outside the cluster: a pod's address is ephemeral)",
                         False,
                     )
 

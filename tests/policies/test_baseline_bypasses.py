@@ -258,6 +258,17 @@ def test_a_block_covering_the_clusters_own_network_is_caught(cidr: str, covers: 
     assert f"through the peer ipBlock {cidr}," in found["message"]
 
 
+@pytest.mark.parametrize("cidr", ["10.20.1.0/24", "10.20.63.255/32"])
+def test_a_block_inside_a_subnet_the_pods_are_numbered_from_is_caught(cidr: str) -> None:
+    # GIVEN a cloud stack whose pods take the private subnet's addresses, and a block of a few of them: whichever pods
+    # the VPC CNI numbers there today (Kubernetes: an ipBlock is for cluster-external IPs, a pod's IP is ephemeral)
+    plan = [*fixed_cloud_plan(), *vpc(), gateway_deployment(), llama_admitting(ip_block(cidr))]
+    # THEN it is caught, naming the subnet
+    (found,) = violations(plan, GUARD)
+    assert "a range inside the subnet network-private-a (10.20.0.0/18)" in found["message"]
+    assert f"through the peer ipBlock {cidr}," in found["message"]
+
+
 def test_a_block_beside_the_clusters_network_or_excepting_it_passes() -> None:
     plan = [*fixed_cloud_plan(), *vpc(), gateway_deployment()]
     for peer in (ip_block("10.60.0.0/16"), ip_block("10.0.0.0/8", "10.20.0.0/16"), ip_block("10.20.200.0/24")):
