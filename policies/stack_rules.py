@@ -834,21 +834,21 @@ def _within(inner: Network, outer: Network) -> bool:
 CLUSTER_NETWORK_TYPES = (("aws:ec2/vpc:Vpc", "VPC"), ("aws:ec2/subnet:Subnet", "subnet"))
 
 
-def _cluster_networks(stack: Stack) -> list[tuple[str, Network]]:
-    """(how a message names it, network) for each network the plan numbers the cluster's nodes and pods from: the
-    stack's VPCs and subnets, whose addresses the EKS VPC CNI gives every node and pod (and a load balancer's
-    interfaces). On-prem and edge plans do not say which pod network their CNI uses."""
-    found: list[tuple[str, Network]] = []
-    for type_, what in CLUSTER_NETWORK_TYPES:
+def _cluster_networks(stack: Stack) -> list[tuple[str, str, Network]]:
+    """(kind: VPC or subnet, how a message names it, network) for each network the plan numbers the cluster's nodes
+    and pods from: the stack's VPCs and subnets, whose addresses the EKS VPC CNI gives every node and pod (and a load
+    balancer's interfaces). On-prem and edge plans do not say which pod network their CNI uses."""
+    found: list[tuple[str, str, Network]] = []
+    for type_, kind in CLUSTER_NETWORK_TYPES:
         for r in stack.by_type[type_]:
             for key in ("cidrBlock", "ipv6CidrBlock"):
                 network = _network(r.inputs.get(key))
                 if network is not None:
-                    found.append((f"the {what} {r.name} ({network})", network))
+                    found.append((kind, f"the {kind} {r.name} ({network})", network))
     return found
 
 
-def _broad_ip_blocks(policy: Res, cluster: list[tuple[str, Network]]) -> Iterator[tuple[str, str, bool]]:
+def _broad_ip_blocks(policy: Res, cluster: list[tuple[str, str, Network]]) -> Iterator[tuple[str, str, bool]]:
     """(the peer's CIDR as written, what it admits, whether it has an ``except`` list) for each ingress ipBlock
     peer wider than ``BROADEST_BLOCK`` or covering a network of the cluster's own.
 
@@ -874,7 +874,7 @@ def _broad_ip_blocks(policy: Res, cluster: list[tuple[str, Network]]) -> Iterato
             else:
                 covered = [
                     what
-                    for what, own in cluster
+                    for _, what, own in cluster
                     if _within(own, network) and not any(_within(own, e) for e in excepted)
                 ]
                 # A block inside a subnet admits whichever nodes and pods the VPC CNI happens to number there: "these
@@ -882,8 +882,8 @@ def _broad_ip_blocks(policy: Res, cluster: list[tuple[str, Network]]) -> Iterato
                 # Network Policies, ipBlock). The rest of the VPC holds no pod of the stack's.
                 inside = [
                     what
-                    for what, own in cluster
-                    if what.startswith("the subnet ")
+                    for kind, what, own in cluster
+                    if kind == "subnet"
                     and _within(network, own)
                     and network != own
                     and not any(_within(network, e) for e in excepted)
