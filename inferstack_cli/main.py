@@ -64,7 +64,6 @@ def _gb(value: float) -> str:
 
 
 def _model_rows(plan: Plan) -> list[list[str]]:
-    from components.catalog.models import model as catalog_model
     from components.serving._placement import place
 
     rows = []
@@ -74,10 +73,10 @@ def _model_rows(plan: Plan) -> list[list[str]]:
         gpus = pool.spec.gpu_count
         workload = f"LeaderWorkerSet x{placed.pods_per_group(gpus)} pods" if placed.multi_node(gpus) else "Deployment"
         runs_on = placed.fit.gpu if spec.engine == "llamacpp" or pool.spec.gpu is None else pool.spec.gpu.model
-        # llama.cpp on a node without a GPU (edge) fits the model in the node's RAM, not in a GPU's memory
-        memory = "RAM" if runs_on.startswith("CPU") else "per GPU"
+        # A llama.cpp server on the CPU (no GPU taken) fits the model in the node's RAM, not in a GPU's memory
+        memory = "RAM" if placed.world_size == 0 else "per GPU"
         # An embedding model answers /v1/embeddings in one pass: it streams no tokens, so it has no ITL
-        embeds = catalog_model(spec.model).is_embedding
+        embeds = placed.model.is_embedding
         rows.append(
             [
                 spec.name,
