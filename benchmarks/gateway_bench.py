@@ -373,6 +373,31 @@ async def one(client: Any, body: dict[str, Any], stall_s: float = STALL_S) -> tu
     return ttft, response.headers.get("x-inferstack-cache", "-")
 
 
+async def drive(
+    client: Any,
+    bodies: list[dict[str, Any]],
+    concurrency: int,
+    stagger_s: float,
+    ttfts: list[float],
+    results: collections.Counter[str],
+) -> None:
+    """Send `bodies` through `concurrency` workers started `stagger_s` apart (a steady stream's spacing, not one
+    burst), each request's TTFT and result recorded."""
+    queue = iter(bodies)
+
+    async def worker(delay: float) -> None:
+        await asyncio.sleep(delay)
+        for body in queue:
+            await timed(client, body, ttfts, results)
+
+    await asyncio.gather(*(worker(i * stagger_s) for i in range(concurrency)))
+
+
+def tree_cpu(pid: int | None) -> float:
+    """CPU seconds the proxy's process tree has spent so far; 0 for direct (no proxy)."""
+    return tree_stats(pid)[0] if pid else 0.0
+
+
 async def run_load(
     client: Any, bodies: list[dict[str, Any]], concurrency: int, pid: int | None, stagger_s: float = 0.0
 ) -> dict[str, Any]:
@@ -380,17 +405,10 @@ async def run_load(
     that its added TTFT is taken against a direct path that started the same way)."""
     ttfts: list[float] = []
     results: collections.Counter[str] = collections.Counter()
-    queue = iter(bodies)
-    before = tree_stats(pid)[0] if pid else 0.0
-
-    async def worker(delay: float) -> None:
-        await asyncio.sleep(delay)
-        for body in queue:
-            await timed(client, body, ttfts, results)
-
+    before = tree_cpu(pid)
     started = time.perf_counter()
-    await asyncio.gather(*(worker(i * stagger_s) for i in range(concurrency)))
-    return load_row(ttfts, results, time.perf_counter() - started, pid, before)
+    await drive(client, bodies, concurrency, stagger_s, ttfts, results)
+    return load_row(ttfts, results, time.perf_counter() - started, pid, tree_cpu(pid) - before)
 
 
 async def run_in_turn(
@@ -413,35 +431,31 @@ async def run_in_turn(
     ttfts: dict[str, list[float]] = {path: [] for path in jobs}
     results: dict[str, collections.Counter[str]] = {path: collections.Counter() for path in jobs}
     busy = dict.fromkeys(jobs, 0.0)
-    cpu_s = {path: 0.0 for path in jobs}
-    cpu = {path: (lambda pid=pid: tree_stats(pid)[0] if pid else 0.0) for path, (_, _, pid) in jobs.items()}
-    before = {path: cpu[path]() for path in jobs}
+    cpu_s = dict.fromkeys(jobs, 0.0)
+    before = {path: tree_cpu(pid) for path, (_, _, pid) in jobs.items()}
     if between is not None:
         await between()
     for first in range(0, max(len(bodies) for _, bodies, _ in jobs.values()), block):
-        for path, (client, bodies, _) in jobs.items():
-            started, cpu_started = time.perf_counter(), cpu[path]()
+        for path, (client, bodies, pid) in jobs.items():
+            started, cpu_started = time.perf_counter(), tree_cpu(pid)
             if concurrency == 1 and block == 1:
                 await timed(client, bodies[first], ttfts[path], results[path])
             else:
-                queue = iter(bodies[first : first + block])
-
-                async def worker(delay: float, client: Any = client, queue: Any = queue, path: str = path) -> None:
-                    await asyncio.sleep(delay)
-                    for body in queue:
-                        await timed(client, body, ttfts[path], results[path])
-
-                await asyncio.gather(*(worker(i * stagger_s) for i in range(concurrency)))
+                await drive(client, bodies[first : first + block], concurrency, stagger_s, ttfts[path], results[path])
             busy[path] += time.perf_counter() - started
             if between is not None:
                 await between()
-                cpu_s[path] += cpu[path]() - cpu_started
-    rows = {}
-    for path, (_, _, pid) in jobs.items():
-        # load_row reads the CPU the process tree has spent since `before`: in blocks, only the blocks' share counts
-        spent = cpu[path]() - before[path] if between is None else cpu_s[path]
-        rows[path] = load_row(ttfts[path], results[path], busy[path], pid, before[path], spent)
-    return rows
+                cpu_s[path] += tree_cpu(pid) - cpu_started
+    return {
+        path: load_row(
+            ttfts[path],
+            results[path],
+            busy[path],
+            pid,
+            tree_cpu(pid) - before[path] if between is None else cpu_s[path],
+        )
+        for path, (_, _, pid) in jobs.items()
+    }
 
 
 async def timed(client: Any, body: dict[str, Any], ttfts: list[float], results: collections.Counter[str]) -> None:
@@ -458,14 +472,9 @@ async def timed(client: Any, body: dict[str, Any], ttfts: list[float], results: 
 
 
 def load_row(
-    ttfts: list[float],
-    results: collections.Counter[str],
-    elapsed: float,
-    pid: int | None,
-    before: float,
-    cpu_s: float | None = None,
+    ttfts: list[float], results: collections.Counter[str], elapsed: float, pid: int | None, cpu_s: float
 ) -> dict[str, Any]:
-    """A path's numbers. CPU per request: `cpu_s` when given, else what the proxy's tree has spent since `before`."""
+    """A path's numbers; `cpu_s`: the CPU seconds its proxy's tree spent on them."""
     out: dict[str, Any] = {
         "requests": len(ttfts),
         "rps": len(ttfts) / elapsed,
@@ -474,8 +483,8 @@ def load_row(
         "cache": dict(results),
     }
     if pid:
-        cpu, peak, processes = tree_stats(pid)
-        out["cpu_ms_per_request"] = (cpu - before if cpu_s is None else cpu_s) * 1000 / len(ttfts)
+        _, peak, processes = tree_stats(pid)
+        out["cpu_ms_per_request"] = cpu_s * 1000 / len(ttfts)
         out["peak_rss_mb"] = peak
         out["processes"] = processes
     return out
