@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -13,7 +12,7 @@ from gateway_harness import API_KEY_A, sha256
 
 from inferstack_gateway.app import Gateway
 from inferstack_gateway.config import parse_config
-from inferstack_gateway.server import ChunkWriter, HeadCoalescingTransport, chunk_writer, stream_start
+from inferstack_gateway.server import ChunkWriter, HeadCoalescingTransport, chunk_writer
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
@@ -166,84 +165,3 @@ def test_under_uvicorn_a_stream_after_its_first_read_goes_through_the_chunk_writ
     assert text == "paced#1" + "".join(f" w{i}" for i in range(1, 6))
     assert len(writes) >= 4 and all(data.startswith(b"data: ") for data in writes)  # the tokens 20 ms apart
     gw.stop(loop_thread)
-
-
-def test_under_uvicorn_a_streams_first_event_leaves_from_the_upstreams_read_before_the_request_task_resumes(
-    gateway: Any, upstreams: Any, loop_thread: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The request's task is held back for 0.6 s once the upstream has answered: the first token still reaches the
-    client at once, sent by StreamStart from the upstream connection's read, and the rest follows intact."""
-    from inferstack_gateway import app as app_module
-
-    opened_upstream = app_module.open_upstream
-
-    async def late(*args: Any, **kwargs: Any) -> Any:
-        opened = await opened_upstream(*args, **kwargs)
-        await asyncio.sleep(0.6)
-        return opened
-
-    monkeypatch.setattr(app_module, "open_upstream", late)
-    upstream = upstreams("paced", tokens=4, itl_s=0.02)
-    gw = gateway(upstream)
-    client = gw.client()
-    started = time.perf_counter()
-    stream = client.chat.completions.with_raw_response.create(
-        model="local", messages=[{"role": "user", "content": "hi"}], stream=True, temperature=1.0
-    )
-    arrivals, text = [], ""
-    for chunk in stream.parse():
-        if chunk.choices and chunk.choices[0].delta.content:
-            arrivals.append(time.perf_counter() - started)
-            text += chunk.choices[0].delta.content
-    assert text == "paced#1 w1 w2 w3"
-    assert stream.headers["x-inferstack-cache"] == "bypass" and stream.headers["x-request-id"]
-    assert arrivals[0] < 0.4 <= 0.6 <= arrivals[-1]  # the first token did not wait for the task; the rest did
-    gw.stop(loop_thread)
-
-
-@pytest.mark.asyncio
-async def test_stream_start_sends_head_and_first_chunk_in_one_send_only_while_uvicorns_send_would_not_wait() -> None:
-    from uvicorn.protocols.http.flow_control import FlowControl
-    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
-
-    def cycle() -> tuple[RequestResponseCycle, RecordingTransport]:
-        inner = RecordingTransport()
-        transport = HeadCoalescingTransport(inner, asyncio.get_running_loop())  # type: ignore[arg-type]
-        made = RequestResponseCycle(
-            scope={"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []},  # type: ignore[typeddict-item]
-            transport=transport, flow=FlowControl(transport), logger=None, access_logger=None,  # type: ignore[arg-type]
-            access_log=False, default_headers=[], message_event=asyncio.Event(), expect_100_continue=False,
-            keep_alive=True, on_response=lambda: None,
-        )  # fmt: skip
-        return made, inner
-
-    headers = [(b"content-type", b"text/event-stream")]
-    made, inner = cycle()
-    start = stream_start(made.send, headers)
-    assert start is not None and start.sent_at is None
-    assert start(b"data: 1\n\n") is True and start.sent_at is not None
-    assert inner.sends == [HEAD + b"9\r\ndata: 1\n\n\r\n"]  # one send, framed as uvicorn frames it
-    assert made.response_started and not made.response_complete
-    assert start(b"data: 2\n\n") is False and len(inner.sends) == 1  # started already: the task sends the rest
-    assert stream_start(made.send, headers) is None
-
-    for refuse in ("write_paused", "disconnected", "closing"):
-        made, inner = cycle()
-        start = stream_start(made.send, headers)
-        assert start is not None
-        if refuse == "write_paused":
-            made.flow.write_paused = True  # uvicorn's send would wait for the client to drain
-        elif refuse == "disconnected":
-            made.disconnected = True
-        else:
-            inner.closed = True
-        assert start(b"data: 1\n\n") is False and start.sent_at is None, refuse
-        assert inner.sends == [] and not made.response_started, refuse
-    made, inner = cycle()
-    start = stream_start(made.send, headers)
-    assert start is not None and start(b"") is False and inner.sends == []  # an empty chunk would end the body
-
-    async def send(message: Any) -> None:
-        raise AssertionError("not called")
-
-    assert stream_start(send, headers) is None  # another server's send: the task sends ASGI messages

@@ -41,7 +41,7 @@ from inferstack_gateway.normalize import (
     parse_json_body,
     unknown_model,
 )
-from inferstack_gateway.server import chunk_writer, stream_start
+from inferstack_gateway.server import chunk_writer
 from inferstack_gateway.spillover import build_routes
 from inferstack_gateway.store import LocalLimiter, RedisStore, close_quietly, retry_after_s
 from inferstack_gateway.tracing import Tracer, setup_tracing
@@ -698,22 +698,11 @@ class Gateway:
         exchange.spilled = upstreams is route.spilled
         if not upstreams:
             raise _stays_local(tier, self.config.routing.tier_header)
-        # A stream's head and first event go to the client from the upstream's read that brought them (under uvicorn).
-        start = stream_start(send, self._stream_headers(exchange)) if request.stream else None
-        on_first = None
-        if start is not None:
-
-            def on_first(data: bytes) -> None:
-                if start(data):
-                    exchange.status = 200
-                    exchange.response_started = True
-
         sent = time.perf_counter()
         try:
             opened = await open_upstream(
                 self.http, upstreams, path, payload,
                 stream=request.stream, budgets=self.config.budgets, deadline=deadline, tier=tier, extra_headers=trace,
-                on_first=on_first,
             )  # fmt: skip
         except GatewayError as exc:
             if resident and route.remote:
@@ -733,45 +722,32 @@ class Gateway:
             await self._send(send, exchange, 200, opened.first, JSON)
             self._after(principal, request, model, keys, embedding, opened.first, streamed=False)
             return
-        started = None if start is None else start.sent_at
-        raw = await self._stream(opened, request, send, exchange, deadline, sent, started)
+        raw = await self._stream(opened, request, send, exchange, deadline, sent)
         if raw is not None:
             self._after(principal, request, model, keys, embedding, raw, streamed=True)
 
-    def _stream_headers(self, exchange: Exchange) -> list[tuple[bytes, bytes]]:
-        return [
+    async def _stream(
+        self, opened: Opened, request: ParsedRequest, send: Send, exchange: Exchange, deadline: float, sent: float
+    ) -> bytes | None:
+        """Relay the SSE body chunk by chunk as it arrives. Returns the whole body if it ended with [DONE].
+
+        `sent`: when the request went to the tier's upstreams (the start of the upstream's TTFT)."""
+        headers = [
             *SSE_HEADERS,
             (b"x-request-id", exchange.request_id.encode("latin-1")),
             (b"x-inferstack-cache", exchange.cache.encode()),
         ]
-
-    async def _stream(
-        self,
-        opened: Opened,
-        request: ParsedRequest,
-        send: Send,
-        exchange: Exchange,
-        deadline: float,
-        sent: float,
-        started: float | None,
-    ) -> bytes | None:
-        """Relay the SSE body chunk by chunk as it arrives. Returns the whole body if it ended with [DONE].
-
-        `sent`: when the request went to the tier's upstreams (the start of the upstream's TTFT). `started`: when the
-        response's head and first chunk were sent from the upstream's read (`StreamStart`), or None: they are sent
-        here."""
-        if started is None:
-            exchange.status = 200
-            exchange.response_started = True
-            await send({"type": "http.response.start", "status": 200, "headers": self._stream_headers(exchange)})
+        exchange.status = 200
+        exchange.response_started = True
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
         # Arrival times only, on the relay path: the histograms are filled in the deferred batch after the response.
-        arrivals = [time.perf_counter() if started is None else started]
+        arrivals = [time.perf_counter()]
         chunks = [opened.first]
         response = opened.response
         error: str | None = None
         try:
-            chunk = b"" if started is not None else opened.first
-            if chunk and not response.at_eof():
+            chunk = opened.first
+            if not response.at_eof():
                 # The first chunk is in hand and a fresh response's write does not wait: it goes out before the
                 # budget's timer is armed, which on a cold path costs tens of microseconds.
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import logging
 import ssl
 import time
 from collections.abc import Callable, Mapping
@@ -90,7 +89,6 @@ class Response:
         "_expiry",
         "_framed",
         "_keep_alive",
-        "_on_first",
         "_sink",
         "_waiter",
         "headers",
@@ -112,7 +110,6 @@ class Response:
         self._waiter: asyncio.Future[None] | None = None
         self._expiry: asyncio.TimerHandle | None = None
         self._sink: Callable[[bytes], bool] | None = None
-        self._on_first: Callable[[bytes], object] | None = None
 
     # -- the reading side --------------------------------------------------------------------------------------------
 
@@ -222,20 +219,6 @@ class Response:
         self._buffered = 0
         return data
 
-    def _show_first(self) -> None:
-        """Show the first body bytes of a 200 to the `on_first` hook given to `HttpClient.request`, from the read that
-        parsed them. They stay buffered, in one piece, for `readany` to return the same bytes."""
-        hook = self._on_first
-        assert hook is not None
-        self._on_first = None
-        data = self._take()
-        self._chunks.append(data)
-        self._buffered = len(data)
-        try:
-            hook(data)
-        except Exception:
-            logging.getLogger(__name__).exception("the first-bytes hook failed")
-
     def _deliver(self) -> None:
         assert self._sink is not None
         data = self._take()
@@ -294,14 +277,11 @@ class _Connection(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             error = exc
+        # Piping: what this read parsed goes to the sink (before an error too, as `readany` would have returned it),
+        # except the read that completes the body, which stays for `readany`.
         response = self.response
-        if response is not None and response._chunks and not response._complete:
-            if response._on_first is not None and response.status == 200 and error is None:
-                response._show_first()
-            # Piping: what this read parsed goes to the sink (before an error too, as `readany` would have returned
-            # it), except the read that completes the body, which stays for `readany`.
-            if response._sink is not None:
-                response._deliver()
+        if response is not None and response._sink is not None and response._chunks and not response._complete:
+            response._deliver()
         if error is not None:
             self._fail(StreamBroken(f"unparseable response: {error}"))
             self.close()
@@ -501,7 +481,6 @@ class HttpClient:
         body: bytes = b"",
         *,
         deadline: float | None = None,
-        on_first: Callable[[bytes], object] | None = None,
     ) -> Response:
         """Send one request and return once the response's status and headers have arrived.
 
@@ -512,12 +491,7 @@ class HttpClient:
 
         A pooled connection that turns out to have been closed by the server while it sat idle (no byte of an answer
         came back) is replaced once by a new connection. Cancelling the call closes the connection, which is how an
-        upstream learns that the request was abandoned. Raises ConnectFailed or StreamBroken.
-
-        `on_first` is called with a 200 response's first body bytes from the socket read that parsed them, before the
-        caller's task wakes, unless that read also completed the body: a stream's first event can be sent on from
-        there. The bytes stay for `readany`. It is not called for any other status, and must not raise (an exception
-        is logged and ignored)."""
+        upstream learns that the request was abandoned. Raises ConnectFailed or StreamBroken."""
         pool = self._pools.get(target.origin)
         if pool is None:
             tls = None
@@ -530,7 +504,6 @@ class HttpClient:
         for attempt in (1, 2):
             connection, reused = await pool.acquire(self._connect_timeout_s, deadline)
             response = connection.send(data)
-            response._on_first = on_first
             if deadline is not None:
                 response._expiry = asyncio.get_running_loop().call_at(deadline, response._expire)
             waiter = connection.headers_arrived

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
@@ -176,57 +175,3 @@ def chunk_writer(send: Any) -> ChunkWriter | None:
     ):
         return ChunkWriter(cycle)
     return None
-
-
-class StreamStart:
-    """Starts a streamed 200 response from a protocol callback: its head and first chunk, in one send.
-
-    Called with a stream's first upstream bytes from the upstream connection's read (`HttpClient.request`'s
-    `on_first`), it sends them on at once through uvicorn's own `send`, where the request's task would first have to
-    wake and step through the failover point and the response's start: on a 2-core machine that is about 0.1 ms of
-    the gateway's added time to first token (`benchmarks/gateway_hops.py`). Only for uvicorn's httptools cycle, and
-    only while its `send` does not wait: a client whose socket buffer is over its high-water mark, a client gone or a
-    response already started is left to the task (the call returns False and sends nothing)."""
-
-    __slots__ = ("_cycle", "_headers", "sent_at")
-
-    def __init__(self, cycle: RequestResponseCycle, headers: list[tuple[bytes, bytes]]) -> None:
-        self._cycle = cycle
-        self._headers = headers
-        self.sent_at: float | None = None
-        """When the head and first chunk were written (perf_counter), or None while they have not been."""
-
-    def __call__(self, data: bytes) -> bool:
-        cycle = self._cycle
-        if (
-            not data
-            or cycle.response_started
-            or cycle.disconnected
-            or cycle.flow.write_paused
-            or cycle.transport.is_closing()
-        ):
-            return False
-        _run_through(cycle.send({"type": "http.response.start", "status": 200, "headers": self._headers}))
-        _run_through(cycle.send({"type": "http.response.body", "body": data, "more_body": True}))
-        self.sent_at = time.perf_counter()
-        return True
-
-
-def stream_start(send: Any, headers: list[tuple[bytes, bytes]]) -> StreamStart | None:
-    """A StreamStart for the response `send` (an ASGI send callable) will carry, if it is uvicorn's httptools cycle
-    with no response started; None otherwise (another server: the caller sends ASGI messages from its task)."""
-    cycle = getattr(send, "__self__", None)
-    if type(cycle) is RequestResponseCycle and not cycle.response_started and cycle.scope["method"] != "HEAD":
-        return StreamStart(cycle, headers)
-    return None
-
-
-def _run_through(step: Coroutine[Any, Any, None]) -> None:
-    """Run a coroutine that never waits to its end, synchronously. uvicorn's `send` waits only for a client's full
-    socket buffer, which StreamStart checks first."""
-    try:
-        step.send(None)
-    except StopIteration:
-        return
-    step.close()
-    raise RuntimeError("uvicorn's send waited, though the client's buffer was below its high-water mark")

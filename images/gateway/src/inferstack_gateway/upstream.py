@@ -171,16 +171,11 @@ async def open_upstream(
     deadline: float,
     tier: str,
     extra_headers: dict[str, str] | None = None,
-    on_first: Callable[[bytes], object] | None = None,
 ) -> Opened:
     """Try each upstream in order; fail over on connect errors, 5xx and timeouts before the first byte.
 
     `deadline` is the request's deadline on the loop clock; `extra_headers` (trace context) go to every upstream
     tried. Raises GatewayError 503 (every upstream down or open) or 504 (out of time).
-
-    `on_first` (streams): called with the first body bytes of the upstream whose 200 passes the failover point, from
-    the read that brought them (see `HttpClient.request`), before this returns them as `Opened.first`. A stream's
-    200 with a first chunk is the one outcome that is never failed over from, so the caller may send them on there.
     """
     loop = asyncio.get_running_loop()
     failures: list[str] = []
@@ -209,9 +204,8 @@ async def open_upstream(
             # The client applies the limit (one timer, lifted once the first chunk is in hand).
             headers = upstream.headers if extra_headers is None else {**upstream.headers, **extra_headers}
             response = await client.request(
-                b"POST", upstream.targets[path], headers, payload(upstream), deadline=started + limit,
-                on_first=on_first if stream else None,
-            )  # fmt: skip
+                b"POST", upstream.targets[path], headers, payload(upstream), deadline=started + limit
+            )
             latency = loop.time() - started
             unexpected = _not_an_answer(response, stream)
             if unexpected is not None:
