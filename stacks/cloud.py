@@ -16,12 +16,7 @@ from components.aws.load_balancer_controller import LoadBalancerController, Load
 from components.aws.model_store import ModelStore, ModelStoreArgs, engine_build_policy, read_policy
 from components.aws.network import Network, NetworkArgs
 from components.aws.system_node_group import SystemNodeGroup, SystemNodeGroupArgs
-from components.cache.redis_cache import RedisCache, RedisCacheArgs
 from components.catalog import images as _images
-from components.gateway.gateway import Gateway, GatewayArgs
-from components.observability.alerts import model_slos
-from components.observability.observability import Observability, ObservabilityArgs
-from components.serving.inference_server import InferenceServer, InferenceServerArgs
 from components.serving.serving_base import (
     ENGINE_BUILDER_SERVICE_ACCOUNT,
     MODEL_LOADER_SERVICE_ACCOUNT,
@@ -29,9 +24,9 @@ from components.serving.serving_base import (
     ServingBase,
     ServingBaseArgs,
 )
+from stacks import shared
 from stacks.cloud_checks import rollout_surges
 from stacks.environment import CloudEnvironment
-from stacks.program import observability_secrets
 
 
 def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
@@ -146,38 +141,9 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
             opts=pulumi.ResourceOptions(depends_on=[base]),
         ).endpoint
     else:
-        cache = RedisCache(
-            "cache",
-            RedisCacheArgs(
-                spec=env.cache,
-                namespace=base.cache_namespace,
-                provider=provider,
-                client_namespace=base.gateway_namespace,
-                protect=env.cache.protect,
-            ),
-            opts=pulumi.ResourceOptions(depends_on=[base]),
-        ).endpoint
+        cache = shared.in_cluster_cache(env, base, provider)
 
-    observability = Observability(
-        "observability",
-        ObservabilityArgs(
-            spec=env.observability,
-            provider=provider,
-            **observability_secrets(env.observability),
-            models=model_slos(
-                env.models,
-                base.serving_namespace,
-                env.pool,
-                base.gateway_namespace if env.gateway.enabled else None,
-            ),
-            serving_namespace=base.serving_namespace,
-            gateway_namespace=base.gateway_namespace,
-            cache_url=cache.url(),
-            cache_secret=cache.exporter_secret(),
-            cache_user=cache.exporter_username,
-        ),
-        opts=pulumi.ResourceOptions(depends_on=[base]),
-    )
+    observability = shared.observability(env, base, provider, cache)
     addons = ClusterAddons(
         "addons",
         ClusterAddonsArgs(provider=provider, gpu_stack="device-plugin", efa=any(p.efa_enabled for p in env.gpu_pools)),
@@ -189,29 +155,18 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
     models = {}
     surges = rollout_surges(env)
     for model in env.models:
-        models[model.name] = InferenceServer(
-            model.name,
-            InferenceServerArgs(
-                spec=model,
-                pool=env.pool(model.pool),
-                namespace=base.serving_namespace,
-                provider=provider,
-                model_source=model.source or pulumi.Output.concat("s3://", store.bucket_name, "/", model.model, "/hf"),
-                engine_store=pulumi.Output.concat("s3://", store.bucket_name),
-                loader_image=loader_image,
-                service_account=base.service_account,
-                priority_class=base.priority_class,
-                group_priority_class=base.group_priority_class,
-                rollout_surge=surges[model.name],
-                fabric="efa",
-                gateway_namespace=base.gateway_namespace,
-                prometheus_url=observability.prometheus_url,
-                gateway_aliases=env.gateway.aliases_of(model.name),
-                # No --otlp-traces-endpoint: the pinned vLLM image lacks the OpenTelemetry packages and exits at
-                # start with it (components/catalog/engine_support.py); the gateway's spans cover the request path.
-            ),
-            opts=pulumi.ResourceOptions(depends_on=[base, pools[model.pool], addons]),
-        )
+        models[model.name] = shared.inference_server(
+            env, model, base, provider,
+            after=[base, pools[model.pool], addons],
+            model_source=model.source or pulumi.Output.concat("s3://", store.bucket_name, "/", model.model, "/hf"),
+            engine_store=pulumi.Output.concat("s3://", store.bucket_name),
+            loader_image=loader_image,
+            rollout_surge=surges[model.name],
+            fabric="efa",
+            prometheus_url=observability.prometheus_url,
+            # No --otlp-traces-endpoint: the pinned vLLM image lacks the OpenTelemetry packages and exits at
+            # start with it (components/catalog/engine_support.py); the gateway's spans cover the request path.
+        )  # fmt: skip
 
     gateway = None
     gateway_after: list[pulumi.Resource] = [base, addons]
@@ -231,21 +186,15 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
             )
         )
     if env.gateway.enabled and env.models:
-        gateway = Gateway(
-            "gateway",
-            GatewayArgs(
-                spec=env.gateway,
-                models=list(env.models),
-                upstream_urls={name: pulumi.Output.concat(server.endpoint, "/v1") for name, server in models.items()},
-                cache=cache,
-                namespace=base.gateway_namespace,
-                provider=provider,
-                image=pulumi.Output.concat(store.repository_urls["gateway"], ":", _images.KIT_IMAGE_TAG),
-                otlp_endpoint=observability.otlp_endpoint,
-                issue_burst_key=True,
-            ),
-            opts=pulumi.ResourceOptions(depends_on=gateway_after),
-        )
+        gateway = shared.gateway(
+            env, base, provider,
+            upstream_endpoints={name: server.endpoint for name, server in models.items()},
+            cache=cache,
+            watched_by=observability,
+            image=pulumi.Output.concat(store.repository_urls["gateway"], ":", _images.KIT_IMAGE_TAG),
+            after=gateway_after,
+            issue_burst_key=True,
+        )  # fmt: skip
 
     return {
         "tier": "cloud",

@@ -12,26 +12,21 @@ from typing import Any
 import pulumi
 
 from components.addons.cluster_addons import ClusterAddons, ClusterAddonsArgs
-from components.cache.redis_cache import RedisCache, RedisCacheArgs
 from components.catalog import images as _images
 from components.catalog.models import MODELS
 from components.edge.budget import MODEL_CACHE_GIB, cpu_decoders, placed
 from components.edge.specs import GPU_NODE_LABEL, K3S_NVIDIA_RUNTIME_CLASS, K3S_STORAGE_CLASS
-from components.gateway.gateway import Gateway, GatewayArgs, HubUpstream, embedder_for
+from components.gateway.gateway import HubUpstream, embedder_for
 from components.kube.existing_cluster import ExistingCluster, ExistingClusterArgs
-from components.observability.alerts import model_slos
 from components.observability.dashboards import SITE_LABEL
-from components.observability.observability import (
-    SMALL_SITE_PROMETHEUS_RESOURCES,
-    Observability,
-    ObservabilityArgs,
-)
-from components.serving.inference_server import InferenceServer, InferenceServerArgs, ModelCacheVolume
+from components.observability.observability import SMALL_SITE_PROMETHEUS_RESOURCES
+from components.serving.inference_server import InferenceServer, ModelCacheVolume
 from components.serving.serving_base import ServingBase, ServingBaseArgs
 from components.store.s3_compatible_store import S3CompatibleStore, S3CompatibleStoreArgs
+from stacks import shared
 from stacks.environment import MODEL_STORE_KEY_ID, MODEL_STORE_SECRET_KEY, EdgeEnvironment
 from stacks.hub import hub_upstream as shared_hub_upstream
-from stacks.program import observability_secrets, require_secret
+from stacks.program import require_secret
 from stacks.tiers import EDGE
 
 QUICK_START = "edge quick start"
@@ -52,44 +47,15 @@ def compose(env: EdgeEnvironment, stack: str) -> dict[str, Any]:
     gpus = any(n.gpu for n in env.nodes)
 
     base = ServingBase("serving", ServingBaseArgs(provider=provider, tier="edge"))
-    cache = RedisCache(
-        "cache",
-        RedisCacheArgs(
-            spec=env.cache,
-            namespace=base.cache_namespace,
-            provider=provider,
-            client_namespace=base.gateway_namespace,
-            protect=env.cache.protect,
-            system_node_selector=anywhere,
-            storage_class=K3S_STORAGE_CLASS,
-        ),
-        opts=pulumi.ResourceOptions(depends_on=[base]),
-    ).endpoint
-    observability = Observability(
-        "observability",
-        ObservabilityArgs(
-            spec=env.observability,
-            provider=provider,
-            **observability_secrets(env.observability),
-            models=model_slos(
-                env.models,
-                base.serving_namespace,
-                env.pool,
-                base.gateway_namespace if env.gateway.enabled else None,
-            ),
-            serving_namespace=base.serving_namespace,
-            gateway_namespace=base.gateway_namespace,
-            gateway_tls=env.gateway.tls_secret is not None,
-            cache_url=cache.url(),
-            cache_secret=cache.exporter_secret(),
-            system_node_selector=anywhere,
-            storage_class=K3S_STORAGE_CLASS,
-            prometheus_resources=SMALL_SITE_PROMETHEUS_RESOURCES,
-            external_labels={SITE_LABEL: stack},
-            control_plane_targets=False,
-        ),
-        opts=pulumi.ResourceOptions(depends_on=[base]),
-    )
+    cache = shared.in_cluster_cache(env, base, provider, system_node_selector=anywhere, storage_class=K3S_STORAGE_CLASS)
+    observability = shared.observability(
+        env, base, provider, cache,
+        system_node_selector=anywhere,
+        storage_class=K3S_STORAGE_CLASS,
+        prometheus_resources=SMALL_SITE_PROMETHEUS_RESOURCES,
+        external_labels={SITE_LABEL: stack},
+        control_plane_targets=False,
+    )  # fmt: skip
     addons = ClusterAddons(
         "addons",
         ClusterAddonsArgs(
@@ -123,30 +89,21 @@ def compose(env: EdgeEnvironment, stack: str) -> dict[str, Any]:
     decoders = cpu_decoders(env.nodes, placed(env.nodes, env.models))  # as the node budget counted them (edge_checks)
     for model in env.models:
         layout = "gguf" if model.engine == "llamacpp" else "hf"
-        models[model.name] = InferenceServer(
-            model.name,
-            InferenceServerArgs(
-                spec=model,
-                pool=env.pool(model.pool),
-                namespace=base.serving_namespace,
-                provider=provider,
-                model_source=model.source or f"s3://{store.bucket}/{model.model}/{layout}",
-                engine_store=f"s3://{store.bucket}",
-                loader_image=f"{registry}/model-loader:{_images.KIT_IMAGE_TAG}",
-                service_account=base.service_account,
-                priority_class=base.priority_class,
-                rollout_surge=EDGE.grows_nodes,
-                fabric="none",
-                model_cache=ModelCacheVolume(host_path=None, storage_class=K3S_STORAGE_CLASS, size_gib=MODEL_CACHE_GIB),
-                loader_env=credentials.loader_env,
-                gateway_namespace=base.gateway_namespace,
-                gpu_runtime_class=K3S_NVIDIA_RUNTIME_CLASS,
-                cpu_decoders=max(1, decoders[model.pool]),
-                # Fixed replicas at a site: no ScaledObject.
-                prometheus_url=None,
-            ),
-            opts=pulumi.ResourceOptions(depends_on=[base, addons, credentials]),
-        )
+        models[model.name] = shared.inference_server(
+            env, model, base, provider,
+            after=[base, addons, credentials],
+            model_source=model.source or f"s3://{store.bucket}/{model.model}/{layout}",
+            engine_store=f"s3://{store.bucket}",
+            loader_image=f"{registry}/model-loader:{_images.KIT_IMAGE_TAG}",
+            rollout_surge=EDGE.grows_nodes,
+            fabric="none",
+            model_cache=ModelCacheVolume(host_path=None, storage_class=K3S_STORAGE_CLASS, size_gib=MODEL_CACHE_GIB),
+            loader_env=credentials.loader_env,
+            gpu_runtime_class=K3S_NVIDIA_RUNTIME_CLASS,
+            cpu_decoders=max(1, decoders[model.pool]),
+            # Fixed replicas at a site: no ScaledObject.
+            prometheus_url=None,
+        )  # fmt: skip
 
     # The site's one embedding model (edge_checks refuses a second), as gateway_checks validated it.
     embedder = next(
@@ -158,26 +115,20 @@ def compose(env: EdgeEnvironment, stack: str) -> dict[str, Any]:
     chat = {name: server for name, server in models.items() if not MODELS[spec_of[name]].is_embedding}
     gateway = None
     if env.gateway.enabled and chat:
-        gateway = Gateway(
-            "gateway",
-            GatewayArgs(
-                spec=env.gateway,
-                models=list(env.models),
-                upstream_urls={name: pulumi.Output.concat(server.endpoint, "/v1") for name, server in chat.items()},
-                cache=cache,
-                namespace=base.gateway_namespace,
-                provider=provider,
-                image=f"{registry}/gateway:{_images.KIT_IMAGE_TAG}",
-                otlp_endpoint=observability.otlp_endpoint,
-                system_node_selector=anywhere,
-                # k3s's servicelb (klipper-lb) serves any LoadBalancer Service: no annotations, no class.
-                service_annotations={},
-                load_balancer_class=None,
-                embedder=embedder,
-                hub=hub,
-            ),
-            opts=pulumi.ResourceOptions(depends_on=[base, addons]),
-        )
+        gateway = shared.gateway(
+            env, base, provider,
+            upstream_endpoints={name: server.endpoint for name, server in chat.items()},
+            cache=cache,
+            watched_by=observability,
+            image=f"{registry}/gateway:{_images.KIT_IMAGE_TAG}",
+            after=[base, addons],
+            system_node_selector=anywhere,
+            # k3s's servicelb (klipper-lb) serves any LoadBalancer Service: no annotations, no class.
+            service_annotations={},
+            load_balancer_class=None,
+            embedder=embedder,
+            hub=hub,
+        )  # fmt: skip
 
     return {
         "tier": "edge",

@@ -12,13 +12,9 @@ from typing import Any
 import pulumi
 
 from components.addons.cluster_addons import ClusterAddons, ClusterAddonsArgs
-from components.cache.redis_cache import RedisCache, RedisCacheArgs
 from components.catalog import images as _images
-from components.gateway.gateway import Gateway, GatewayArgs
 from components.kube.existing_cluster import ExistingCluster, ExistingClusterArgs
 from components.kube.labels import GPU_PRESENT_LABEL
-from components.observability.alerts import model_slos
-from components.observability.observability import Observability, ObservabilityArgs
 from components.onprem.gpu_operator import RUNTIME_CLASS as GPU_OPERATOR_RUNTIME_CLASS
 from components.onprem.gpu_operator import gpu_operator_values
 from components.onprem.local_storage import LocalStorage, LocalStorageArgs
@@ -26,19 +22,18 @@ from components.onprem.metallb import MetalLb, MetalLbArgs
 from components.onprem.model_store import S3CompatibleStore, S3CompatibleStoreArgs
 from components.onprem.network_operator import NetworkOperator, NetworkOperatorArgs
 from components.serving.inference_server import (
-    InferenceServer,
-    InferenceServerArgs,
     ModelCacheVolume,
     RdmaFabric,
 )
 from components.serving.serving_base import ServingBase, ServingBaseArgs
+from stacks import shared
 from stacks.environment import (
     MODEL_STORE_KEY_ID,
     MODEL_STORE_SECRET_KEY,
     OnpremEnvironment,
 )
 from stacks.hub import hub_upstream
-from stacks.program import observability_secrets, require_secret
+from stacks.program import require_secret
 from stacks.tiers import ONPREM
 
 
@@ -92,40 +87,11 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
                 gpu_node_selectors=[pool.node_labels for pool in env.gpu_pools],
             ),
         )
-    cache = RedisCache(
-        "cache",
-        RedisCacheArgs(
-            spec=env.cache,
-            namespace=base.cache_namespace,
-            provider=provider,
-            client_namespace=base.gateway_namespace,
-            protect=env.cache.protect,
-            system_node_selector=system,
-            storage_class=env.persistent_storage_class,
-        ),
-        opts=pulumi.ResourceOptions(depends_on=[base]),
-    ).endpoint
-    observability = Observability(
-        "observability",
-        ObservabilityArgs(
-            spec=env.observability,
-            provider=provider,
-            **observability_secrets(env.observability),
-            models=model_slos(
-                env.models,
-                base.serving_namespace,
-                env.pool,
-                base.gateway_namespace if env.gateway.enabled else None,
-            ),
-            serving_namespace=base.serving_namespace,
-            gateway_namespace=base.gateway_namespace,
-            gateway_tls=env.gateway.tls_secret is not None,
-            cache_url=cache.url(),
-            cache_secret=cache.exporter_secret(),
-            system_node_selector=system,
-            storage_class=env.persistent_storage_class,
-        ),
-        opts=pulumi.ResourceOptions(depends_on=[base]),
+    cache = shared.in_cluster_cache(
+        env, base, provider, system_node_selector=system, storage_class=env.persistent_storage_class
+    )
+    observability = shared.observability(
+        env, base, provider, cache, system_node_selector=system, storage_class=env.persistent_storage_class
     )
     addons = ClusterAddons(
         "addons",
@@ -170,37 +136,26 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
     serving_deps += [fabric] if fabric else []
     models = {}
     for model in env.models:
-        models[model.name] = InferenceServer(
-            model.name,
-            InferenceServerArgs(
-                spec=model,
-                pool=env.pool(model.pool),
-                namespace=base.serving_namespace,
-                provider=provider,
-                # On a volume store the source is the checkpoint's folder inside the volume.
-                model_source=model.source
-                or (f"s3://{store.bucket}/{model.model}/hf" if store.kind == "s3" else f"{model.model}/hf"),
-                engine_store=f"s3://{store.bucket}",
-                store_claim=store.claim_name if store.kind == "volume" else None,
-                loader_image=f"{registry}/model-loader:{_images.KIT_IMAGE_TAG}",
-                service_account=base.service_account,
-                priority_class=base.priority_class,
-                group_priority_class=base.group_priority_class,
-                rollout_surge=ONPREM.grows_nodes,
-                fabric="rdma" if rdma else "none",
-                rdma=rdma,
-                model_cache=ModelCacheVolume(
-                    host_path=None,
-                    storage_class=storage.storage_class,
-                    size_gib=env.local_storage.model_cache_gib,
-                ),
-                loader_env=credentials.loader_env if credentials else [],
-                gateway_namespace=base.gateway_namespace,
-                prometheus_url=observability.prometheus_url,
-                gateway_aliases=env.gateway.aliases_of(model.name),
+        models[model.name] = shared.inference_server(
+            env, model, base, provider,
+            after=serving_deps,
+            # On a volume store the source is the checkpoint's folder inside the volume.
+            model_source=model.source
+            or (f"s3://{store.bucket}/{model.model}/hf" if store.kind == "s3" else f"{model.model}/hf"),
+            engine_store=f"s3://{store.bucket}",
+            store_claim=store.claim_name if store.kind == "volume" else None,
+            loader_image=f"{registry}/model-loader:{_images.KIT_IMAGE_TAG}",
+            rollout_surge=ONPREM.grows_nodes,
+            fabric="rdma" if rdma else "none",
+            rdma=rdma,
+            model_cache=ModelCacheVolume(
+                host_path=None,
+                storage_class=storage.storage_class,
+                size_gib=env.local_storage.model_cache_gib,
             ),
-            opts=pulumi.ResourceOptions(depends_on=serving_deps),
-        )
+            loader_env=credentials.loader_env if credentials else [],
+            prometheus_url=observability.prometheus_url,
+        )  # fmt: skip
 
     lb_annotations: dict[str, str] = {}
     if env.load_balancer.kind == "metallb" and env.load_balancer.metallb is not None:
@@ -210,27 +165,21 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
     gateway = None
     hub = hub_upstream(env.hub, "on-prem quick start") if env.gateway.enabled and env.models else None
     if env.gateway.enabled and env.models:
-        gateway = Gateway(
-            "gateway",
-            GatewayArgs(
-                spec=env.gateway,
-                models=list(env.models),
-                upstream_urls={name: pulumi.Output.concat(server.endpoint, "/v1") for name, server in models.items()},
-                cache=cache,
-                namespace=base.gateway_namespace,
-                provider=provider,
-                image=f"{registry}/gateway:{_images.KIT_IMAGE_TAG}",
-                otlp_endpoint=observability.otlp_endpoint,
-                system_node_selector=system,
-                service_annotations=lb_annotations,
-                load_balancer_class=env.load_balancer.load_balancer_class,
-                load_balancer_source_ranges=tuple(str(n) for n in env.load_balancer.source_ranges),
-                hub=hub,
-                # An edge site's hub is the on-prem stack: it issues the key the sites burst with.
-                issue_burst_key=True,
-            ),
-            opts=pulumi.ResourceOptions(depends_on=[base, addons]),
-        )
+        gateway = shared.gateway(
+            env, base, provider,
+            upstream_endpoints={name: server.endpoint for name, server in models.items()},
+            cache=cache,
+            watched_by=observability,
+            image=f"{registry}/gateway:{_images.KIT_IMAGE_TAG}",
+            after=[base, addons],
+            system_node_selector=system,
+            service_annotations=lb_annotations,
+            load_balancer_class=env.load_balancer.load_balancer_class,
+            load_balancer_source_ranges=tuple(str(n) for n in env.load_balancer.source_ranges),
+            hub=hub,
+            # An edge site's hub is the on-prem stack: it issues the key the sites burst with.
+            issue_burst_key=True,
+        )  # fmt: skip
 
     return {
         "tier": "onprem",
