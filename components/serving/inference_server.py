@@ -714,6 +714,11 @@ def build_job_pod(args: InferenceServerArgs, placement: Placement) -> dict[str, 
     }
     return {
         **_pod_common(args),
+        # The build runs on GPUs like the server, so it takes the server's RuntimeClass (``gpu_runtime_class``): on
+        # k3s, whose containerd keeps runc as its default runtime, a GPU pod without runtimeClassName: nvidia gets the
+        # device plugin's NVIDIA_VISIBLE_DEVICES but no NVIDIA hook, so no driver and no device, and quantize.py finds
+        # no CUDA device (NVIDIA/k8s-device-plugin#406, k3s-io/k3s#4070; the class: k3s manifests/runtimes.yaml).
+        **({"runtimeClassName": args.gpu_runtime_class} if args.gpu_runtime_class else {}),
         # Its own account: the only role that may write engines to the store (the servers' loader only reads).
         "serviceAccountName": args.build_service_account,
         "restartPolicy": "OnFailure",

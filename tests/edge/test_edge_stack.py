@@ -382,3 +382,23 @@ def test_with_a_tls_secret_the_site_gateway_serves_https_on_every_port(tmp_path:
     assert "tls_cert_file" not in gateway_config(bundled)["server"]
     assert "scheme" not in named(bundled, "Deployment", "gateway")["spec"]["template"]["spec"]["containers"][0][
         "readinessProbe"]["httpGet"]  # fmt: skip
+
+
+def test_every_pod_that_asks_for_a_gpu_runs_under_k3s_nvidia_runtime(tmp_path: Any) -> None:
+    # GIVEN a site serving Llama 3.1 8B with Triton on an RTX 6000 Ada: the server needs a TensorRT-LLM engine, which
+    # a Job quantizes and builds on the node's GPU before the server starts
+    def triton_site(env: dict[str, Any]) -> None:
+        env["nodes"][0]["gpu"] = "RTX6000Ada"
+        triton = {"name": "llama-8b", "model": "meta-llama/Llama-3.1-8B-Instruct", "engine": "triton"}
+        env["models"][0] = {**triton, "pool": "store-0042", "replicas": 1, "slo": {"itlP99Ms": 100}}
+        env["gateway"]["routes"][0]["small"] = "llama-8b"
+
+    plan = plan_with(tmp_path, "edge", triton_site)
+    pods = {m["metadata"]["name"]: m["spec"]["template"]["spec"] for m in by_kind(plan, "Deployment")}
+    pods |= {m["metadata"]["name"]: m["spec"]["template"]["spec"] for m in by_kind(plan, "Job")}
+    containers = {name: [*pod["containers"], *pod.get("initContainers", [])] for name, pod in pods.items()}
+    wanting = {name for name, cs in containers.items() if any("nvidia.com/gpu" in c["resources"]["limits"] for c in cs)}
+    # THEN both the server and the build Job take a GPU, and both run under k3s's nvidia RuntimeClass: with runc, k3s's
+    # default, the container gets no driver and no device, and the build fails before the server ever starts
+    assert wanting == {"llama-8b", "llama-8b-engine-build"}
+    assert {name: pods[name].get("runtimeClassName") for name in wanting} == dict.fromkeys(wanting, "nvidia")
