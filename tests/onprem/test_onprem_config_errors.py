@@ -13,6 +13,7 @@ import yaml
 
 from helpers import ROOT, config_errors, plan_cli, raw_environment, refused_by_plan
 from stacks.environment import load_environment
+from stacks.onprem import nccl_env
 
 SOURCE = "stacks/Pulumi.onprem.yaml"
 
@@ -208,8 +209,10 @@ def test_a_node_selector_value_that_is_no_label_value() -> None:
 
 def test_label_keys_and_values_kubernetes_accepts_are_accepted() -> None:
     env = copy.deepcopy(raw_environment("onprem"))
-    env["gpuPools"][0]["nodeSelector"] = {"example.com/a-b_c.D": "A.b-c_9", "plain": ""}
-    load_environment(env, SOURCE)
+    selector = {"example.com/a-b_c.D": "A.b-c_9", "plain": ""}
+    env["gpuPools"][0]["nodeSelector"] = selector
+    # WHEN loaded THEN it is taken as written: the pool's pods select exactly these labels
+    assert load_environment(env, SOURCE).gpu_pools[0].node_selector == selector
 
 
 def test_a_topology_label_that_is_no_label_key() -> None:
@@ -275,7 +278,10 @@ def test_an_hca_name_that_would_break_nccl_ib_hca_is_refused(tmp_path: Any, hca:
 def test_hca_names_with_a_port_and_other_drivers_are_accepted() -> None:
     env = copy.deepcopy(raw_environment("onprem"))
     env["fabric"].update(hcas=["mlx5_0:1", "mlx5_bond_0", "ibp12s0", "bnxt_re0"], deviceIds=["1021", "101b"])
-    load_environment(env, SOURCE)
+    loaded = load_environment(env, SOURCE)
+    # WHEN loaded THEN the names reach NCCL's exact-match filter as written, in order, and the device ids are kept
+    assert nccl_env(loaded)["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_bond_0,ibp12s0,bnxt_re0"
+    assert loaded.fabric.device_ids == ("1021", "101b")
 
 
 def test_a_host_device_secondary_network_is_refused_as_the_kit_renders_none() -> None:

@@ -335,7 +335,9 @@ def test_the_burst_tenant_may_not_be_a_local_tenant() -> None:
 def test_a_disabled_burst_tenant_may_share_a_name() -> None:
     env = copy.deepcopy(raw_environment("prod"))
     env["gateway"]["burstTenant"] = {"tenant": "team-a", "enabled": False}
-    load_environment(env, SOURCE)
+    # WHEN loaded THEN it is accepted, still named and still off (not dropped to let the name through)
+    burst = load_environment(env, SOURCE).gateway.burst_tenant
+    assert (burst.tenant, burst.enabled) == ("team-a", False)
 
 
 def test_a_route_alias_used_twice_is_refused() -> None:
