@@ -116,9 +116,10 @@ def test_the_405b_group_spans_two_servers_under_one_leaf_over_rdma(plan_of: Plan
 
 def test_single_node_models_take_no_rdma_and_no_extra_capability(plan_of: PlanOf) -> None:
     plan = plan_of("onprem")
-    for deployment in by_kind(plan, "Deployment"):
-        if deployment["metadata"]["name"] not in ("llama-8b", "llama-70b"):
-            continue
+    single = {d["metadata"]["name"]: d for d in by_kind(plan, "Deployment") if d["metadata"]["name"] != "gateway"}
+    # GIVEN the bundled stack's single-node models (405B is the LeaderWorkerSet): both are checked, not skipped
+    assert sorted(single) == ["llama-70b", "llama-8b"]
+    for deployment in single.values():
         (server,) = deployment["spec"]["template"]["spec"]["containers"]
         assert not any(k.startswith("rdma/") for k in server["resources"]["limits"])
         assert "add" not in server["securityContext"]["capabilities"]

@@ -59,11 +59,13 @@ def test_every_gpu_workload_has_a_scaled_object_or_a_deliberate_fixed_size(plan_
 
 
 def test_interactive_models_keep_warm_capacity(plan_of: PlanOf) -> None:
-    for m in manifests(plan_of("prod")):
-        if m["kind"] == "ScaledObject":
-            assert m["spec"]["minReplicaCount"] >= 1
-            behavior = m["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
-            assert behavior["scaleDown"]["stabilizationWindowSeconds"] >= 60
+    scalers = {m["metadata"]["name"]: m for m in manifests(plan_of("prod")) if m["kind"] == "ScaledObject"}
+    # GIVEN prod's two interactive (ultra-low-latency) models, each scaled by KEDA
+    assert sorted(scalers) == ["llama-70b", "llama-8b"]
+    for m in scalers.values():
+        assert m["spec"]["minReplicaCount"] >= 1
+        behavior = m["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+        assert behavior["scaleDown"]["stabilizationWindowSeconds"] >= 60
 
 
 def test_fixed_size_model_gets_no_scaled_object(plan_of: PlanOf, tmp_path: Path) -> None:

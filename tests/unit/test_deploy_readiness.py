@@ -250,9 +250,10 @@ def test_prod_runs_every_model_at_least_twice_behind_min_available(plan_of: Plan
 
 def test_prod_serves_on_all_the_capacity_it_reserves(plan_of: PlanOf) -> None:
     plan = plan_of("prod")
-    for pool in plan.environment.gpu_pools:
-        if not pool.capacity.reserved:
-            continue
+    reserved = [pool for pool in plan.environment.gpu_pools if pool.capacity.reserved]
+    # GIVEN prod's one reserved pool (its H200 capacity block): the check below runs on it, not on no pool at all
+    assert [pool.name for pool in reserved] == ["h200"]
+    for pool in reserved:
         gpus = 0
         for m in manifests(plan):
             if m["kind"] == "Deployment" and m["spec"]["template"]["spec"]["nodeSelector"].get(POOL_LABEL) == pool.name:
@@ -309,11 +310,15 @@ def test_triton_liveness_is_not_its_readiness(plan_of: PlanOf) -> None:
 
 @pytest.mark.parametrize("stack", cloud_stacks())
 def test_serving_pods_do_not_mount_the_api_token(plan_of: PlanOf, stack: str) -> None:
-    for m in manifests(plan_of(stack)):
-        if m["kind"] in ("Deployment", "Job") and m["metadata"]["namespace"] == "inferstack-serving":
-            assert m["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
-        if m["kind"] == "ServiceAccount" and m["metadata"]["namespace"] == "inferstack-serving":
-            assert m["automountServiceAccountToken"] is False
+    serving = [m for m in manifests(plan_of(stack)) if m["metadata"].get("namespace") == "inferstack-serving"]
+    pods = [m for m in serving if m["kind"] in ("Deployment", "Job")]
+    accounts = [m for m in serving if m["kind"] == "ServiceAccount"]
+    # GIVEN the stack's model servers and their service accounts (the model loader, the engine builder)
+    assert pods and sorted(a["metadata"]["name"] for a in accounts) == ["engine-builder", "model-loader"]
+    for m in pods:
+        assert m["spec"]["template"]["spec"]["automountServiceAccountToken"] is False, m["metadata"]["name"]
+    for m in accounts:
+        assert m["automountServiceAccountToken"] is False, m["metadata"]["name"]
 
 
 def test_karpenter_controller_policy_follows_upstream_scoping(plan_of: PlanOf) -> None:

@@ -457,6 +457,8 @@ def test_a_speculative_draft_is_copied_from_a_volume_store(tmp_path: Path) -> No
 
 def test_no_draft_no_fetch_draft(plan_of: PlanOf) -> None:
     # GIVEN the bundled prod stack (no speculation) THEN no pod carries a fetch-draft step
-    for m in manifests(plan_of("prod")):
-        if m["kind"] == "Deployment":
-            assert "fetch-draft" not in {c["name"] for c in m["spec"]["template"]["spec"].get("initContainers", [])}
+    deployments = {m["metadata"]["name"]: m for m in manifests(plan_of("prod")) if m["kind"] == "Deployment"}
+    assert sorted(deployments) == ["gateway", "llama-70b", "llama-8b"]
+    for name, m in deployments.items():
+        init = {c["name"] for c in m["spec"]["template"]["spec"].get("initContainers", [])}
+        assert "fetch-draft" not in init, name
