@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import kubernetes_validate
+import promql_parser
 import pytest
 
 from components.observability.dashboards import (
@@ -117,9 +118,10 @@ def test_gpu_dashboard_reads_dcgm(panel: str, metric: str, unit: str) -> None:
 
 @pytest.mark.parametrize("build", DASHBOARDS, ids=lambda f: f.__name__)
 def test_every_query_parses_as_promql(build: Callable[[], dict[str, Any]]) -> None:
-    promql_parser = pytest.importorskip("promql_parser")
     # GIVEN a dashboard, with Grafana's variables substituted as Grafana would
-    for expr in _exprs(build()):
+    exprs = _exprs(build())
+    assert exprs
+    for expr in exprs:
         concrete = expr.replace("$model", "m").replace("$namespace", "n").replace("$node", "h").replace("$site", "s")
         # WHEN / THEN Prometheus' grammar accepts the query
         promql_parser.parse(concrete)
@@ -127,7 +129,6 @@ def test_every_query_parses_as_promql(build: Callable[[], dict[str, Any]]) -> No
 
 @pytest.mark.parametrize("build", DASHBOARDS, ids=lambda f: f.__name__)
 def test_on_a_hub_each_sites_series_stay_apart_and_named(build: Callable[[], dict[str, Any]]) -> None:
-    promql_parser = pytest.importorskip("promql_parser")
     # GIVEN a dashboard on a hub whose Prometheus stores its edge sites' samples too, each labelled
     # inferstack_site=<site> (a site may serve a model, run a cache or a GPU of the same name as the hub's)
     dashboard = build()
@@ -171,7 +172,6 @@ def _metrics_read(query: str) -> set[str]:
 
 
 def test_dashboard_metrics_lists_exactly_what_the_dashboards_read() -> None:
-    pytest.importorskip("promql_parser")
     # GIVEN every panel and variable query of every dashboard
     read: set[str] = set()
     for build in DASHBOARDS:

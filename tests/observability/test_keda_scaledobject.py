@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import promql_parser
 import pytest
 
 from components.autoscaling.keda import ScalingBehavior, queue_query, scaled_object
@@ -106,7 +107,6 @@ def test_scale_to_zero_wakes_on_gateway_requests_for_the_model() -> None:
 
 
 def test_gateway_wake_trigger_never_asks_for_more_than_one_replica() -> None:
-    promql_parser = pytest.importorskip("promql_parser")
     # GIVEN a scale-to-zero model whose queue target is 2 waiting requests per replica
     # WHEN its ScaledObject is built
     trigger = _trigger(_build(scale_to_zero=True, threshold=2), "gateway-requests")
@@ -199,7 +199,6 @@ def test_validates_against_keda_crd(engine: Engine, scale_to_zero: bool, target_
 
 
 def test_queue_query_parses_as_promql() -> None:
-    promql_parser = pytest.importorskip("promql_parser")
     # GIVEN each engine's queue query
     # WHEN Prometheus' grammar parses it (promql-parser, a port of the Prometheus parser)
     # THEN it is well formed
@@ -220,10 +219,10 @@ def test_scale_to_zero_wakes_on_requests_for_route_aliases_that_reach_the_model(
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_on_a_hub_every_query_counts_its_own_series_only(engine: Engine) -> None:
-    pytest.importorskip("promql_parser")
     # GIVEN a hub whose Prometheus receives edge sites' samples, each labelled inferstack_site=<site> (a site may serve
     # a model, or route alias, of the same name)
     triggers = _build(engine=engine, scale_to_zero=True)["spec"]["triggers"]
+    assert [t["name"] for t in triggers] == ["queue-depth", "gateway-requests"]  # its queue, and its wake on requests
     # WHEN each of a model's triggers is parsed
     for trigger in triggers:
         # THEN every series it reads is the cluster's own (no site label): a site's queue or requests never scale it
