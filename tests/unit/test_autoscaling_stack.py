@@ -12,7 +12,6 @@ import pytest
 import yaml
 
 from components.catalog.charts import CHARTS
-from components.catalog.profiles import PROFILES
 from crdcheck import validate as validate_cr
 from helpers import bundled_stacks, config_errors, plan_with
 from inferstack_cli import render
@@ -30,6 +29,9 @@ def manifests(plan: Plan) -> list[dict[str, Any]]:
 
 
 def test_every_scaled_object_reads_its_engines_queue_metric_at_the_profiles_threshold(plan_of: PlanOf) -> None:
+    # GIVEN the bundled stacks' autoscaled models: all ultra-low-latency (1 waiting request per replica, the profile's
+    # KEDA target in facts.md), none with autoscaling.queueDepth
+    scaled: dict[tuple[str, str], str] = {}
     for stack in bundled_stacks():
         plan = plan_of(stack)
         scalers = {m["metadata"]["name"]: m for m in manifests(plan) if m["kind"] == "ScaledObject"}
@@ -37,9 +39,30 @@ def test_every_scaled_object_reads_its_engines_queue_metric_at_the_profiles_thre
             (trigger,) = scalers[model.name]["spec"]["triggers"]
             assert trigger["type"] == "prometheus"
             assert QUEUE_METRIC[model.engine] in trigger["metadata"]["query"]
-            expected = model.autoscaling.queue_depth or PROFILES[model.profile].keda_queue_depth_per_replica
-            assert float(trigger["metadata"]["threshold"]) == expected
             assert trigger["metadata"]["serverAddress"].startswith("http://kube-prometheus-stack-prometheus.monitoring")
+            scaled[stack, model.name] = trigger["metadata"]["threshold"]
+    assert scaled == {
+        ("dev", "llama-3b"): "1",
+        ("onprem", "llama-70b"): "1",
+        ("onprem", "llama-8b"): "1",
+        ("prod", "llama-70b"): "1",
+        ("prod", "llama-8b"): "1",
+    }
+
+
+def test_autoscaling_queue_depth_replaces_the_profiles_threshold(tmp_path: Path) -> None:
+    # GIVEN prod's 70B model with autoscaling.queueDepth 8 (its profile's target is 1)
+    def deeper(env: dict[str, Any]) -> None:
+        env["models"][1]["autoscaling"] = {**env["models"][1]["autoscaling"], "queueDepth": 8}
+
+    plan = plan_with(tmp_path, "prod", deeper)
+    thresholds = {
+        m["metadata"]["name"]: m["spec"]["triggers"][0]["metadata"]["threshold"]
+        for m in manifests(plan)
+        if m["kind"] == "ScaledObject"
+    }
+    # WHEN planned THEN its scaler waits for 8 requests per replica, and the 8B model keeps its profile's 1
+    assert thresholds == {"llama-70b": "8", "llama-8b": "1"}
 
 
 def test_every_gpu_workload_has_a_scaled_object_or_a_deliberate_fixed_size(plan_of: PlanOf) -> None:
