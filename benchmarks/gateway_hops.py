@@ -15,7 +15,13 @@ else. It prints the median time between consecutive probes over the requests aft
 The time from handing a chunk to uvicorn to its socket write returning is not shown: on a 2-core machine the write
 wakes the client, which often preempts the gateway on the same core, so that interval measures the client's work.
 
+With `--fine`, more probes split the first two hops: inside uvicorn (the request's head parsed: its start, URL and
+headers; `on_headers_complete`, which builds the ASGI scope and cycle and creates the request's task; the body; the
+task's first step) and inside the gateway's handler (authentication, the body read, JSON parsing, validation). Each
+probe is one more wrapped call on a cold path, so the fine run's totals are a few µs per probe above the plain run's.
+
     python benchmarks/gateway_hops.py                 # 400 requests, about 30 s
+    python benchmarks/gateway_hops.py --fine          # the same, with the first two hops split
 """
 
 from __future__ import annotations
@@ -49,12 +55,31 @@ HOPS = (
     "content to uvicorn",
 )
 
+UVICORN_HOPS = (
+    "message begun",
+    "url read",
+    "headers read",
+    "headers parsed",
+    "message complete",
+    "data handled",
+    "task started",
+)
+"""--fine: between "request read" and "app called"."""
+HANDLER_HOPS = ("complete called", "authenticated", "body read", "json parsed")
+"""--fine: between "app called" and "validated"."""
 
-def install_probes(stamps: dict[str, float], done: Callable[[], None]) -> None:
+
+def hops(fine: bool) -> tuple[str, ...]:
+    if not fine:
+        return HOPS
+    return (HOPS[0], *UVICORN_HOPS, HOPS[1], *HANDLER_HOPS, *HOPS[2:])
+
+
+def install_probes(stamps: dict[str, float], done: Callable[[], None], fine: bool = False) -> None:
     """Wrap the functions at each hop; `stamps` is the request in flight (c=1), `done` runs after its last hop."""
     from uvicorn.protocols.http import httptools_impl
 
-    from inferstack_gateway import app, http_client
+    from inferstack_gateway import app, auth, http_client
 
     def wrap_sync(owner: Any, name: str, before: Callable[..., None] | None, after: str | None) -> None:
         original = getattr(owner, name)
@@ -100,7 +125,21 @@ def install_probes(stamps: dict[str, float], done: Callable[[], None]) -> None:
         if b"tok0" in data and "upstream content read" not in stamps:
             stamps["upstream content read"] = time.perf_counter()
 
-    wrap_sync(httptools_impl.HttpToolsProtocol, "data_received", request_read, None)
+    def stamp(hop: str) -> Callable[..., None]:
+        return lambda *args: stamps.__setitem__(hop, time.perf_counter())
+
+    wrap_sync(httptools_impl.HttpToolsProtocol, "data_received", request_read, "data handled" if fine else None)
+    if fine:
+        protocol, cycle = httptools_impl.HttpToolsProtocol, httptools_impl.RequestResponseCycle
+        wrap_sync(protocol, "on_message_begin", None, "message begun")
+        wrap_sync(protocol, "on_url", None, "url read")
+        wrap_sync(protocol, "on_headers_complete", stamp("headers read"), "headers parsed")
+        wrap_sync(protocol, "on_message_complete", None, "message complete")
+        wrap_async(cycle, "run_asgi", "task started", None, lambda self, app: self.scope.get("method") == "POST")
+        wrap_sync(app, "parse_json_body", None, "json parsed")
+        wrap_sync(auth.KeyTable, "authenticate", None, "authenticated")
+        wrap_async(app.Gateway, "_read_body", None, "body read", lambda *a: True)
+        wrap_async(app.Gateway, "_complete", "complete called", None, lambda *a: True)
     wrap_sync(http_client._Connection, "send", upstream_write, None)
     wrap_sync(http_client._Connection, "data_received", upstream_read, None)
     wrap_sync(app, "parse_chat", None, "validated")
@@ -149,6 +188,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--fine", action="store_true", help="split the first two hops (uvicorn, the handler)")
     args = parser.parse_args()
 
     import uvicorn
@@ -162,11 +202,13 @@ def main() -> int:
     rows: list[dict[str, float]] = []
     stamps: dict[str, float] = {}
 
+    sequence = hops(args.fine)
+
     def done() -> None:
-        if all(hop in stamps for hop in HOPS):
+        if all(hop in stamps for hop in sequence):
             rows.append(dict(stamps))
 
-    install_probes(stamps, done)
+    install_probes(stamps, done, args.fine)
     upstream_port, port = bench.free_port(), bench.free_port()
     upstream = subprocess.Popen(
         [sys.executable, bench.__file__, "--serve-upstream", str(upstream_port)],
@@ -216,7 +258,7 @@ def main() -> int:
         return 1
     print(f"{len(measured)} requests after {args.warmup} of warm-up; median µs between consecutive hops\n")
     print("| from | to | median µs |\n|---|---|---|")
-    for before, after in itertools.pairwise(HOPS):
+    for before, after in itertools.pairwise(sequence):
         if after == "upstream content read":
             waited = statistics.median((r[after] - r[before]) * 1e6 for r in measured)
             print(f"| {before} | {after} | (the upstream: {waited:,.0f}) |")
