@@ -945,9 +945,14 @@ class InferenceServer(pulumi.ComponentResource):
                 ),
             )
 
+        # A LeaderWorkerSet's controller creates a headless Service named after it, the subdomain of every pod of its
+        # groups: LWS_LEADER_ADDRESS is <name>-0.<name>.<namespace> (kubernetes-sigs/lws reconcileHeadlessServices,
+        # subdomainPolicy Shared). It leaves an existing Service of that name alone, so the group's clients go through
+        # their own, as upstream's vLLM example does (vllm-leader beside the vllm LeaderWorkerSet).
+        service_name = f"{spec.name}-leader" if multi_node else spec.name
         service = k8s.core.v1.Service(
             name,
-            metadata=meta,
+            metadata={**meta, "name": service_name},
             spec={
                 "selector": {
                     **selector["matchLabels"],
@@ -976,7 +981,7 @@ class InferenceServer(pulumi.ComponentResource):
         self.autoscaled = scaler is not None
 
         port = ports(spec)[0]["containerPort"]
-        self.service_name = service.id.apply(lambda _: spec.name)
+        self.service_name = service.id.apply(lambda _: service_name)
         self.endpoint = pulumi.Output.concat("http://", self.service_name, ".", args.namespace, ".svc:", str(port))
         self._workload = workload
         self.register_outputs({"service_name": self.service_name, "endpoint": self.endpoint})

@@ -169,3 +169,35 @@ def test_a_model_cache_smaller_than_a_checkpoint_is_refused() -> None:
     lines = config_errors(lambda env: env["localStorage"].update(modelCacheGib=10), stack="onprem")
     # one per vLLM model (8B: 16 GiB, 405B); the Triton 70B copies only its tokenizer and engine
     assert [("'llama-8b'" in line, "'llama-405b'" in line) for line in lines] == [(True, False), (False, True)]
+
+
+def _manifests(plan: Plan) -> list[dict[str, Any]]:
+    return [yaml.safe_load(t) for p, t in render.renders(plan.resources).items() if p.startswith("manifests/")]
+
+
+def test_the_groups_leader_address_is_left_to_the_headless_service_the_lws_controller_creates(plan_of: PlanOf) -> None:
+    # With the default subdomainPolicy (Shared) the LWS controller creates a headless Service named after the
+    # LeaderWorkerSet and gives every pod that subdomain; LWS_LEADER_ADDRESS is <lws>-0.<lws>.<namespace>
+    # (kubernetes-sigs/lws pkg/controllers/leaderworkerset_controller.go reconcileHeadlessServices, and
+    # pkg/utils/controller CreateHeadlessServiceIfNotExists, which leaves an existing Service of that name alone).
+    # A Service of the kit's under that name either fails `pulumi up` (already exists) or, created first, takes the
+    # name without being headless: the leader's DNS record never exists and the workers' `ray start` retries forever.
+    plan = plan_of("onprem")
+    manifests = _manifests(plan)
+    lws = _group(plan)
+    namespace, name = lws["metadata"]["namespace"], lws["metadata"]["name"]
+    assert lws["spec"].get("networkConfig") is None  # Shared: the Service is named after the LeaderWorkerSet
+    services = {m["metadata"]["name"]: m for m in manifests if m["kind"] == "Service"}
+    in_namespace = {n for n, m in services.items() if m["metadata"]["namespace"] == namespace}
+    assert name not in in_namespace, f"the kit's Service {namespace}/{name} takes the LWS controller's headless one"
+    # The gateway still reaches the group's leader, under the Service the stack exports.
+    endpoint = plan.outputs["model_endpoints"][name]
+    host = endpoint.removeprefix("http://").split(":")[0]
+    service = services[host.split(".")[0]]
+    assert host == f"{service['metadata']['name']}.{namespace}.svc"
+    assert service["spec"]["selector"] == {
+        "inferstack.io/model": name,
+        "leaderworkerset.sigs.k8s.io/worker-index": "0",
+    }
+    (leader,) = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"]
+    assert endpoint.endswith(f":{leader['ports'][0]['containerPort']}")
