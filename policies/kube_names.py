@@ -224,6 +224,22 @@ def objects_unique(stack: Stack) -> Iterator[Finding]:
     for res in stack.resources:
         if (identity := _identity(res)) is not None:
             owners[identity].append(res)
+    for lws in stack.resources:
+        # A LeaderWorkerSet's controller creates a headless Service named after it for its pods' DNS (subdomainPolicy
+        # Shared, the default; kubernetes-sigs/lws reconcileHeadlessServices) and leaves one that exists alone.
+        identity = _identity(lws) if lws.kind == "LeaderWorkerSet" else None
+        network = (lws.inputs.get("spec") or {}).get("networkConfig") or {}
+        if identity is None or network.get("subdomainPolicy", "Shared") != "Shared":
+            continue
+        provider, _, _, namespace, name = identity
+        if taken := owners.get((provider, "core", "Service", namespace, name)):
+            yield (
+                f"Service {namespace}/{name} ({', '.join(sorted(r.name for r in taken))}) has the name of "
+                f"LeaderWorkerSet {lws.name}, whose controller creates a headless Service of that name for its pods' "
+                "DNS (LWS_LEADER_ADDRESS): `pulumi up` fails on it, or the Service takes the name and the leader's "
+                f"address never resolves; name the Service otherwise (e.g. {name}-leader)",
+                taken[0],
+            )
     for (_, _, kind, namespace, name), resources in owners.items():
         if len(resources) < 2:
             continue

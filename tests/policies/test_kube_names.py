@@ -215,3 +215,25 @@ def test_one_name_under_two_providers_is_two_objects() -> None:
     # offline, a plan-JSON resource carries its provider's URN too
     second["provider"] = dc2.urn
     assert messages([first, second], UNIQUE) == []
+
+
+def _lws(name: str, ns: str = "serving", network: dict[str, Any] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"replicas": 1, "leaderWorkerTemplate": {"size": 2}}
+    if network is not None:
+        spec["networkConfig"] = network
+    lws = k8s("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", name, spec, ns=ns)
+    lws["urn"] += "-lws"
+    return lws
+
+
+def test_a_service_named_after_a_leaderworkerset_takes_its_controllers_headless_service() -> None:
+    # kubernetes-sigs/lws reconcileHeadlessServices: with subdomainPolicy Shared (the default) the controller creates
+    # Service <lws> (clusterIP None) in the LeaderWorkerSet's namespace, the subdomain LWS_LEADER_ADDRESS resolves in.
+    (message,) = messages([_lws("llama-405b"), service("llama-405b", ns="serving")], UNIQUE)
+    assert message.startswith("Service serving/llama-405b (llama-405b) has the name of LeaderWorkerSet llama-405b")
+    assert "name the Service otherwise (e.g. llama-405b-leader)" in message
+    assert messages([_lws("llama-405b"), service("llama-405b-leader", ns="serving")], UNIQUE) == []
+    assert messages([_lws("llama-405b"), service("llama-405b", ns="other")], UNIQUE) == []
+    # UniquePerReplica: the controller names its Services after the groups' leaders instead.
+    unique = _lws("llama-405b", network={"subdomainPolicy": "UniquePerReplica"})
+    assert messages([unique, service("llama-405b", ns="serving")], UNIQUE) == []
