@@ -157,7 +157,10 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
     for model in env.models:
         models[model.name] = shared.inference_server(
             env, model, base, provider,
-            after=[base, pools[model.pool], addons],
+            # The loader's and the build Job's Pod Identity associations first: the EKS Pod Identity webhook gives a
+            # pod its credentials when it admits it (aws/amazon-eks-pod-identity-webhook, handler.go addEnvToContainer),
+            # so a pod created before its association never gets them and its S3 download fails on every restart.
+            after=[base, pools[model.pool], addons, loader, builder],
             model_source=model.source or pulumi.Output.concat("s3://", store.bucket_name, "/", model.model, "/hf"),
             engine_store=pulumi.Output.concat("s3://", store.bucket_name),
             loader_image=loader_image,
