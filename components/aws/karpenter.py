@@ -289,7 +289,16 @@ class Karpenter(pulumi.ComponentResource):
                                 "Principal": {"Service": ["events.amazonaws.com", "sqs.amazonaws.com"]},
                                 "Action": "sqs:SendMessage",
                                 "Resource": arn,
-                            }
+                            },
+                            # Upstream's queue policy (v1.14.1 CloudFormation, Sid DenyHTTP): no SQS call without TLS.
+                            {
+                                "Sid": "DenyHTTP",
+                                "Effect": "Deny",
+                                "Principal": "*",
+                                "Action": "sqs:*",
+                                "Resource": arn,
+                                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                            },
                         ],
                     }
                 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,6 +10,7 @@ import pulumi
 import pytest
 
 from components.aws.iam import PodIdentityRole
+from helpers import only
 from inferstack_cli.plan import run_plan
 from stacks import shared
 
@@ -37,3 +39,17 @@ def test_model_servers_wait_for_the_pod_identity_associations_their_pods_use(
     for model, after in waits.items():
         roles = sorted(r._name for r in after if isinstance(r, PodIdentityRole))
         assert roles == ["engine-builder", "model-loader"], f"{model} waits for {roles}"
+
+
+def test_the_interruption_queue_refuses_plain_http(plan_of: Any) -> None:
+    # GIVEN the prod stack's Karpenter interruption queue policy
+    policy = json.loads(only(plan_of("prod").resources, "aws:sqs/queuePolicy:QueuePolicy").inputs["policy"])
+
+    # THEN, as upstream's v1.14.1 CloudFormation (KarpenterInterruptionQueuePolicy, Sid DenyHTTP), every SQS action over
+    # a connection without TLS is denied, beside EventBridge's SendMessage
+    (deny,) = [s for s in policy["Statement"] if s["Effect"] == "Deny"]
+    assert deny["Action"] == "sqs:*"
+    assert deny["Principal"] == "*"
+    assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    (allow,) = [s for s in policy["Statement"] if s["Effect"] == "Allow"]
+    assert deny["Resource"] == allow["Resource"]
