@@ -258,11 +258,11 @@ async def start_app(app: Any) -> tuple[Any, str]:
 
 @dataclass
 class StandIn:
-    """An OpenAI-compatible server. Modes: ok, error500, error400, hang (no headers), truncate (no [DONE]),
-    stall (headers, then nothing), reset (a TCP reset after two tokens), and answers that are not completions:
-    redirect (302), no-content (204), html (a 200 HTML page, as a misconfigured proxy in front would send). With
-    `echo`, the answer's first word is the last message's content (or the prompt), so that a test can tell whose
-    answer a stream carries."""
+    """An OpenAI-compatible server. Modes: ok, error500, error400, error429 (a hub over its key's limits), hang (no
+    headers), truncate (no [DONE]), stall (headers, then nothing), reset (a TCP reset after two tokens), and answers
+    that are not completions: redirect (302), no-content (204), html (a 200 HTML page, as a misconfigured proxy in
+    front would send). With `echo`, the answer's first word is the last message's content (or the prompt), so that a
+    test can tell whose answer a stream carries."""
 
     name: str
     url: str = ""
@@ -309,6 +309,13 @@ async def stand_in_handler(stand_in: StandIn, request: Any) -> Any:
             return web.Response(status=204)
         if stand_in.mode == "html":
             return web.Response(body=b"<html><body>Welcome to nginx!</body></html>", content_type="text/html")
+        if stand_in.mode == "error429":
+            # What a hub gateway answers past the limits of the burst key a site sends (its _rate_limited).
+            return web.json_response(
+                {"error": {"message": "Rate limit reached: 600 requests per minute for this API key.",
+                           "type": "rate_limit_error", "code": "rate_limit_exceeded"}},
+                status=429, headers={"retry-after": "30"},
+            )  # fmt: skip
         if stand_in.mode == "error400":
             return web.json_response(
                 {"object": "error", "message": "max_tokens is too large", "type": "BadRequestError"}, status=400

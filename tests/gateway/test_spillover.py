@@ -254,6 +254,28 @@ def test_a_hub_that_never_answers_costs_one_ttft_budget_then_fails_at_once(
     assert ask(gw, "local still answers").startswith("local#")
 
 
+def test_a_hub_over_the_burst_keys_limit_leaves_spilled_requests_to_the_local_model(
+    gateway: Any, upstreams: Any, tmp_path: Path
+) -> None:
+    # GIVEN a tier spilling above 2 in flight to a hub that answers 429: the limits of the one burst key every site
+    # shares (gateway.burstTenant), which no client of this site holds (breaker out of the way: every spill tries it)
+    local, hub = upstreams("local", ttft_s=0.2), upstreams("hub", mode="error429")
+    config = hybrid(local, hub.base, tmp_path / "hub-key", spill_above_inflight=2, return_below_inflight=1)
+    config["upstreams"]["hub"]["circuit_breaker"] = {"failures_to_open": 1000}
+    gw = gateway(None, **config)
+    # WHEN 6 clients keep the local model past the threshold
+    answers = burst(gw, concurrency=6, rounds=2)
+    # THEN the tier did spill to the hub, and every request the hub refused was answered by the local model
+    assert len(hub.requests) > 0, "nothing spilled: the test proves nothing"
+    assert [a for a in answers if not isinstance(a, str)] == []
+    assert all(a.startswith("local#") for a in answers) and len(answers) == 12  # type: ignore[union-attr]
+    assert gw.metric("inferstack_gateway_upstream_errors_total", upstream="hub", reason="http_429") == len(hub.requests)
+    # AND a request only the hub serves (tier large: the hub alone) gets the hub's 429 as it was: no one else to try
+    with pytest.raises(openai.RateLimitError) as caught:
+        ask(gw, "please prove it")
+    assert caught.value.body["code"] == "rate_limit_exceeded"  # type: ignore[index]
+
+
 def test_a_key_limited_to_some_models_sees_and_uses_only_those(gateway: Any, upstreams: Any, tmp_path: Path) -> None:
     # GIVEN tenant B's key limited to the `private` alias
     local, hub = upstreams("local"), upstreams("hub")

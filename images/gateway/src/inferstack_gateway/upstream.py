@@ -111,13 +111,16 @@ TTFT_EWMA_WEIGHT = 0.2
 """Weight of the newest sample: the average follows a change of the local server's latency within about 10 requests."""
 
 
-def _not_an_answer(response: Response, stream: bool) -> str | None:
+def _not_an_answer(response: Response, stream: bool, *, refused_quota: bool = False) -> str | None:
     """Why a response is a failure to fail over from, or None: a 5xx; a success other than 200 or a redirect (not
-    followed), neither of which carries a completion; a non-streamed 200 that is not JSON (a proxy's HTML page).
-    A 4xx is the upstream refusing the request itself: it is passed on, not failed over."""
+    followed), neither of which carries a completion; a non-streamed 200 that is not JSON (a proxy's HTML page);
+    with ``refused_quota``, a 429. A 4xx is otherwise the upstream refusing the request itself: it is passed on, not
+    failed over."""
     status = response.status
     if status >= 500 or (status < 400 and status != 200):
         return f"HTTP {status}"
+    if status == 429 and refused_quota:
+        return "HTTP 429 (over the limits of this stack's key there)"
     if status == 200 and not stream:
         content_type = response.headers.get(b"content-type", b"")
         if b"json" not in content_type.lower():
@@ -181,7 +184,8 @@ async def open_upstream(
     failures: list[str] = []
     timed_out = False
     saturated = 0
-    for upstream in upstreams:
+    last = len(upstreams) - 1
+    for i, upstream in enumerate(upstreams):
         if upstream.max_inflight is not None and upstream.inflight >= upstream.max_inflight:
             failures.append(f"{upstream.name}: saturated ({upstream.inflight} in flight)")
             saturated += 1
@@ -207,7 +211,10 @@ async def open_upstream(
                 b"POST", upstream.targets[path], headers, payload(upstream), deadline=started + limit
             )
             latency = loop.time() - started
-            unexpected = _not_an_answer(response, stream)
+            # A remote upstream is the hub's gateway: its 429 is its limit on the burst key this whole stack shares
+            # (gateway.burstTenant), not on the client, who never sees that key. Another upstream of the tier (the
+            # local one, behind the hub while the tier spills) takes the request; only the last one's 429 is passed on.
+            unexpected = _not_an_answer(response, stream, refused_quota=upstream.kind == "remote" and i < last)
             if unexpected is not None:
                 upstream.latency.observe(latency)
                 body = await response.read()
