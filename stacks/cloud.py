@@ -143,7 +143,7 @@ def compose(env: CloudEnvironment, stack: str) -> dict[str, Any]:
     else:
         cache = shared.in_cluster_cache(env, base, provider)
 
-    observability = shared.observability(env, base, provider, cache)
+    observability = shared.observability(env, base, provider, cache, stack=stack)
     addons = ClusterAddons(
         "addons",
         ClusterAddonsArgs(provider=provider, gpu_stack="device-plugin", efa=any(p.efa_enabled for p in env.gpu_pools)),

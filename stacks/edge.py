@@ -50,6 +50,7 @@ def compose(env: EdgeEnvironment, stack: str) -> dict[str, Any]:
     cache = shared.in_cluster_cache(env, base, provider, system_node_selector=anywhere, storage_class=K3S_STORAGE_CLASS)
     observability = shared.observability(
         env, base, provider, cache,
+        stack=stack,
         system_node_selector=anywhere,
         storage_class=K3S_STORAGE_CLASS,
         prometheus_resources=SMALL_SITE_PROMETHEUS_RESOURCES,

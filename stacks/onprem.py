@@ -91,8 +91,11 @@ def compose(env: OnpremEnvironment, stack: str) -> dict[str, Any]:
         env, base, provider, system_node_selector=system, storage_class=env.persistent_storage_class
     )
     observability = shared.observability(
-        env, base, provider, cache, system_node_selector=system, storage_class=env.persistent_storage_class
-    )
+        env, base, provider, cache,
+        stack=stack,
+        system_node_selector=system,
+        storage_class=env.persistent_storage_class,
+    )  # fmt: skip
     addons = ClusterAddons(
         "addons",
         ClusterAddonsArgs(

@@ -17,6 +17,7 @@ import pulumi_kubernetes as k8s
 from components.cache.redis_cache import CacheEndpoint, RedisCache, RedisCacheArgs
 from components.gateway.gateway import Gateway, GatewayArgs
 from components.observability.alerts import model_slos
+from components.observability.dashboards import SITE_LABEL
 from components.observability.observability import Observability, ObservabilityArgs
 from components.serving.inference_server import InferenceServer, InferenceServerArgs
 from components.serving.serving_base import ServingBase
@@ -42,9 +43,21 @@ def in_cluster_cache(env: BaseEnvironment, base: ServingBase, provider: k8s.Prov
 
 
 def observability(
-    env: BaseEnvironment, base: ServingBase, provider: k8s.Provider, cache: CacheEndpoint, **tier: Any
+    env: BaseEnvironment,
+    base: ServingBase,
+    provider: k8s.Provider,
+    cache: CacheEndpoint,
+    *,
+    stack: str,
+    **tier: Any,
 ) -> Observability:
-    """Prometheus, Grafana, the exporters and the alerts, watching the stack's models, gateway and cache."""
+    """Prometheus, Grafana, the exporters and the alerts, watching the stack's models, gateway and cache.
+
+    A stack that forwards its samples (``observability.remoteWrite``) labels them ``inferstack_site: <stack>``, as an
+    edge site does (it passes its ``external_labels`` itself): the receiving hub's rules and KEDA triggers read only
+    series without that label (``OWN_SERIES``), so an unlabelled forward would pass for the hub's own there."""
+    if env.observability.remote_write is not None:
+        tier.setdefault("external_labels", {SITE_LABEL: stack})
     return Observability(
         "observability",
         ObservabilityArgs(

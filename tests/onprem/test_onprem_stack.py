@@ -277,6 +277,23 @@ def test_the_edge_sites_hub_receives_their_forwarded_metrics(plan_of: PlanOf) ->
     assert "enableRemoteWriteReceiver" not in prod
 
 
+@pytest.mark.parametrize("stack", ["onprem", "prod"])
+def test_a_hub_stack_that_forwards_its_metrics_labels_them_with_its_site(tmp_path: Any, stack: str) -> None:
+    # GIVEN an on-prem or cloud stack that forwards its samples to another hub's receiver (observability.remoteWrite)
+    def forwards(env: dict[str, Any]) -> None:
+        env.setdefault("observability", {})["remoteWrite"] = {"url": "https://prometheus.hq.example.com/api/v1/write"}
+
+    prometheus = release_values(plan_with(tmp_path, stack, forwards), "kube-prometheus-stack")["prometheus"]
+    # THEN every sample leaves labelled with its stack, as an edge site's do: the receiving hub's alerts and KEDA
+    # triggers read only series without inferstack_site, so unlabelled ones would pass for the receiver's own (this
+    # stack's queue depth scaling the hub's same-named model in the same namespace)
+    assert prometheus["prometheusSpec"]["remoteWrite"][0]["url"] == "https://prometheus.hq.example.com/api/v1/write"
+    assert prometheus["prometheusSpec"]["externalLabels"] == {"inferstack_site": f"{stack}x"}
+    # AND a stack that forwards nothing renders no external label (the bundled one, unchanged)
+    bundled = release_values(plan_with(tmp_path, stack, lambda env: None), "kube-prometheus-stack")["prometheus"]
+    assert "externalLabels" not in bundled["prometheusSpec"]
+
+
 def _one(items: Any) -> Any:
     found = list(items)
     assert len(found) == 1, found
