@@ -20,7 +20,7 @@ def hub_upstream(hub: HubSpec | None, quick_start: str) -> HubUpstream | None:
         return None
     if hub.stack is not None:
         # Another stack of this project: Output values; the key stays secret end to end.
-        ref = HubReference("hub", HubReferenceArgs(stack=hub.stack))
+        ref = HubReference("hub", HubReferenceArgs(stack=hub.stack, ca_config_map=hub.ca_config_map))
         url: Any = ref.gateway_url
         key: Any = ref.api_key
     else:

@@ -24,6 +24,9 @@ key it issued to them, as a secret output."""
 class HubReferenceArgs(Args):
     stack: str
     """``<organization>/<project>/<stack>`` of the hub."""
+    ca_config_map: str | None = None
+    """The sending stack's ``hub.caConfigMap``: the CA it verifies the hub's HTTPS certificate with, so the hub's
+    ``gateway_url`` must be ``https://``."""
 
 
 class HubReference(pulumi.ComponentResource):
@@ -36,7 +39,7 @@ class HubReference(pulumi.ComponentResource):
         ref = pulumi.StackReference(name, stack_name=args.stack, opts=pulumi.ResourceOptions(parent=self))
         self.gateway_url = _exported(
             ref, args.stack, GATEWAY_URL_OUTPUT, "its gateway is off", "gateway.enabled: true"
-        ).apply(lambda url: _reachable(url, args.stack))
+        ).apply(lambda url: _reachable(url, args.stack, args.ca_config_map))
         self.api_key = pulumi.Output.secret(
             _exported(ref, args.stack, BURST_KEY_OUTPUT, "its burst tenant is off", "gateway.burstTenant.enabled: true")
         )
@@ -50,10 +53,19 @@ def in_cluster(url: str) -> bool:
     return host.endswith(".svc") or host.endswith(".svc.cluster.local")
 
 
-def _reachable(url: str, stack: str) -> str:
+def _reachable(url: str, stack: str, ca_config_map: str | None = None) -> str:
     """``url``, unless it is the hub's in-cluster one (its gateway has no load balancer and no ``hubUrl``): a
     ``*.svc`` name resolves in the sending stack's own cluster, where the kit's gateway has the same Service name and
-    namespace, so the overflow would go back to this stack's own gateway."""
+    namespace, so the overflow would go back to this stack's own gateway. Nor a plain ``http://`` one when the sending
+    stack names a CA for the hub's certificate (``hub.caConfigMap``): the gateway takes a CA for an https upstream
+    only, and its config, rendered from this URL, would fail inside the update with a traceback."""
+    if ca_config_map is not None and not url.startswith("https://"):
+        raise pulumi.RunError(
+            f"inferstack:environment.hub.caConfigMap: got {ca_config_map!r} for hub stack {stack!r}, which exports "
+            f"the plain-HTTP URL {url} (its gateway serves no TLS); allowed: a CA only for a hub reached over "
+            "https://; fix: remove hub.caConfigMap, or serve TLS in the hub stack (gateway.tlsSecret on-prem, "
+            "gateway.tlsCertificateArn on the cloud) and `pulumi up` it"
+        )
     if in_cluster(url):
         raise pulumi.RunError(
             f"inferstack:environment.hub.stack: got {stack!r}, which exports its in-cluster URL {url} (its gateway "

@@ -217,6 +217,27 @@ def test_a_hub_stack_that_exports_its_in_cluster_url_fails_with_one_clear_line(
     assert "gateway.loadBalancer: internal" in line and "gateway.hubUrl" in line
 
 
+def test_a_ca_for_a_hub_that_exports_a_plain_http_url_fails_with_one_clear_line(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the edge site naming a CA for its hub's certificate (hub.caConfigMap), and its hub, the on-prem stack,
+    # exporting its LAN load balancer's plain-HTTP URL (its gateway has no tlsSecret, as the bundled one)
+    from helpers import plan_with
+    from inferstack_cli import mocks
+
+    exported, secret = mocks.stack_reference_outputs("organization/inferstack/onprem")
+    url = "http://10.20.0.40/v1"
+    monkeypatch.setattr(mocks, "stack_reference_outputs", lambda stack: ({**exported, "gateway_url": url}, secret))
+    # WHEN the site's update runs
+    with pytest.raises(pulumi.RunError) as caught:
+        plan_with(tmp_path, "edge", lambda env: env["hub"].update(caConfigMap="hub-ca"))
+    # THEN it stops with one line naming the key, the hub, its URL and the fix (a RunError: no traceback), where the
+    # gateway's own config check failed inside the apply that renders its ConfigMap
+    (line,) = str(caught.value).splitlines()
+    assert line.startswith("inferstack:environment.hub.caConfigMap: got 'hub-ca'") and url in line
+    assert "'organization/inferstack/onprem'" in line and "remove hub.caConfigMap" in line and "tlsSecret" in line
+
+
 def test_the_onprem_stack_is_a_hub_too(plan_of: PlanOf) -> None:
     # GIVEN an edge site's hub is the onprem stack WHEN onprem is planned THEN it exports its burst key as a secret
     assert plan_of("onprem").outputs["burst_api_key"] == "[secret]"
