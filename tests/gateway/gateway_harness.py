@@ -258,11 +258,11 @@ async def start_app(app: Any) -> tuple[Any, str]:
 
 @dataclass
 class StandIn:
-    """An OpenAI-compatible server. Modes: ok, error500, error400, error429 (a hub over its key's limits), hang (no
-    headers), truncate (no [DONE]), stall (headers, then nothing), reset (a TCP reset after two tokens), and answers
-    that are not completions: redirect (302), no-content (204), html (a 200 HTML page, as a misconfigured proxy in
-    front would send). With `echo`, the answer's first word is the last message's content (or the prompt), so that a
-    test can tell whose answer a stream carries."""
+    """An OpenAI-compatible server. Modes: ok, error500, error400, error429 (a hub over its key's limits), error404
+    (a hub serving no such model), hang (no headers), truncate (no [DONE]), stall (headers, then nothing), reset (a
+    TCP reset after two tokens), and answers that are not completions: redirect (302), no-content (204), html (a 200
+    HTML page, as a misconfigured proxy in front would send). With `echo`, the answer's first word is the last
+    message's content (or the prompt), so that a test can tell whose answer a stream carries."""
 
     name: str
     url: str = ""
@@ -315,6 +315,13 @@ async def stand_in_handler(stand_in: StandIn, request: Any) -> Any:
                 {"error": {"message": "Rate limit reached: 600 requests per minute for this API key.",
                            "type": "rate_limit_error", "code": "rate_limit_exceeded"}},
                 status=429, headers={"retry-after": "30"},
+            )  # fmt: skip
+        if stand_in.mode == "error404":
+            # What a hub gateway answers for a model alias it does not serve (normalize.py's model_not_found).
+            return web.json_response(
+                {"error": {"message": f"The model `{body['model']}` does not exist.",
+                           "type": "invalid_request_error", "code": "model_not_found"}},
+                status=404,
             )  # fmt: skip
         if stand_in.mode == "error400":
             return web.json_response(

@@ -276,6 +276,29 @@ def test_a_hub_over_the_burst_keys_limit_leaves_spilled_requests_to_the_local_mo
     assert caught.value.body["code"] == "rate_limit_exceeded"  # type: ignore[index]
 
 
+def test_a_hub_that_serves_no_such_model_leaves_spilled_requests_to_the_local_model(
+    gateway: Any, upstreams: Any, tmp_path: Path
+) -> None:
+    # GIVEN a tier spilling above 2 in flight to a hub that does not serve the model it is asked for (the bundled
+    # onprem's llama-405b at prod, which serves only llama-8b, llama-70b and chat: no hub.model, so the local name)
+    local, hub = upstreams("local", ttft_s=0.2), upstreams("hub", mode="error404")
+    gw = gateway(None, **hybrid(local, hub.base, tmp_path / "hub-key", spill_above_inflight=2, return_below_inflight=1))
+    # WHEN 6 clients keep the local model past the threshold
+    answers = burst(gw, concurrency=6, rounds=2)
+    # THEN the tier did spill to the hub, more often than it takes to open a breaker (5)...
+    assert len(hub.requests) > 5, "too little spilled: the test proves nothing"
+    # ...and every request the hub could not serve was answered by the local model
+    assert [a for a in answers if not isinstance(a, str)] == []
+    assert all(a.startswith("local#") for a in answers) and len(answers) == 12  # type: ignore[union-attr]
+    assert gw.metric("inferstack_gateway_upstream_errors_total", upstream="hub", reason="http_404") == len(hub.requests)
+    # AND the hub's circuit stays closed: it is up, and other tiers (other models) still spill and fail over to it
+    assert gw.metric("inferstack_gateway_circuit_open", upstream="hub") == 0
+    # AND a request only the hub serves gets the hub's 404 as it was
+    with pytest.raises(openai.NotFoundError) as caught:
+        ask(gw, "please prove it")
+    assert caught.value.body["code"] == "model_not_found"  # type: ignore[index]
+
+
 def test_a_key_limited_to_some_models_sees_and_uses_only_those(gateway: Any, upstreams: Any, tmp_path: Path) -> None:
     # GIVEN tenant B's key limited to the `private` alias
     local, hub = upstreams("local"), upstreams("hub")

@@ -103,6 +103,12 @@ class Upstream:
         self._errors.labels(self.name, reason).inc()
         self.breaker.failure()
 
+    def refused(self, reason: str) -> None:
+        """Counted as an error, and as an answer by the breaker: the upstream is up and refused this request only
+        (closing a half-open circuit, as any answer does)."""
+        self._errors.labels(self.name, reason).inc()
+        self.breaker.success()
+
     def observe_ttft(self, seconds: float) -> None:
         self.ttft_ewma_s += TTFT_EWMA_WEIGHT * (seconds - self.ttft_ewma_s)
 
@@ -111,16 +117,18 @@ TTFT_EWMA_WEIGHT = 0.2
 """Weight of the newest sample: the average follows a change of the local server's latency within about 10 requests."""
 
 
-def _not_an_answer(response: Response, stream: bool, *, refused_quota: bool = False) -> str | None:
+def _not_an_answer(response: Response, stream: bool, *, hub: bool = False) -> str | None:
     """Why a response is a failure to fail over from, or None: a 5xx; a success other than 200 or a redirect (not
     followed), neither of which carries a completion; a non-streamed 200 that is not JSON (a proxy's HTML page);
-    with ``refused_quota``, a 429. A 4xx is otherwise the upstream refusing the request itself: it is passed on, not
+    with ``hub``, a 429 or a 404. A 4xx is otherwise the upstream refusing the request itself: it is passed on, not
     failed over."""
     status = response.status
     if status >= 500 or (status < 400 and status != 200):
         return f"HTTP {status}"
-    if status == 429 and refused_quota:
+    if hub and status == 429:
         return "HTTP 429 (over the limits of this stack's key there)"
+    if hub and status == 404:
+        return "HTTP 404 (it serves no such model)"
     if status == 200 and not stream:
         content_type = response.headers.get(b"content-type", b"")
         if b"json" not in content_type.lower():
@@ -212,14 +220,19 @@ async def open_upstream(
             )
             latency = loop.time() - started
             # A remote upstream is the hub's gateway: its 429 is its limit on the burst key this whole stack shares
-            # (gateway.burstTenant), not on the client, who never sees that key. Another upstream of the tier (the
-            # local one, behind the hub while the tier spills) takes the request; only the last one's 429 is passed on.
-            unexpected = _not_an_answer(response, stream, refused_quota=upstream.kind == "remote" and i < last)
+            # (gateway.burstTenant), not on the client, who never sees that key; its 404, a model it does not serve
+            # (the hub is asked for the local tier's model unless hub.model names one). Another upstream of the tier
+            # (the local one, behind the hub while the tier spills) takes the request; only the last one's is passed
+            # on. A 404 is an answer from a hub that is up: no breaker failure (the breaker serves every tier).
+            unexpected = _not_an_answer(response, stream, hub=upstream.kind == "remote" and i < last)
             if unexpected is not None:
                 upstream.latency.observe(latency)
                 body = await response.read()
                 failures.append(f"{upstream.name}: {unexpected}")
-                upstream.error(f"http_{response.status}")
+                if response.status == 404:
+                    upstream.refused("http_404")
+                else:
+                    upstream.error(f"http_{response.status}")
                 logger.warning(
                     "upstream failed, failing over",
                     extra={
