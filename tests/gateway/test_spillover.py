@@ -299,6 +299,28 @@ def test_a_hub_that_serves_no_such_model_leaves_spilled_requests_to_the_local_mo
     assert caught.value.body["code"] == "model_not_found"  # type: ignore[index]
 
 
+@pytest.mark.parametrize("refusal", ["error404", "error429"])
+def test_a_hubs_refusal_after_the_local_model_failed_is_no_answer_of_the_sites(
+    gateway: Any, upstreams: Any, tmp_path: Path, refusal: str
+) -> None:
+    # GIVEN a tier whose local model is down (500s) and whose fallback, the hub, does not serve its model (404) or is
+    # over the burst key's limits (429): both about the hub and the site's burst key, neither about this client
+    local, hub = upstreams("local", mode="error500"), upstreams("hub", mode=refusal)
+    gw = gateway(None, **hybrid(local, hub.base, tmp_path / "hub-key"))
+    # WHEN a client asks the tier
+    with pytest.raises(openai.APIStatusError) as caught:
+        ask(gw, "hi", model="plain")
+    # THEN both upstreams were tried, and the client gets the tier's 503 naming both failures (retryable), not the
+    # hub's "model does not exist" (a 404 the SDK never retries, for a model this site lists) or its limits on a key
+    # the client never held
+    assert (len(local.requests), len(hub.requests)) == (1, 1)
+    assert caught.value.status_code == 503, caught.value.body
+    assert caught.value.body["code"] == "upstreams_unavailable"  # type: ignore[index]
+    status = refusal.removeprefix("error")
+    assert "local: HTTP 500" in caught.value.message and f"hub: HTTP {status}" in caught.value.message
+    assert gw.metric("inferstack_gateway_upstream_errors_total", upstream="hub", reason=f"http_{status}") == 1
+
+
 def test_a_key_limited_to_some_models_sees_and_uses_only_those(gateway: Any, upstreams: Any, tmp_path: Path) -> None:
     # GIVEN tenant B's key limited to the `private` alias
     local, hub = upstreams("local"), upstreams("hub")

@@ -192,8 +192,8 @@ async def open_upstream(
     failures: list[str] = []
     timed_out = False
     saturated = 0
-    last = len(upstreams) - 1
-    for i, upstream in enumerate(upstreams):
+    alone = len(upstreams) == 1
+    for upstream in upstreams:
         if upstream.max_inflight is not None and upstream.inflight >= upstream.max_inflight:
             failures.append(f"{upstream.name}: saturated ({upstream.inflight} in flight)")
             saturated += 1
@@ -222,9 +222,11 @@ async def open_upstream(
             # A remote upstream is the hub's gateway: its 429 is its limit on the burst key this whole stack shares
             # (gateway.burstTenant), not on the client, who never sees that key; its 404, a model it does not serve
             # (the hub is asked for the local tier's model unless hub.model names one). Another upstream of the tier
-            # (the local one, behind the hub while the tier spills) takes the request; only the last one's is passed
-            # on. A 404 is an answer from a hub that is up: no breaker failure (the breaker serves every tier).
-            unexpected = _not_an_answer(response, stream, hub=upstream.kind == "remote" and i < last)
+            # (the local one, behind the hub while the tier spills) takes the request. Neither is passed on unless the
+            # hub serves the tier alone: after a local model that failed, a 404 would tell the client that a model
+            # this site lists does not exist (an error OpenAI's SDKs never retry). A 404 is an answer from a hub that
+            # is up: no breaker failure (the breaker serves every tier).
+            unexpected = _not_an_answer(response, stream, hub=upstream.kind == "remote" and not alone)
             if unexpected is not None:
                 upstream.latency.observe(latency)
                 body = await response.read()
