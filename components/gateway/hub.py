@@ -58,20 +58,21 @@ def _reachable(url: str, stack: str, ca_config_map: str | None = None) -> str:
     ``*.svc`` name resolves in the sending stack's own cluster, where the kit's gateway has the same Service name and
     namespace, so the overflow would go back to this stack's own gateway. Nor a plain ``http://`` one when the sending
     stack names a CA for the hub's certificate (``hub.caConfigMap``): the gateway takes a CA for an https upstream
-    only, and its config, rendered from this URL, would fail inside the update with a traceback."""
-    if ca_config_map is not None and not url.startswith("https://"):
-        raise pulumi.RunError(
-            f"inferstack:environment.hub.caConfigMap: got {ca_config_map!r} for hub stack {stack!r}, which exports "
-            f"the plain-HTTP URL {url} (its gateway serves no TLS); allowed: a CA only for a hub reached over "
-            "https://; fix: remove hub.caConfigMap, or serve TLS in the hub stack (gateway.tlsSecret on-prem, "
-            "gateway.tlsCertificateArn on the cloud) and `pulumi up` it"
-        )
+    only, and its config, rendered from this URL, would fail inside the update with a traceback. The in-cluster URL is
+    named first: serving TLS there, or dropping the CA, would not make it reachable."""
     if in_cluster(url):
         raise pulumi.RunError(
             f"inferstack:environment.hub.stack: got {stack!r}, which exports its in-cluster URL {url} (its gateway "
             "has no load balancer), a name that resolves to this stack's own gateway here; allowed: a hub reachable "
             "from this cluster; fix: set gateway.loadBalancer: internal (or gateway.hubUrl) in the hub stack and "
             "`pulumi up` it, or name the hub by hub.url + hub.apiKeySecret"
+        )
+    if ca_config_map is not None and not url.startswith("https://"):
+        raise pulumi.RunError(
+            f"inferstack:environment.hub.caConfigMap: got {ca_config_map!r} for hub stack {stack!r}, which exports "
+            f"the plain-HTTP URL {url} (its gateway serves no TLS); allowed: a CA only for a hub reached over "
+            "https://; fix: remove hub.caConfigMap, or serve TLS in the hub stack (gateway.tlsSecret on-prem, "
+            "gateway.tlsCertificateArn on the cloud) and `pulumi up` it"
         )
     return url
 

@@ -197,18 +197,21 @@ def test_a_hub_stack_that_exports_no_burst_output_fails_with_one_clear_line(
 @pytest.mark.parametrize(
     "url", ["http://gateway.inferstack-gateway.svc/v1", "https://gateway.inferstack-gateway.svc.cluster.local/v1"]
 )
+@pytest.mark.parametrize("ca", [None, "hub-ca"])
 def test_a_hub_stack_that_exports_its_in_cluster_url_fails_with_one_clear_line(
-    engine: MockEngine, monkeypatch: pytest.MonkeyPatch, url: str
+    engine: MockEngine, monkeypatch: pytest.MonkeyPatch, url: str, ca: str | None
 ) -> None:
     # GIVEN a hub stack whose gateway has no load balancer and no hubUrl: it exports its in-cluster URL, which in the
-    # sending stack's cluster names that stack's own gateway (the same Service name and namespace)
+    # sending stack's cluster names that stack's own gateway (the same Service name and namespace); with or without a
+    # CA for it (hub.caConfigMap), which an unreachable hub makes moot: its fix (remove the CA, or serve TLS there)
+    # would only lead to this error
     from components.gateway.hub import HubReference, HubReferenceArgs
     from inferstack_cli import mocks
 
     exported, secret = mocks.stack_reference_outputs("organization/inferstack/prod")
     monkeypatch.setattr(mocks, "stack_reference_outputs", lambda stack: ({**exported, "gateway_url": url}, secret))
     # WHEN the sending stack reads it
-    ref = HubReference("hub", HubReferenceArgs(stack="organization/inferstack/prod"))
+    ref = HubReference("hub", HubReferenceArgs(stack="organization/inferstack/prod", ca_config_map=ca))
     # THEN the update stops with one line naming the hub, the URL and the setting to turn on there
     with pytest.raises(pulumi.RunError) as caught:
         engine.resolve(ref.gateway_url)
