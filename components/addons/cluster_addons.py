@@ -17,10 +17,15 @@ from pydantic import Field
 
 from components.kube.budget import Demand, demand
 from components.kube.helm import release
-from components.kube.labels import GPU_NODE_SELECTOR_KEY, SYSTEM_NODES, efa_node_selector, gpu_node_affinity
+from components.kube.labels import (
+    GPU_NODE_SELECTOR_KEY,
+    GPU_TOLERATION,
+    SYSTEM_NODES,
+    efa_node_selector,
+    gpu_node_affinity,
+)
 from components.specs import Args
 
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 DCGM_EXPORTER_RESOURCES: dict[str, Any] = {
     "requests": {"cpu": "100m", "memory": "128Mi"},
     "limits": {"cpu": "200m", "memory": "512Mi"},

@@ -14,6 +14,10 @@ from typing import Final
 from components.catalog.instances import InstanceSpec
 
 LABEL_PREFIX: Final = "inferstack.io"
+GPU_TOLERATION: Final = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+"""What every pod that runs on GPU nodes tolerates: their ``nvidia.com/gpu:NoSchedule`` taint, whatever its value. The
+kit's own pools carry ``nvidia.com/gpu=true``; an existing cluster's GPU servers (on-prem, edge) may carry another
+value or none, where ``operator: Equal`` with ``true`` would leave the models Pending."""
 POOL_LABEL: Final = f"{LABEL_PREFIX}/pool"
 """The pool a node belongs to; serving pods select their pool with it."""
 GPU_MODEL_LABEL: Final = f"{LABEL_PREFIX}/gpu-model"

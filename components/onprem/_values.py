@@ -13,14 +13,11 @@ from typing import Any
 
 from components.catalog.charts import prometheus_selector_labels
 from components.kube.budget import Demand, demand
+from components.kube.labels import GPU_TOLERATION
 
 MIG_STRATEGIES = ("none", "single", "mixed")
 """GPU Operator ``mig.strategy`` values: how MIG slices are advertised (``nvidia.com/gpu`` vs
 ``nvidia.com/mig-<g>g.<mem>gb``)."""
-
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-"""Tolerates the kit's GPU node taint, as ``components/addons/cluster_addons.GPU_TOLERATION`` does (that
-module imports Pulumi, so the fact is repeated here until it moves to the catalog)."""
 
 
 def _placed(system: Mapping[str, str] | None, *sections: str) -> dict[str, Any]:

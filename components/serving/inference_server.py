@@ -24,7 +24,7 @@ from components.catalog.charts import PROMETHEUS_POD_LABELS
 from components.catalog.engine_support import check_engine_args, missing_paths
 from components.catalog.instances import InstanceSpec
 from components.catalog.models import MODEL_CACHE_ROOT, gguf_dir, hf_checkpoint_dir, trtllm_engine_dir
-from components.kube.labels import GATEWAY_POD_LABELS, POOL_LABEL
+from components.kube.labels import GATEWAY_POD_LABELS, GPU_TOLERATION, POOL_LABEL
 from components.kube.objects import custom_resource, namespace_peer, one_or_several
 from components.observability.dashboards import MODEL_POD_LABEL
 from components.serving._llamacpp import LLAMACPP_HTTP_PORT, llamacpp_args, prompt_cache_mib
@@ -570,7 +570,7 @@ def _pod_common(args: InferenceServerArgs, *, group: bool = False) -> dict[str, 
         "automountServiceAccountToken": False,
         "priorityClassName": (args.group_priority_class or args.priority_class) if group else args.priority_class,
         "nodeSelector": args.pool.node_labels,
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+        "tolerations": [dict(GPU_TOLERATION)],
         "securityContext": {"fsGroup": LOADER_UID, "seccompProfile": {"type": "RuntimeDefault"}},
         "terminationGracePeriodSeconds": 60,
     }

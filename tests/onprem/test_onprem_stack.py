@@ -482,3 +482,29 @@ def test_the_clusters_own_load_balancer_serves_the_gateway_in_the_plan_and_under
     # AND its fix is the on-prem tier's (the config's load balancer), not the AWS controller
     assert "Fix: set loadBalancer.kind: metallb, or kind: existing with the loadBalancerClass" in found
     assert "aws-load-balancer-controller" not in found
+
+
+def test_every_gpu_pod_tolerates_the_gpu_taint_whatever_value_the_clusters_servers_carry(plan_of: PlanOf) -> None:
+    """An existing cluster's admin taints the GPU servers as they like (nvidia.com/gpu=present, or no value); every
+    pod that asks for a GPU still schedules there. A toleration of the value "true" only left the models Pending."""
+    from policies.model import Taint, tolerated
+
+    pods = []
+    for m in manifests(plan_of("onprem")):
+        if m["kind"] in ("Deployment", "Job"):
+            pods.append((m["metadata"]["name"], m["spec"]["template"]["spec"]))
+        elif m["kind"] == "LeaderWorkerSet":
+            template = m["spec"]["leaderWorkerTemplate"]
+            pods += [(m["metadata"]["name"], template[t]["spec"]) for t in ("leaderTemplate", "workerTemplate")]
+    gpu_pods = [
+        (name, spec)
+        for name, spec in pods
+        if any(
+            "nvidia.com/gpu" in c.get("resources", {}).get("limits", {})
+            for c in [*spec.get("initContainers", []), *spec["containers"]]
+        )
+    ]
+    assert {name for name, _ in gpu_pods} >= {"llama-8b", "llama-70b", "llama-70b-engine-build", "llama-405b"}
+    for value in ("true", "present", ""):
+        taint = Taint("nvidia.com/gpu", value, "NoSchedule")
+        assert all(tolerated(taint, spec.get("tolerations") or []) for _, spec in gpu_pods), value
