@@ -7,6 +7,7 @@ stand-in itself. The decision logic and the config validation are also tested on
 
 from __future__ import annotations
 
+import email.utils
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,7 +21,7 @@ from gateway_harness import API_KEY_A, API_KEY_B, StandIn, free_port, sha256, wa
 from inferstack_gateway.config import ConfigError, SpilloverConfig, parse_config, render_yaml
 from inferstack_gateway.metrics import Metrics
 from inferstack_gateway.spillover import Spill, TierRoute
-from inferstack_gateway.upstream import Upstream
+from inferstack_gateway.upstream import Upstream, retry_after_s, retry_headers
 
 HUB_KEY = "sk-hub-burst-key"
 
@@ -257,23 +258,31 @@ def test_a_hub_that_never_answers_costs_one_ttft_budget_then_fails_at_once(
 def test_a_hub_over_the_burst_keys_limit_leaves_spilled_requests_to_the_local_model(
     gateway: Any, upstreams: Any, tmp_path: Path
 ) -> None:
-    # GIVEN a tier spilling above 2 in flight to a hub that answers 429: the limits of the one burst key every site
-    # shares (gateway.burstTenant), which no client of this site holds (breaker out of the way: every spill tries it)
+    # GIVEN a tier spilling above 2 in flight to a hub that answers 429 with Retry-After: 30: the limits of the one
+    # burst key every site shares (gateway.burstTenant), which no client of this site holds
     local, hub = upstreams("local", ttft_s=0.2), upstreams("hub", mode="error429")
-    config = hybrid(local, hub.base, tmp_path / "hub-key", spill_above_inflight=2, return_below_inflight=1)
-    config["upstreams"]["hub"]["circuit_breaker"] = {"failures_to_open": 1000}
-    gw = gateway(None, **config)
-    # WHEN 6 clients keep the local model past the threshold
-    answers = burst(gw, concurrency=6, rounds=2)
+    gw = gateway(None, **hybrid(local, hub.base, tmp_path / "hub-key", spill_above_inflight=2, return_below_inflight=1))
+    # WHEN 6 clients keep the local model past the threshold, over more spills than it takes to open a breaker (5)
+    answers = burst(gw, concurrency=6, rounds=3)
     # THEN the tier did spill to the hub, and every request the hub refused was answered by the local model
     assert len(hub.requests) > 0, "nothing spilled: the test proves nothing"
     assert [a for a in answers if not isinstance(a, str)] == []
-    assert all(a.startswith("local#") for a in answers) and len(answers) == 12  # type: ignore[union-attr]
+    assert all(a.startswith("local#") for a in answers) and len(answers) == 18  # type: ignore[union-attr]
     assert gw.metric("inferstack_gateway_upstream_errors_total", upstream="hub", reason="http_429") == len(hub.requests)
-    # AND a request only the hub serves (tier large: the hub alone) gets the hub's 429 as it was: no one else to try
-    with pytest.raises(openai.RateLimitError) as caught:
-        ask(gw, "please prove it")
-    assert caught.value.body["code"] == "rate_limit_exceeded"  # type: ignore[index]
+    # AND after its first 429 the hub was left out of the spilling tier for its Retry-After: only the spills already
+    # on their way when that answer came (at most one per client) reached it
+    assert len(hub.requests) <= 6, len(hub.requests)
+    # AND its circuit stays closed: the hub is up, and a tier it serves alone must not read it as down (503)
+    assert gw.metric("inferstack_gateway_circuit_open", upstream="hub") == 0
+    for attempt in range(6):
+        # AND a request only the hub serves (tier large: the hub alone) gets the hub's 429 as it was, with its
+        # Retry-After (which the openai client waits out before its retries): no one else to try
+        with pytest.raises(openai.RateLimitError) as caught:
+            gw.client().chat.completions.create(
+                model="local", messages=[{"role": "user", "content": "please prove it"}], temperature=1
+            )
+        assert caught.value.body["code"] == "rate_limit_exceeded", attempt  # type: ignore[index]
+        assert caught.value.response.headers["retry-after"] == "30"
 
 
 def test_a_hub_that_serves_no_such_model_leaves_spilled_requests_to_the_local_model(
@@ -531,3 +540,33 @@ def test_the_default_return_threshold_is_half_and_at_least_one() -> None:
     assert SpilloverConfig(spill_above_inflight=12).return_inflight == 6
     assert SpilloverConfig(spill_above_inflight=1).return_inflight == 1
     assert SpilloverConfig(spill_above_ttft_ms=400).return_ttft_ms == 200
+
+
+@pytest.mark.parametrize(
+    ("headers", "passed_on"),
+    [
+        ({b"retry-after": b"30"}, [(b"retry-after", b"30")]),
+        (
+            {b"retry-after": b" 7 ", b"retry-after-ms": b"6500.5"},
+            [(b"retry-after", b"7"), (b"retry-after-ms", b"6500.5")],
+        ),
+        ({b"retry-after": b"Sun, 06 Nov 1994 08:49:37 GMT"}, [(b"retry-after", b"0")]),  # past: at once
+        ({}, []),
+        # what cannot be read is dropped, never passed on or raised: a superscript digit, a number past any sane wait
+        # (math.ceil of an infinite float raises), a negative, a word, an exponent, header injection
+        ({b"retry-after": "\u00b2".encode("latin-1")}, []),
+        ({b"retry-after": b"9" * 400}, []),
+        ({b"retry-after": b"-5", b"retry-after-ms": b"-5"}, []),
+        ({b"retry-after": b"soon", b"retry-after-ms": b"1e9"}, []),
+        ({b"retry-after-ms": b"10\r\nx-evil: 1"}, []),
+    ],
+)
+def test_an_upstreams_retry_advice_is_passed_on_only_as_numbers(
+    headers: dict[bytes, bytes], passed_on: list[tuple[bytes, bytes]]
+) -> None:
+    assert retry_headers(headers) == passed_on
+
+
+def test_an_http_date_retry_after_counts_from_now() -> None:
+    in_90_s = email.utils.formatdate(time.time() + 90, usegmt=True).encode()
+    assert 85 <= retry_after_s({b"retry-after": in_90_s}) <= 91  # type: ignore[operator]

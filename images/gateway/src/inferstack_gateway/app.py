@@ -45,7 +45,7 @@ from inferstack_gateway.server import chunk_writer
 from inferstack_gateway.spillover import build_routes
 from inferstack_gateway.store import LocalLimiter, RedisStore, close_quietly, retry_after_s
 from inferstack_gateway.tracing import Tracer, setup_tracing
-from inferstack_gateway.upstream import Opened, Upstream, open_upstream
+from inferstack_gateway.upstream import Opened, Upstream, open_upstream, retry_headers
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -714,7 +714,8 @@ class Gateway:
         if opened.status >= 400:
             # The upstream refused the request itself (4xx): pass it on, in OpenAI's shape, and do not fail over.
             exchange.cache = "bypass" if keys is None else exchange.cache
-            await self._send(send, exchange, opened.status, _as_openai_error(opened.first, opened.status), JSON)
+            body = _as_openai_error(opened.first, opened.status)
+            await self._send(send, exchange, opened.status, body, JSON, retry_headers(opened.response.headers))
             return
         if not request.stream:
             ttft = self._model_metrics[request.model, exchange.upstream_kind][0]

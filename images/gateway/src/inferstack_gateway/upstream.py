@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
+import email.utils
 import math
+import re
 import ssl
 import time
 from collections.abc import Callable
@@ -80,6 +83,9 @@ class Upstream:
         self.max_inflight = config.max_inflight
         self.inflight = 0
         """Requests this replica has sent and not finished (streams until their end): the spillover signal."""
+        self.resting_until = 0.0
+        """Loop time until which a hub that answered 429 is left out of tiers that have another upstream: its
+        Retry-After (at most REST_MAX_S), so that a spilling tier does not pay a round trip per request to hear it."""
         self.ttft_ewma_s = 0.0
         """Moving average of streams' time to their first event with output (weight TTFT_EWMA_WEIGHT), observed when
         each stream ends."""
@@ -109,12 +115,51 @@ class Upstream:
         self._errors.labels(self.name, reason).inc()
         self.breaker.success()
 
+    def rest(self, response: Response, now: float) -> None:
+        """Leave this upstream out of tiers that have another one for the Retry-After of its 429 (1 s without one)."""
+        self.resting_until = now + min(REST_MAX_S, retry_after_s(response.headers) or 1.0)
+
     def observe_ttft(self, seconds: float) -> None:
         self.ttft_ewma_s += TTFT_EWMA_WEIGHT * (seconds - self.ttft_ewma_s)
 
 
 TTFT_EWMA_WEIGHT = 0.2
 """Weight of the newest sample: the average follows a change of the local server's latency within about 10 requests."""
+
+REST_MAX_S = 60.0
+"""The longest a hub's 429 keeps it out of a tier that has another upstream (a Retry-After beyond is cut to this)."""
+
+_SECONDS = re.compile(r"[0-9]{1,9}")
+_MILLISECONDS = re.compile(rb"[0-9]{1,9}(?:\.[0-9]{1,6})?")
+
+
+def retry_headers(headers: dict[bytes, bytes]) -> list[tuple[bytes, bytes]]:
+    """An upstream's advice on when to retry, for passing its 4xx on: Retry-After (RFC 9110 section 10.2.3) in whole
+    seconds, and retry-after-ms (which OpenAI's SDKs read first) when it is a number. Anything else is dropped."""
+    advice = []
+    seconds = retry_after_s(headers)
+    if seconds is not None:
+        advice.append((b"retry-after", b"%d" % math.ceil(seconds)))
+    milliseconds = headers.get(b"retry-after-ms", b"").strip()
+    if _MILLISECONDS.fullmatch(milliseconds):
+        advice.append((b"retry-after-ms", milliseconds))
+    return advice
+
+
+def retry_after_s(headers: dict[bytes, bytes]) -> float | None:
+    """A response's Retry-After in seconds (delay-seconds or an HTTP-date, RFC 9110 section 10.2.3), or None."""
+    value = headers.get(b"retry-after", b"").decode("latin-1").strip()
+    if not value:
+        return None
+    if _SECONDS.fullmatch(value):
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # RFC 9110's IMF-fixdate is GMT; an obsolete form without a zone is read as such
+        when = when.replace(tzinfo=datetime.UTC)
+    return max(0.0, (when - datetime.datetime.now(datetime.UTC)).total_seconds())
 
 
 def _not_an_answer(response: Response, stream: bool, *, hub: bool = False) -> str | None:
@@ -198,6 +243,10 @@ async def open_upstream(
             failures.append(f"{upstream.name}: saturated ({upstream.inflight} in flight)")
             saturated += 1
             continue
+        if not alone and upstream.resting_until > loop.time():
+            rest = math.ceil(upstream.resting_until - loop.time())
+            failures.append(f"{upstream.name}: HTTP 429 (over the limits of this stack's key there), left out {rest} s")
+            continue
         if not upstream.breaker.allow():
             failures.append(f"{upstream.name}: circuit open")
             continue
@@ -224,15 +273,19 @@ async def open_upstream(
             # (the hub is asked for the local tier's model unless hub.model names one). Another upstream of the tier
             # (the local one, behind the hub while the tier spills) takes the request. Neither is passed on unless the
             # hub serves the tier alone: after a local model that failed, a 404 would tell the client that a model
-            # this site lists does not exist (an error OpenAI's SDKs never retry). A 404 is an answer from a hub that
-            # is up: no breaker failure (the breaker serves every tier).
+            # this site lists does not exist (an error OpenAI's SDKs never retry). Either is an answer from a hub that
+            # is up: no breaker failure (the breaker serves every tier, and its tiers that the hub serves alone would
+            # answer 503 for as long as it is open). After a 429, tiers with another upstream leave the hub out for its
+            # Retry-After; a tier the hub serves alone passes its 429 on, Retry-After included.
             unexpected = _not_an_answer(response, stream, hub=upstream.kind == "remote" and not alone)
             if unexpected is not None:
                 upstream.latency.observe(latency)
                 body = await response.read()
                 failures.append(f"{upstream.name}: {unexpected}")
-                if response.status == 404:
-                    upstream.refused("http_404")
+                if response.status in (404, 429):  # the hub is up, refusing this stack's requests: no breaker failure
+                    upstream.refused(f"http_{response.status}")
+                    if response.status == 429:
+                        upstream.rest(response, loop.time())
                 else:
                     upstream.error(f"http_{response.status}")
                 logger.warning(
@@ -287,7 +340,8 @@ async def open_upstream(
             504, f"The request budget ran out before tier '{tier}' answered ({detail}).", type="timeout", code="timeout"
         )
     # When a circuit will let a probe through, or in a second for a saturated or refusing upstream.
-    wait = min((u.breaker.retry_after_s() or 1.0) for u in upstreams)
+    now = loop.time()
+    wait = min((max(u.breaker.retry_after_s(), u.resting_until - now) or 1.0) for u in upstreams)
     retry_after = [(b"retry-after", b"%d" % max(1, math.ceil(wait)))]
     if saturated == len(upstreams):
         raise GatewayError(
