@@ -293,15 +293,22 @@ def test_a_hub_that_serves_no_such_model_leaves_spilled_requests_to_the_local_mo
     local, hub = upstreams("local", ttft_s=0.2), upstreams("hub", mode="error404")
     gw = gateway(None, **hybrid(local, hub.base, tmp_path / "hub-key", spill_above_inflight=2, return_below_inflight=1))
     # WHEN 6 clients keep the local model past the threshold
-    answers = burst(gw, concurrency=6, rounds=2)
-    # THEN the tier did spill to the hub, more often than it takes to open a breaker (5)...
-    assert len(hub.requests) > 5, "too little spilled: the test proves nothing"
-    # ...and every request the hub could not serve was answered by the local model
+    answers = burst(gw, concurrency=6, rounds=3)
+    # THEN the tier did spill to the hub, and every request the hub could not serve was answered by the local model
+    assert len(hub.requests) > 0, "nothing spilled: the test proves nothing"
     assert [a for a in answers if not isinstance(a, str)] == []
-    assert all(a.startswith("local#") for a in answers) and len(answers) == 12  # type: ignore[union-attr]
+    assert all(a.startswith("local#") for a in answers) and len(answers) == 18  # type: ignore[union-attr]
     assert gw.metric("inferstack_gateway_upstream_errors_total", upstream="hub", reason="http_404") == len(hub.requests)
-    # AND the hub's circuit stays closed: it is up, and other tiers (other models) still spill and fail over to it
+    # AND after its first 404 the hub was left out for that model: only the spills already on their way when that
+    # answer came (at most one per client) reached it, not every spill of the 18 requests
+    assert len(hub.requests) <= 6, len(hub.requests)
+    assert {r["body"]["model"] for r in hub.requests} == {"local"}
+    # AND the hub's circuit stays closed: it is up, and other models of the tier still spill to it
     assert gw.metric("inferstack_gateway_circuit_open", upstream="hub") == 0
+    asked = len(hub.requests)
+    answers = burst(gw, concurrency=6, rounds=2, model="plain")
+    assert all(isinstance(a, str) and a.startswith("local#") for a in answers), answers
+    assert {r["body"]["model"] for r in hub.requests[asked:]} == {"plain"}
     # AND a request only the hub serves gets the hub's 404 as it was
     with pytest.raises(openai.NotFoundError) as caught:
         ask(gw, "please prove it")

@@ -702,7 +702,8 @@ class Gateway:
         try:
             opened = await open_upstream(
                 self.http, upstreams, path, payload,
-                stream=request.stream, budgets=self.config.budgets, deadline=deadline, tier=tier, extra_headers=trace,
+                stream=request.stream, budgets=self.config.budgets, deadline=deadline, tier=tier,
+                model=request.model, extra_headers=trace,
             )  # fmt: skip
         except GatewayError as exc:
             if resident and route.remote:

@@ -86,6 +86,9 @@ class Upstream:
         self.resting_until = 0.0
         """Loop time until which a hub that answered 429 is left out of tiers that have another upstream: its
         Retry-After (at most REST_MAX_S), so that a spilling tier does not pay a round trip per request to hear it."""
+        self.unserved: dict[str, float] = {}
+        """Model name → loop time until which a hub that answered 404 for it is left out of tiers that have another
+        upstream (UNSERVED_S): a tier spilling a model the hub does not serve pays no round trip per request."""
         self.ttft_ewma_s = 0.0
         """Moving average of streams' time to their first event with output (weight TTFT_EWMA_WEIGHT), observed when
         each stream ends."""
@@ -125,6 +128,10 @@ class Upstream:
 
 TTFT_EWMA_WEIGHT = 0.2
 """Weight of the newest sample: the average follows a change of the local server's latency within about 10 requests."""
+
+UNSERVED_S = 60.0
+"""How long a hub's 404 for a model keeps it out of the tiers with another upstream, for that model: long enough to
+spare a spilling tier a round trip per request, short enough to find the model once the hub serves it."""
 
 REST_MAX_S = 60.0
 """The longest a hub's 429 keeps it out of a tier that has another upstream (a Retry-After beyond is cut to this)."""
@@ -226,11 +233,13 @@ async def open_upstream(
     budgets: BudgetsConfig,
     deadline: float,
     tier: str,
+    model: str,
     extra_headers: dict[str, str] | None = None,
 ) -> Opened:
     """Try each upstream in order; fail over on connect errors, 5xx and timeouts before the first byte.
 
-    `deadline` is the request's deadline on the loop clock; `extra_headers` (trace context) go to every upstream
+    `deadline` is the request's deadline on the loop clock; `model` the name an upstream without its own `model` is
+    asked for; `extra_headers` (trace context) go to every upstream
     tried. Raises GatewayError 503 (every upstream down or open) or 504 (out of time).
     """
     loop = asyncio.get_running_loop()
@@ -246,6 +255,9 @@ async def open_upstream(
         if not alone and upstream.resting_until > loop.time():
             rest = math.ceil(upstream.resting_until - loop.time())
             failures.append(f"{upstream.name}: HTTP 429 (over the limits of this stack's key there), left out {rest} s")
+            continue
+        if not alone and upstream.unserved and upstream.unserved.get(upstream.model or model, 0.0) > loop.time():
+            failures.append(f"{upstream.name}: HTTP 404 (it serves no model {upstream.model or model!r}), left out")
             continue
         if not upstream.breaker.allow():
             failures.append(f"{upstream.name}: circuit open")
@@ -286,6 +298,8 @@ async def open_upstream(
                     upstream.refused(f"http_{response.status}")
                     if response.status == 429:
                         upstream.rest(response, loop.time())
+                    else:
+                        upstream.unserved[upstream.model or model] = loop.time() + UNSERVED_S
                 else:
                     upstream.error(f"http_{response.status}")
                 logger.warning(
