@@ -542,6 +542,21 @@ def hub_checks(env: Environment, hub: HubSpec | None, stack: str | None = None) 
                 "set spillAboveInflight (e.g. the local server's max concurrent sequences)",
             )
         )
+    ttft_budget = env.gateway.budgets.upstream_ttft_ms
+    if burst is not None and burst.spill_above_ttft_ms is not None and burst.spill_above_ttft_ms >= ttft_budget:
+        # The gateway averages the TTFT of the streams that got a first event; a slower one is cut at upstreamTtftMs
+        # and fails over instead, so the average never reaches a threshold at or above that budget.
+        written = "" if "upstream_ttft_ms" in env.gateway.budgets.model_fields_set else ", its default"
+        issues.append(
+            ConfigIssue(
+                f"{CONFIG_KEY}.gateway.burst.spillAboveTtftMs",
+                f"{burst.spill_above_ttft_ms:g}, not under gateway.budgets.upstreamTtftMs ({ttft_budget}{written}): "
+                "a stream slower than that budget is cut and fails over, so the local model's TTFT average never "
+                "reaches the threshold and the tier never spills on latency",
+                f"less than gateway.budgets.upstreamTtftMs ({ttft_budget})",
+                f"lower spillAboveTtftMs below {ttft_budget}, or raise gateway.budgets.upstreamTtftMs above it",
+            )
+        )
     # Aliases whose only upstream is the hub (a remote): a route's complex prompts (large: hub).
     remote_only = {r.alias for r in env.gateway.routes if r.large == HUB_TARGET or r.small == HUB_TARGET}
     for i, route in enumerate(env.gateway.routes):

@@ -552,3 +552,33 @@ def test_parallelism_on_a_llamacpp_model_is_refused_not_ignored(
     assert f"models[{len(raw_environment(stack)['models'])}].{key}: got {value}" in line
     assert "1 on llamacpp: the kit's llama.cpp server loads the whole GGUF file on one GPU, or on the CPU" in line
     assert line.endswith(f"fix: remove {key}, or serve the model with engine: vllm to spread it over GPUs")
+
+
+@pytest.mark.parametrize(
+    ("budgets", "spill", "said"),
+    [
+        ({}, 10_000, "10000, not under gateway.budgets.upstreamTtftMs (10000, its default)"),
+        ({"upstreamTtftMs": 1500}, 2000, "2000, not under gateway.budgets.upstreamTtftMs (1500)"),
+    ],
+)
+def test_a_ttft_spill_threshold_the_ttft_budget_never_lets_the_average_reach_is_refused(
+    budgets: dict[str, Any], spill: int, said: str
+) -> None:
+    # GIVEN a tier that spills on its TTFT average at or above the TTFT budget, after which a stream fails over: the
+    # average is of the streams that got a first event in time, so it never gets there
+    def edit(e: dict[str, Any]) -> None:
+        e["gateway"]["burst"]["spillAboveTtftMs"] = spill
+        e["gateway"].pop("budgets", None)
+        if budgets:
+            e["gateway"]["budgets"] = budgets
+
+    (line,) = errors(edit)
+    assert f"gateway.burst.spillAboveTtftMs: got {said}" in line
+    assert "never spills on latency" in line and "fix: lower spillAboveTtftMs below" in line
+
+
+def test_a_ttft_spill_threshold_under_the_ttft_budget_is_taken() -> None:
+    env = copy.deepcopy(raw_environment("onprem"))
+    env["gateway"]["burst"]["spillAboveTtftMs"] = 1499
+    env["gateway"]["budgets"] = {"upstreamTtftMs": 1500}
+    assert load_environment(env, SOURCE).gateway.burst.spill_above_ttft_ms == 1499  # type: ignore[union-attr]
