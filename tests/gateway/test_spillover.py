@@ -577,3 +577,18 @@ def test_an_upstreams_retry_advice_is_passed_on_only_as_numbers(
 def test_an_http_date_retry_after_counts_from_now() -> None:
     in_90_s = email.utils.formatdate(time.time() + 90, usegmt=True).encode()
     assert 85 <= retry_after_s({b"retry-after": in_90_s}) <= 91  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(("spill_ms", "budgets"), [(10_000, {}), (2_000, {"upstream_ttft_ms": 1_500})])
+def test_a_ttft_spill_threshold_at_or_over_the_ttft_budget_is_refused(spill_ms: int, budgets: dict[str, Any]) -> None:
+    # GIVEN a tier that would spill on a TTFT average that streams cut at the TTFT budget (10 s default) never reach
+    config = config_with(
+        tiers={"small": {"upstreams": ["llama", "hub"], "spillover": {"spill_above_ttft_ms": spill_ms}}}
+    )
+    config["budgets"] = budgets
+    # THEN the gateway refuses the config, naming the key, the budget and the fix
+    with pytest.raises(ConfigError, match=r"tiers\.small\.spillover\.spill_above_ttft_ms \(\d+\) is not under "):
+        parse_config(config, env={"HUB_API_KEY": "sk-hub"})
+    # AND one just under the budget is taken
+    config["tiers"]["small"]["spillover"]["spill_above_ttft_ms"] = (budgets.get("upstream_ttft_ms") or 10_000) - 1
+    assert parse_config(config, env={"HUB_API_KEY": "sk-hub"}).tiers["small"].spillover is not None

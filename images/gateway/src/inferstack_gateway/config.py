@@ -531,6 +531,23 @@ def _hybrid_checks(config: GatewayConfig) -> None:
                 "ones to the remote ones). Fix: add an upstream with kind: {missing}, or remove spillover",
                 {"tier": tier_name, "missing": missing},
             )
+        spill_ms = None if tier.spillover is None else tier.spillover.spill_above_ttft_ms
+        budget_ms = config.budgets.upstream_ttft_ms
+        if spill_ms is not None and spill_ms >= budget_ms:
+            # The TTFT average is of the streams that got a first event within budgets.upstream_ttft_ms; a slower one
+            # fails over and is not averaged, so the average never reaches such a threshold.
+            raise PydanticCustomError(
+                "config",
+                "tiers.{tier}.spillover.spill_above_ttft_ms ({spill}) is not under budgets.upstream_ttft_ms "
+                "({budget}): a stream slower than that fails over and is never averaged, so the tier never spills on "
+                "latency. Fix: lower spill_above_ttft_ms below {budget}, or raise budgets.upstream_ttft_ms",
+                {
+                    "tier": tier_name,
+                    "spill": f"{spill_ms:g}",
+                    "budget": f"{budget_ms:g}",
+                    "path": f"tiers.{tier_name}.spillover",
+                },
+            )
     for alias, model in config.models.items():
         if model.residency == "local":
             _residency_error(config, alias, f"models.{alias}.residency")
