@@ -402,6 +402,7 @@ class Gateway(pulumi.ComponentResource):
                 opts=k8s_opts,
             )
             hub_env = [{"name": HUB_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": f"{name}-hub", "key": "api-key"}}}]
+        keys_digest = credentials_sha256(keys_text, args.hub.api_key if args.hub is not None else None)
         scheme = "rediss" if args.cache.tls else "redis"
         env = [
             {
@@ -452,8 +453,11 @@ class Gateway(pulumi.ComponentResource):
                 "template": {
                     "metadata": {
                         "labels": APP,
-                        # Roll the pods when the rendered config changes.
-                        "annotations": {"inferstack.io/config-sha256": config_text.apply(_sha256)},
+                        # Roll the pods when the rendered config changes, or the keys they read at start.
+                        "annotations": {
+                            "inferstack.io/config-sha256": config_text.apply(_sha256),
+                            KEYS_ANNOTATION: keys_digest,
+                        },
                     },
                     "spec": {
                         "nodeSelector": args.system_node_selector,
@@ -660,6 +664,24 @@ def load_balancer_annotations(spec: GatewaySpec) -> dict[str, str]:
         f"{prefix}-ssl-ports": "https",
         f"{prefix}-ssl-negotiation-policy": TLS_POLICY,
     }
+
+
+KEYS_ANNOTATION = "inferstack.io/keys-sha256"
+"""On the gateway's pod template: the digest of the keys file and the hub's key (``credentials_sha256``)."""
+
+
+def credentials_sha256(keys_text: pulumi.Input[str], hub_key: StrInput | None) -> pulumi.Output[str]:
+    """A digest of what the gateway reads once, at start, from Secrets: the keys file and the hub's key.
+
+    The gateway builds its key table when it starts (``inferstack_gateway.auth.KeyTable``) and takes the hub's key from
+    its environment. Kubernetes refreshes a mounted Secret's files in a running pod, never a variable set from a Secret
+    (https://kubernetes.io/docs/concepts/configuration/secret/, "Mounted Secrets are updated automatically", "Using
+    Secrets as environment variables"), and a new Secret alone leaves the Deployment's pod template as it was: a revoked
+    API key kept working, and a rotated hub key left the gateway sending the old one. Its digest on the pod template
+    rolls the pods instead. Not a secret: a SHA-256 over SHA-256 digests and a 48-character random key, from which
+    neither is recovered."""
+    parts = pulumi.Output.all(keys_text, hub_key if hub_key is not None else "")
+    return pulumi.Output.unsecret(parts.apply(lambda texts: _sha256("\n".join(texts))))
 
 
 def _sha256(text: str) -> str:

@@ -6,14 +6,15 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import pulumi
 import pytest
 from pydantic import ValidationError
 
 from components.cache.redis_cache import RedisCache, RedisCacheArgs
-from components.gateway.gateway import Gateway, GatewayArgs, embedder_for
-from components.kube.existing_cluster import ExistingCluster
+from components.gateway.gateway import Gateway, GatewayArgs, HubUpstream, embedder_for
+from components.kube.existing_cluster import ExistingCluster, ExistingClusterArgs
 from components.specs import GatewaySpec, ModelDeploySpec, RouteSpec
-from inferstack_cli.plan import MockEngine
+from inferstack_cli.plan import MockEngine, mock_engine
 from inferstack_gateway.config import ConfigError
 
 LLAMA = ModelDeploySpec(name="llama-8b", model="meta-llama/Llama-3.1-8B-Instruct", engine="vllm", pool="h100")
@@ -98,3 +99,36 @@ def test_two_gateways_in_one_namespace_are_found_at_plan_time(
                      "pods of Deployment gw/gateway-b") and "own namespace" in m
         for m in found
     ), found  # fmt: skip
+
+
+def test_a_rotated_hub_key_rolls_the_gateway_pods() -> None:
+    # GIVEN a gateway in front of a hub, whose key reaches the pods as a variable from a Secret (set at start only)
+    def pod_annotations(hub_key: str) -> dict[str, str]:
+        with mock_engine("test", {}, [], "us-east-1") as engine:
+            cluster = ExistingCluster("dc1", ExistingClusterArgs(kubeconfig=pulumi.Output.secret("apiVersion: v1")))
+            cache = RedisCache(
+                "cache", RedisCacheArgs(namespace="cache", provider=cluster.k8s_provider, client_namespace="gw")
+            )
+            hub = HubUpstream(url="https://hub.example/v1", api_key=pulumi.Output.secret(hub_key))
+            Gateway(
+                "gateway",
+                GatewayArgs(
+                    spec=GatewaySpec(),
+                    models=[LLAMA],
+                    upstream_urls={"llama-8b": "http://llama-8b.ml.svc:8000/v1"},
+                    cache=cache.endpoint,
+                    namespace="gw",
+                    provider=cluster.k8s_provider,
+                    image="registry.example/gateway:1",
+                    hub=hub,
+                ),
+            )
+            (deployment,) = [r for r in engine.settle() if r.type == "kubernetes:apps/v1:Deployment"]
+            annotations: dict[str, str] = deployment.inputs["spec"]["template"]["metadata"]["annotations"]
+            return annotations
+
+    # WHEN the hub's key changes (the hub replaced the key it issued) and the stack is planned again
+    before, after = pod_annotations("first-key"), pod_annotations("second-key")
+    # THEN the pod template changes and the pods roll onto the new key, where they kept sending the old one
+    assert before["inferstack.io/keys-sha256"] != after["inferstack.io/keys-sha256"]
+    assert before["inferstack.io/config-sha256"] == after["inferstack.io/config-sha256"]

@@ -235,3 +235,27 @@ def test_each_gateway_pod_is_scraped_through_one_service(plan_of: PlanOf, stack:
     ]
     # THEN one Service carries the scrape: a second one scraped every pod twice and doubled every summed series
     assert scraped == ["Service/gateway"]
+
+
+def _gateway_pod_annotations(plan: Plan) -> dict[str, str]:
+    annotations: dict[str, str] = gateway_objects(plan)["Deployment/gateway"]["spec"]["template"]["metadata"][
+        "annotations"
+    ]
+    return annotations
+
+
+def test_revoking_an_api_key_rolls_the_gateway_pods(tmp_path: Path, plan_of: PlanOf) -> None:
+    # GIVEN dev's gateway, which reads its keys file once, at start (a changed Secret alone leaves the running pods with
+    # the key table they built, and the revoked key keeps working)
+    before = _gateway_pod_annotations(plan_of("dev"))
+
+    # WHEN the operator revokes a key by replacing it with another
+    def rotate(env: dict[str, Any]) -> None:
+        env["gateway"]["apiKeys"][0]["keySha256"] = "0" * 64
+
+    after = _gateway_pod_annotations(plan_with(tmp_path, "dev", rotate))
+    # THEN the pod template changes, so the Deployment rolls its pods onto the new keys; the config did not change
+    assert after["inferstack.io/keys-sha256"] != before["inferstack.io/keys-sha256"]
+    assert after["inferstack.io/config-sha256"] == before["inferstack.io/config-sha256"]
+    # and the digest is readable on the template (a secret would hide the reason of the rollout in the preview)
+    assert len(after["inferstack.io/keys-sha256"]) == 64 and "secret" not in after["inferstack.io/keys-sha256"]
