@@ -422,6 +422,20 @@ class ClusterSpec(Spec):
             )
         return cidrs
 
+    @field_validator("admin_role_arns", "deployer_cidrs", "deployer_security_group_ids")
+    @classmethod
+    def _each_once(cls, items: tuple[Any, ...]) -> tuple[Any, ...]:
+        # Each entry becomes one access entry or ingress rule named after it (components.aws.eks_cluster): EKS keeps one
+        # access entry per role and a security group one rule per source, so a repeat could never be created.
+        repeated = _repeated(tuple(str(item) for item in items))
+        if repeated:
+            raise config_error(
+                f"{repeated[0]!r} listed twice",
+                allowed="each entry once",
+                fix=f"remove the second {repeated[0]}",
+            )
+        return items
+
     @property
     def ami_release_date(self) -> str | None:
         """``20251120`` of ``1.33.5-20251120``: the same build as Karpenter's alias ``al2023@v20251120``."""

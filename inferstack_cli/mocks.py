@@ -80,6 +80,9 @@ class Registration:
     """Input paths ``pulumi up`` leaves as they are live (the ``ignore_changes`` resource option)."""
     provider: str = ""
     """URN of the resource's explicit provider (its cluster, for a Kubernetes object); empty for the default one."""
+    aliases: tuple[str, ...] = ()
+    """The names the resource was known by before (the ``aliases`` resource option): ``pulumi up`` carries a resource
+    of such a name in the state over to this one instead of deleting it and creating this."""
 
 
 def parent_urn(parent: str) -> str | None:
@@ -203,6 +206,7 @@ class RecordingMonitor(MockMonitor):
                         inputs=inputs,
                         ignore_changes=tuple(request.ignoreChanges),
                         provider=provider_urn(request.provider),
+                        aliases=tuple(a.spec.name for a in request.aliases if a.WhichOneof("alias") == "spec"),
                     )
                 )
         return response

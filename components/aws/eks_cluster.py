@@ -94,6 +94,24 @@ CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterA
 LOG_RETENTION_DAYS = 90
 
 
+def admin_key(role_arn: str) -> str:
+    """The logical-name part of an admin role's access entry: ``<account>-<role name>`` (a role's name is unique in its
+    account, whatever its path)."""
+    account, resource = role_arn.split(":")[4], role_arn.split(":", 5)[5]
+    return f"{account}-{resource.rsplit('/', 1)[1]}"
+
+
+def cidr_key(cidr: object) -> str:
+    """The logical-name part of a deployer network's rule: ``10.20.0.0-16`` for ``10.20.0.0/16``."""
+    return str(cidr).replace("/", "-")
+
+
+def _was_named(old_name: str) -> pulumi.ResourceOptions:
+    """The index-based name this resource had before it was named after its value: the stack's existing resource is
+    carried over, not deleted and created again (an alias is read only while the new name is not in the state)."""
+    return pulumi.ResourceOptions(aliases=[pulumi.Alias(name=old_name)])
+
+
 class EksClusterArgs(Args):
     spec: ClusterSpec
     """Required: the stack's ``cluster`` section (version, AMI release, access); no default cluster fits every
@@ -201,22 +219,29 @@ class EksCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[policy, logs]),
         )
 
+        # Each entry is named after what it admits, never its place in the list: an access entry's principal and a
+        # rule's source are what makes it, so a resource keyed by index took the next entry's value when an operator
+        # removed one from the middle or reordered the list. EKS keeps one access entry per principal and
+        # `principal_arn` forces a replacement (terraform-provider-aws, internal/service/eks/access_entry.go), which
+        # Pulumi creates before it deletes the old one: the new entry's principal was still the next index's, and
+        # CreateAccessEntry failed with ResourceInUseException. Aliases carry a stack's index-named resources over.
         for i, admin_arn in enumerate(spec.admin_role_arns):
+            principal = admin_key(admin_arn)
             entry = aws.eks.AccessEntry(
-                f"{name}-admin-{i}",
+                f"{name}-admin-{principal}",
                 cluster_name=cluster.name,
                 principal_arn=admin_arn,
                 type="STANDARD",
                 tags=args.tags,
-                opts=child,
+                opts=pulumi.ResourceOptions.merge(child, _was_named(f"{name}-admin-{i}")),
             )
             aws.eks.AccessPolicyAssociation(
-                f"{name}-admin-{i}",
+                f"{name}-admin-{principal}",
                 cluster_name=cluster.name,
                 principal_arn=entry.principal_arn,
                 policy_arn=CLUSTER_ADMIN_POLICY,
                 access_scope={"type": "cluster"},
-                opts=child,
+                opts=pulumi.ResourceOptions.merge(child, _was_named(f"{name}-admin-{i}")),
             )
 
         # The private endpoint admits only the cluster security group: open 443 to the deployer's network
@@ -224,7 +249,7 @@ class EksCluster(pulumi.ComponentResource):
         cluster_sg = cluster.vpc_config.cluster_security_group_id
         for i, cidr in enumerate(spec.deployer_cidrs):
             aws.vpc.SecurityGroupIngressRule(
-                f"{name}-deployer-{i}",
+                f"{name}-deployer-{cidr_key(cidr)}",
                 security_group_id=cluster_sg,
                 cidr_ipv4=str(cidr),
                 ip_protocol="tcp",
@@ -232,11 +257,11 @@ class EksCluster(pulumi.ComponentResource):
                 to_port=API_PORT,
                 description="Kubernetes API from the deployer network",
                 tags=args.tags,
-                opts=child,
+                opts=pulumi.ResourceOptions.merge(child, _was_named(f"{name}-deployer-{i}")),
             )
         for i, group_id in enumerate(spec.deployer_security_group_ids):
             aws.vpc.SecurityGroupIngressRule(
-                f"{name}-deployer-sg-{i}",
+                f"{name}-deployer-{group_id}",
                 security_group_id=cluster_sg,
                 referenced_security_group_id=group_id,
                 ip_protocol="tcp",
@@ -244,7 +269,7 @@ class EksCluster(pulumi.ComponentResource):
                 to_port=API_PORT,
                 description="Kubernetes API from the deployer security group",
                 tags=args.tags,
-                opts=child,
+                opts=pulumi.ResourceOptions.merge(child, _was_named(f"{name}-deployer-sg-{i}")),
             )
 
         self._name = name

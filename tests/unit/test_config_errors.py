@@ -779,3 +779,19 @@ def test_an_existing_clusters_key_on_the_cloud_tier_says_what_the_cloud_uses_ins
     # Before, each was "unknown key; allowed: <the cloud's keys>": true, but not why, nor what the cloud does instead.
     (line,) = config_errors(change)
     assert key in line and fix in line and "unknown key" not in line
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("adminRoleArns", "arn:aws:iam::111122223333:role/platform-admins"),
+        ("deployerCidrs", "10.20.0.0/16"),
+        ("deployerSecurityGroupIds", "sg-0123456789abcdef0"),
+    ],
+)
+def test_an_admin_role_or_deployer_source_listed_twice_is_refused(key: str, value: str) -> None:
+    # GIVEN an entry listed twice: each becomes one access entry or ingress rule named after it, and EKS keeps one
+    # entry per role, a security group one rule per source
+    (line,) = config_errors(lambda e: e["cluster"].update({key: [value, value]}))
+    # THEN the key, the repeat and the fix are named
+    assert f"cluster.{key}" in line and f"'{value}' listed twice" in line and f"remove the second {value}" in line

@@ -370,3 +370,59 @@ def test_gateway_and_exporter_authenticate_as_separate_cache_users(plan_of: Plan
     env = {e["name"]: e for e in gateway["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["GATEWAY_REDIS_URL"]["value"].startswith("rediss://gateway:$(REDIS_PASSWORD)@")
     assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "cache-auth"
+
+
+def test_removing_an_admin_role_or_deployer_network_leaves_the_others_in_place(tmp_path: Path) -> None:
+    # GIVEN prod with two admin roles, two deployer networks and two deployer groups
+    roles = ["arn:aws:iam::111122223333:role/platform-admins", "arn:aws:iam::111122223333:role/ops/sre"]
+    cidrs, groups = ["10.20.0.0/16", "10.30.0.0/16"], ["sg-0123456789abcdef0", "sg-0fedcba9876543210"]
+
+    def listing(keep: slice) -> Callable[[dict[str, Any]], None]:
+        def edit(env: dict[str, Any]) -> None:
+            env["cluster"].update(
+                adminRoleArns=roles[keep], deployerCidrs=cidrs[keep], deployerSecurityGroupIds=groups[keep]
+            )
+
+        return edit
+
+    def admitted(plan: Plan) -> dict[str, Any]:
+        kinds = (
+            "aws:eks/accessEntry:AccessEntry",
+            "aws:eks/accessPolicyAssociation:AccessPolicyAssociation",
+            "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+        )
+        return {r.urn: r.inputs for kind in kinds for r in plan.of_type(kind) if r.name.startswith("inferstack-")}
+
+    (tmp_path / "before").mkdir(), (tmp_path / "after").mkdir()
+    before = admitted(plan_with(tmp_path / "before", "prod", listing(slice(None))))
+    # WHEN the operator removes the first of each and runs `pulumi up` again
+    after = admitted(plan_with(tmp_path / "after", "prod", listing(slice(1, None))))
+    # THEN what stays keeps its logical name and inputs: pulumi up deletes the removed ones and touches nothing else.
+    # Keyed by index, the second role's entry became the first's, whose principal_arn forces a replacement that EKS
+    # refused (one access entry per principal, and the second's still existed): the update failed.
+    assert len(after) == 4 and len(before) == 8
+    assert all(before.get(urn) == inputs for urn, inputs in after.items())
+
+
+def test_access_entries_and_deployer_rules_carry_their_index_names_over(tmp_path: Path) -> None:
+    # GIVEN a prod stack deployed before entries were named after their value (inferstack-prod-admin-0, -deployer-0)
+    role = "arn:aws:iam::111122223333:role/platform-admins"
+
+    def edit(env: dict[str, Any]) -> None:
+        env["cluster"].update(adminRoleArns=[role], deployerSecurityGroupIds=["sg-0123456789abcdef0"])
+
+    plan = plan_with(tmp_path, "prod", edit)
+    (cluster,) = plan.of_type("aws:eks/cluster:Cluster")
+    stack = cluster.name
+    # WHEN planned THEN each resource names its old index name as an alias, so `pulumi up` keeps the existing one
+    aliases = {
+        r.name: r.aliases
+        for kind in ("aws:eks/accessEntry:AccessEntry", "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+        for r in plan.of_type(kind)
+        if r.name.startswith(stack)
+    }
+    assert aliases == {
+        f"{stack}-admin-111122223333-platform-admins": (f"{stack}-admin-0",),
+        f"{stack}-deployer-10.0.0.0-16": (f"{stack}-deployer-0",),
+        f"{stack}-deployer-sg-0123456789abcdef0": (f"{stack}-deployer-sg-0",),
+    }
