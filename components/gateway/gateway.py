@@ -259,7 +259,9 @@ def validate_config(config: dict[str, Any]) -> str:
         env={"GATEWAY_REDIS_URL": "redis://validation:6379", HUB_KEY_ENV: "validation"},
         source="gateway config (rendered)",
     )
-    return yaml.safe_dump(config, sort_keys=False)
+    # Keys sorted: the order of the stack file's models (or pools) means nothing to the gateway, and a reordered
+    # config would change the config digest on the pod template and roll every gateway pod for no change.
+    return yaml.safe_dump(config, sort_keys=True)
 
 
 def keys_file(spec: GatewaySpec, burst_key: str | None = None) -> str:

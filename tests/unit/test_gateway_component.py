@@ -259,3 +259,23 @@ def test_revoking_an_api_key_rolls_the_gateway_pods(tmp_path: Path, plan_of: Pla
     assert after["inferstack.io/config-sha256"] == before["inferstack.io/config-sha256"]
     # and the digest is readable on the template (a secret would hide the reason of the rollout in the preview)
     assert len(after["inferstack.io/keys-sha256"]) == 64 and "secret" not in after["inferstack.io/keys-sha256"]
+
+
+def test_reordering_models_leaves_the_gateway_pods_alone(tmp_path: Path, plan_of: PlanOf) -> None:
+    # GIVEN prod's gateway, whose config names each model's upstream, tier and alias
+    before = gateway_objects(plan_of("prod"))
+
+    # WHEN the operator lists the same models in another order
+    def reverse(env: dict[str, Any]) -> None:
+        env["models"].reverse()
+
+    after = gateway_objects(plan_with(tmp_path, "prod", reverse))
+    # THEN the gateway's config (and so its pods) is the same: the order of a mapping in it means nothing, and a
+    # changed config digest would roll every gateway pod for no change at all
+    assert len(plan_of("prod").environment.models) > 1, "one model: nothing was reordered"
+    assert after["ConfigMap/gateway-config"]["data"] == before["ConfigMap/gateway-config"]["data"]
+    assert _gateway_pod_annotations_of(after) == _gateway_pod_annotations_of(before)
+
+
+def _gateway_pod_annotations_of(objects: dict[str, Any]) -> dict[str, str]:
+    return dict(objects["Deployment/gateway"]["spec"]["template"]["metadata"]["annotations"])
