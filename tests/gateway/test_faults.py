@@ -445,3 +445,53 @@ def test_a_key_of_a_tenant_this_gateway_does_not_serve_gets_401(gateway: Any, up
     assert status == 401 and headers["www-authenticate"] == "Bearer"
     assert orjson.loads(raw)["error"]["code"] == "invalid_api_key"
     assert upstream.requests == []
+
+
+def test_an_error_before_the_body_is_read_closes_the_connection_and_the_client_still_gets_it(
+    gateway: Any, upstreams: Any
+) -> None:
+    # A 413 (or 401, 415 ...) answered before the body was read kept the connection open, and the gateway went on
+    # reading and dropping the body for as long as the client sent it: a chunked body past the limit held its
+    # connection for good (neither request_read_timeout_s nor keepalive_s applied any more), and a client that had
+    # sent Expect: 100-continue, and so never sent the body, had its next request taken for that body and never
+    # answered (RFC 9110 §10.1.1, §15.5.14: the server SHOULD say it closes).
+    upstream = upstreams("up")
+    gw = gateway(
+        upstream, server={"access_log": False, "max_body_bytes": 2048, "request_read_timeout_s": 1, "keepalive_s": 1}
+    )
+    host, port = gw.url.removeprefix("http://").split(":")
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %b\r\n" % API_KEY_A.encode()
+    head += b"Content-Type: application/json\r\n"
+    # A chunked body past the limit that the client goes on trickling.
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        sock.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n1000\r\n" + b"x" * 4096 + b"\r\n")
+        started = time.monotonic()
+        with pytest.raises(OSError):  # the gateway closes while the client is still sending
+            while time.monotonic() - started < 10:
+                sock.sendall(b"10\r\n" + b"y" * 16 + b"\r\n")
+                time.sleep(0.1)
+        assert time.monotonic() - started < 5
+    # Expect: 100-continue with a declared body over the limit: 413 and no 100 Continue, then the connection ends
+    # (the client's next request is not read as the body it never sent).
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        sock.sendall(head + b"Content-Length: 10000\r\nExpect: 100-continue\r\n\r\n")
+        answer = sock.recv(65536)
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        rest, _ = _read_until_closed(sock, 10)
+    status_line, _, rest_of_head = answer.partition(b"\r\n")
+    assert status_line.startswith(b"HTTP/1.1 413 ") and b"\r\nconnection: close\r\n" in rest_of_head.lower() + b"\r\n"
+    assert rest == b""
+    # A 401 before the body: the same.
+    status, headers, _ = gw.http("POST", "/v1/chat/completions", with_(), {"content-type": "application/json"})
+    assert status == 401 and headers["connection"] == "close"
+    # A client that sends its whole body before it reads (http.client) still gets the 413, body and all: the
+    # gateway shuts its side and drops the rest, rather than closing at once (a reset that destroys the answer).
+    big = with_(messages=[{"role": "user", "content": "x" * 3_000_000}])
+    status, headers, raw = gw.http("POST", "/v1/chat/completions", big, AUTH)
+    assert status == 413 and headers["connection"] == "close"
+    assert orjson.loads(raw)["error"]["code"] == "request_too_large"
+    # AND a request whose body was read keeps its connection (an error after it included), and the gateway serves.
+    status, headers, _ = gw.http("POST", "/v1/chat/completions", with_(model="nope"), AUTH)
+    assert status == 404 and "connection" not in headers
+    assert gw.http("POST", "/v1/chat/completions", with_(), AUTH)[0] == 200
+    assert len(upstream.requests) == 1

@@ -55,6 +55,7 @@ Send = Callable[[Message], Awaitable[None]]
 JSON = b"application/json"
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 OPT_IN_HEADER = b"x-inferstack-cache-opt-in"
+CONNECTION_CLOSE = (b"connection", b"close")
 USAGE = b'"usage":{'
 """How a stored answer (orjson's compact JSON) shows its token usage: a key no string value can hold unescaped."""
 DEFER_S = 0.002
@@ -163,7 +164,10 @@ class Gateway:
             await handler(scope, receive, send, exchange)
         except GatewayError as exc:
             if not exchange.response_started:
-                await self._send(send, exchange, exc.status, exc.body(), JSON, exc.headers)
+                extra = exc.headers
+                if _unread_body(exchange, extra):
+                    extra = [*extra, CONNECTION_CLOSE]
+                await self._send(send, exchange, exc.status, exc.body(), JSON, extra)
         except ClientGone:
             exchange.status = 499
             self.metrics.client_disconnects.inc()
@@ -171,7 +175,8 @@ class Gateway:
             logger.exception("unhandled error", extra={"request_id": request_id, "path": path})
             if not exchange.response_started:
                 body = error_body("The gateway failed to handle the request. It has been logged.", "server_error")
-                await self._send(send, exchange, 500, body, JSON)
+                extra = [CONNECTION_CLOSE] if _unread_body(exchange, []) else []
+                await self._send(send, exchange, 500, body, JSON, extra)
         finally:
             if exchange.route.startswith("/v1/"):
                 self._observe(exchange)
@@ -402,6 +407,7 @@ class Gateway:
                 code="unsupported_media_type",
             )
         raw = await self._read_body(headers, receive)
+        exchange.body_read = True
         body = parse_json_body(raw)
         request = parse_chat(body) if kind == "chat" else parse_completion(body)
         if request.stream and scope.get("http_version") == "1.0":
@@ -493,7 +499,7 @@ class Gateway:
                 408,
                 f"The request body did not arrive within {timeout_s:g} s (server.request_read_timeout_s).",
                 code="request_timeout",
-                headers=[(b"connection", b"close")],
+                headers=[CONNECTION_CLOSE],
             ) from None
         return b"".join(chunks)
 
@@ -988,6 +994,21 @@ def _can_answer(request: ParsedRequest, entry: bytes) -> bool:
     it cannot answer a request that needs it (every non-streamed answer; a stream with include_usage): that request
     goes upstream, and its own answer, with usage, replaces the entry."""
     return (request.stream and not request.include_usage) or USAGE in entry
+
+
+def _unread_body(exchange: Exchange, headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether an error answered now leaves part of the request's body unread, and `headers` do not close already.
+
+    Such an answer closes the connection (RFC 9110 §15.5.14 for 413, §10.1.1 for any final status sent before the
+    content is read: the server SHOULD say whether it will close or go on reading). Kept open, the rest of the body
+    was read and dropped for as long as the client went on sending it: a chunked body past the limit held its
+    connection for good, and a client that had sent `Expect: 100-continue` and so never sent the body had its next
+    request on the connection taken for that body, and never answered. The protocol (server.py) then closes in
+    stages, so that the client can still read the answer (RFC 9112 §9.6)."""
+    if exchange.body_read or CONNECTION_CLOSE in headers:
+        return False
+    fields = exchange.headers
+    return b"transfer-encoding" in fields or fields.get(b"content-length", b"0").lstrip(b"0") != b""
 
 
 def _one_authorization(headers: list[tuple[bytes, bytes]]) -> None:

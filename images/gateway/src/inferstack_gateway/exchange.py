@@ -21,6 +21,8 @@ class Exchange:
     cache: str = "bypass"
     response_started: bool = False
     finished: bool = False
+    body_read: bool = False
+    """The request's whole body has been read (a response sent before that closes the connection: `_unread_body`)."""
     arriving: bool = False
     """Between arrival and the upstream call (or a cached answer): the gateway defers its background work meanwhile."""
     model: str | None = None

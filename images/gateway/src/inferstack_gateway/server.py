@@ -23,17 +23,39 @@ from inferstack_gateway.config import ServerConfig
 from inferstack_gateway.errors import error_body
 
 STATUS_LINE_PREFIX = b"HTTP/1.1 "
+LINGER_S = 2.0
+"""How long a connection closed with part of a request's body unread goes on reading (and dropping) it, its write side
+already shut, so that the answer reaches the client before the close: closing a socket with unread input sends a TCP
+reset, and a reset can destroy an answer the client has not read yet (RFC 9112 §9.6). The client's own close ends it
+sooner."""
+
+
+class _Discard:
+    """Stands in for the httptools parser of a lingering connection: whatever arrives is dropped unparsed."""
+
+    __slots__ = ()
+
+    def feed_data(self, data: bytes) -> None:
+        pass
 
 
 class HeadCoalescingTransport:
-    """A transport that holds a response head (a write starting with the status line) for the next write."""
+    """A transport that holds a response head (a write starting with the status line) for the next write.
 
-    __slots__ = ("_held", "_loop", "_transport")
+    `lingers`, when given, is asked at close(): True when it has taken the close over (see `GatewayHttpProtocol`)."""
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+    __slots__ = ("_held", "_lingers", "_loop", "_transport")
+
+    def __init__(
+        self,
+        transport: asyncio.Transport,
+        loop: asyncio.AbstractEventLoop,
+        lingers: Callable[[], bool] | None = None,
+    ) -> None:
         self._transport = transport
         self._loop = loop
         self._held: bytes | None = None
+        self._lingers = lingers
 
     def write(self, data: bytes) -> None:
         held = self._held
@@ -55,6 +77,8 @@ class HeadCoalescingTransport:
 
     def close(self) -> None:
         self.flush()
+        if self._lingers is not None and self._lingers():
+            return
         self._transport.close()
 
     def __getattr__(self, name: str) -> Any:
@@ -69,21 +93,53 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     gateway (uvicorn's own answer is plain text). uvicorn bounds only the idle time after a response: here a new
     connection that sends nothing is closed after the same keep-alive timeout, and a request's head must be complete
     within `head_timeout_s` of its first byte (408 otherwise), so that clients trickling bytes cannot hold connections
-    for good. The body's own deadline is the app's (`server.request_read_timeout_s`)."""
+    for good. The body's own deadline is the app's (`server.request_read_timeout_s`).
+
+    A response that closes the connection before its request's body has all arrived (the app's early errors: 401,
+    413, 408 ...) shuts the write side first and drops what still comes in for at most LINGER_S, then closes."""
 
     def __init__(self, *args: Any, head_timeout_s: float = 20.0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_timeout_s = head_timeout_s
         self._head_timer: asyncio.TimerHandle | None = None
+        self._linger_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn
-        super().connection_made(HeadCoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+        wrapped = HeadCoalescingTransport(transport, self.loop, self._lingers)
+        super().connection_made(wrapped)  # type: ignore[arg-type]
         # Cancelled by uvicorn at the first byte (data_received), as after a response.
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+            self._linger_timer = None
         super().connection_lost(exc)
+
+    def _lingers(self) -> bool:
+        """At a close: with part of the request's body still to come, shut the write side only, drop the rest as it
+        arrives, and close for good after LINGER_S (or at the client's own close). True if it did so."""
+        cycle = self.cycle
+        transport = self.transport
+        if (
+            self._linger_timer is not None
+            or cycle is None
+            or not cycle.more_body
+            or cycle.disconnected
+            or transport.is_closing()
+            or not transport.can_write_eof()  # TLS: no half-close, a plain close
+        ):
+            return False
+        transport.write_eof()
+        self.parser = _Discard()  # type: ignore[assignment]
+        self.flow.resume_reading()
+        self._linger_timer = self.loop.call_later(LINGER_S, self._linger_over)
+        return True
+
+    def _linger_over(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.close()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
