@@ -495,3 +495,23 @@ def test_an_error_before_the_body_is_read_closes_the_connection_and_the_client_s
     assert status == 404 and "connection" not in headers
     assert gw.http("POST", "/v1/chat/completions", with_(), AUTH)[0] == 200
     assert len(upstream.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "fields", [b"X-Big: " + b"a" * 200_000 + b"\r\n", b"".join(b"X-H%d: v\r\n" % i for i in range(20_000))],
+    ids=["one-long-line", "many-fields"],
+)  # fmt: skip
+def test_a_head_over_64_kib_gets_431_in_openai_shape(gateway: Any, upstreams: Any, fields: bytes) -> None:
+    # httptools holds a head whole until it ends, with no bound: a 50 MB header field was read into memory (within
+    # request_read_timeout_s, per connection) and answered 200.
+    gw = gateway(upstreams("up"))
+    host, port = gw.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + fields + b"\r\n")
+        received, _ = _read_until_closed(sock, 10)
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431 ") and b"\r\nconnection: close" in head.lower()
+    assert orjson.loads(body)["error"]["code"] == "request_header_fields_too_large"
+    # AND a head of 32 KiB is served
+    status, _, _ = gw.http("GET", "/healthz", None, {"x-big": "a" * 32_000})
+    assert status == 200

@@ -30,6 +30,12 @@ reset, and a reset can destroy an answer the client has not read yet (RFC 9112 ย
 sooner."""
 
 
+MAX_HEAD_BYTES = 64 * 1024
+"""The most a request's head (request line and header fields) may take: httptools holds a head whole until it ends,
+with no bound of its own (a 50 MB header field was read, and held, for a 200). Over it: 431 (RFC 6585 ยง5). nginx
+allows 4 lines of 8 KiB by default, Node.js 16 KiB in all."""
+
+
 class _Discard:
     """Stands in for the httptools parser of a lingering connection: whatever arrives is dropped unparsed."""
 
@@ -75,6 +81,10 @@ class HeadCoalescingTransport:
             if not self._transport.is_closing():
                 self._transport.write(held)
 
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
     def close(self) -> None:
         self.flush()
         if self._lingers is not None and self._lingers():
@@ -93,7 +103,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     gateway (uvicorn's own answer is plain text). uvicorn bounds only the idle time after a response: here a new
     connection that sends nothing is closed after the same keep-alive timeout, and a request's head must be complete
     within `head_timeout_s` of its first byte (408 otherwise), so that clients trickling bytes cannot hold connections
-    for good. The body's own deadline is the app's (`server.request_read_timeout_s`).
+    for good. The body's own deadline is the app's (`server.request_read_timeout_s`). A head over MAX_HEAD_BYTES gets
+    431.
 
     A response that closes the connection before its request's body has all arrived (the app's early errors: 401,
     413, 408 ...) shuts the write side first and drops what still comes in for at most LINGER_S, then closes."""
@@ -103,6 +114,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._head_timeout_s = head_timeout_s
         self._head_timer: asyncio.TimerHandle | None = None
         self._linger_timer: asyncio.TimerHandle | None = None
+        self._head_bytes = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn
         wrapped = HeadCoalescingTransport(transport, self.loop, self._lingers)
@@ -117,19 +129,38 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             self._linger_timer = None
         super().connection_lost(exc)
 
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._head_timer is not None:  # a head still incomplete after this read: httptools holds all of it
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
+                self._head_too_large()
+
+    def _head_too_large(self) -> None:
+        self._stop_head_timer()
+        if self.cycle is not None and not self.cycle.response_complete:
+            # A pipelined request's head, behind a response under way: read no more, close once that response ends.
+            self.cycle.keep_alive = False
+            self.flow.pause_reading()
+            return
+        message = (
+            f"The request's headers are larger than {MAX_HEAD_BYTES // 1024} KiB (request line and header fields "
+            "together). Send shorter header fields."
+        )
+        self._refuse_and_close(b"431 Request Header Fields Too Large", message, "request_header_fields_too_large")
+
     def _lingers(self) -> bool:
         """At a close: with part of the request's body still to come, shut the write side only, drop the rest as it
         arrives, and close for good after LINGER_S (or at the client's own close). True if it did so."""
         cycle = self.cycle
+        if self._linger_timer is not None or cycle is None or not cycle.more_body or cycle.disconnected:
+            return False
+        return self._close_in_stages()
+
+    def _close_in_stages(self) -> bool:
+        """Shut the write side, drop whatever arrives, close after LINGER_S. False where it cannot (closing, TLS)."""
         transport = self.transport
-        if (
-            self._linger_timer is not None
-            or cycle is None
-            or not cycle.more_body
-            or cycle.disconnected
-            or transport.is_closing()
-            or not transport.can_write_eof()  # TLS: no half-close, a plain close
-        ):
+        if transport.is_closing() or not transport.can_write_eof():  # TLS: no half-close, a plain close
             return False
         transport.write_eof()
         self.parser = _Discard()  # type: ignore[assignment]
@@ -144,6 +175,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._stop_head_timer()
+        self._head_bytes = 0
         self._head_timer = self.loop.call_later(self._head_timeout_s, self._head_timed_out)
 
     def on_headers_complete(self) -> None:
@@ -179,7 +211,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             b"HTTP/1.1 %b\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%b"
             % (status, len(body), body)
         )
-        self.transport.close()
+        if not self._close_in_stages():  # the rest of what the client sends may still be on its way
+            self.transport.close()
 
 
 def http_protocol(server: ServerConfig) -> Callable[..., GatewayHttpProtocol]:
