@@ -515,3 +515,17 @@ def test_a_head_over_64_kib_gets_431_in_openai_shape(gateway: Any, upstreams: An
     # AND a head of 32 KiB is served
     status, _, _ = gw.http("GET", "/healthz", None, {"x-big": "a" * 32_000})
     assert status == 200
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics", "/v1/models"])
+def test_head_is_answered_as_get_without_the_body(gateway: Any, upstreams: Any, path: str) -> None:
+    # RFC 9110 §9.1: all general-purpose servers MUST support GET and HEAD; HEAD got 405 (allow: GET).
+    gw = gateway(upstreams("up"))
+    status, headers, body = gw.http("GET", path, None, AUTH)
+    head_status, head_headers, head_body = gw.http("HEAD", path, None, AUTH)
+    assert status == head_status == 200 and body and head_body == b""
+    assert head_headers["content-type"] == headers["content-type"] and int(head_headers["content-length"]) > 0
+    assert "x-request-id" in head_headers
+    # AND a GET-only path says so to other methods, HEAD included in its Allow
+    status, headers, _ = gw.http("POST", path, b"{}", AUTH)
+    assert status == 405 and headers["allow"] == "GET, HEAD"

@@ -156,10 +156,13 @@ class Gateway:
                 exchange.route = "unknown"
                 raise GatewayError(404, f"Unknown path {path}.", code="unknown_url")
             method, handler = route
-            if scope["method"].encode() != method:
+            if scope["method"].encode() != method and not (method == b"GET" and scope["method"] == "HEAD"):
+                # HEAD is GET without the body, which uvicorn leaves out: every server MUST support both (RFC 9110
+                # §9.1); a 405 to HEAD failed probes and monitors that use it.
+                allowed = b"GET, HEAD" if method == b"GET" else method
                 raise GatewayError(
-                    405, f"{path} accepts {method.decode()} only.", code="method_not_allowed",
-                    headers=[(b"allow", method)],
+                    405, f"{path} accepts {allowed.decode()} only.", code="method_not_allowed",
+                    headers=[(b"allow", allowed)],
                 )  # fmt: skip
             await handler(scope, receive, send, exchange)
         except GatewayError as exc:
