@@ -56,7 +56,10 @@ def renders(resources: list[Registration]) -> dict[str, str]:
                 if key.endswith(".pbtxt"):
                     files[f"triton/{_safe(meta.get('name') or r.name)}/{key.replace('__', '/')}"] = text
         elif r.type == "kubernetes:helm.sh/v3:Release":
-            files[f"helm/{_safe(r.name)}.values.yaml"] = yaml.safe_dump(r.inputs.get("values") or {}, sort_keys=True)
+            # By the release's name (`helm list`), not the Pulumi resource's (``<component>-<release>``).
+            release = r.inputs.get("name")
+            release = release if isinstance(release, str) and release != "[secret]" else r.name
+            files[f"helm/{_safe(release)}.values.yaml"] = yaml.safe_dump(r.inputs.get("values") or {}, sort_keys=True)
     return files
 
 

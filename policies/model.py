@@ -116,7 +116,10 @@ class Res:
     def label(self) -> str:
         """How messages name the resource: ``Deployment inferstack-serving/llama-8b``."""
         if self.type == HELM_RELEASE:
-            return f"Helm release {self.name} (chart {chart_name(self)})"
+            # The release's own name (what `helm list` shows), not the Pulumi resource's (``<component>-<release>``).
+            release = self.inputs.get("name")
+            shown = release if isinstance(release, str) and known(release) else self.name
+            return f"Helm release {shown} (chart {chart_name(self)})"
         if self.type.startswith("kubernetes:"):
             cluster_scoped = "namespace" not in self.metadata
             where = self.object_name if cluster_scoped else f"{self.namespace}/{self.object_name}"

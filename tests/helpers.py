@@ -34,6 +34,13 @@ def only(resources: list[Registration], token: str, name: str | None = None) -> 
     return found[0]
 
 
+def helm_release(resources: list[Registration], name: str) -> Registration:
+    """The one planned Helm release named ``name`` (its release name; the Pulumi resource is ``<component>-<name>``)."""
+    found = [r for r in resources if r.type == "kubernetes:helm.sh/v3:Release" and r.inputs.get("name") == name]
+    assert len(found) == 1, f"expected one Helm release {name}, found {len(found)}"
+    return found[0]
+
+
 def children(resources: list[Registration], parent: Registration) -> list[Registration]:
     return [r for r in resources if r.parent == parent.urn]
 
@@ -84,7 +91,7 @@ def refused_line(stacks_dir: Path, name: str) -> str:
 
 
 def releases_placed_on(plan: Plan, selector: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """The planned Helm releases whose values put a pod on the nodes ``selector`` picks: name -> values."""
+    """The planned Helm releases whose values put a pod on the nodes ``selector`` picks: release name -> values."""
 
     def placed(values: Any) -> bool:
         if isinstance(values, dict):
@@ -92,7 +99,7 @@ def releases_placed_on(plan: Plan, selector: dict[str, str]) -> dict[str, dict[s
         return isinstance(values, list) and any(placed(v) for v in values)
 
     releases = plan.of_type("kubernetes:helm.sh/v3:Release")
-    return {r.name: r.inputs["values"] for r in releases if placed(r.inputs.get("values") or {})}
+    return {r.inputs["name"]: r.inputs["values"] for r in releases if placed(r.inputs.get("values") or {})}
 
 
 def config_errors(edit: Callable[[dict[str, Any]], None], stack: str = "prod") -> list[str]:

@@ -125,7 +125,7 @@ class ClusterAddons(pulumi.ComponentResource):
         runtime = {"runtimeClassName": args.gpu_runtime_class} if args.gpu_runtime_class else {}
 
         def r(chart: str, values: dict[str, Any]) -> k8s.helm.v3.Release:
-            return release(chart, values, parent=self, provider=args.provider)
+            return release(chart, values, parent=self, component=name, provider=args.provider)
 
         self.releases = {}
         if args.keda:

@@ -364,6 +364,7 @@ class Karpenter(pulumi.ComponentResource):
                 "controller": {"resources": CONTROLLER_RESOURCES},
             },
             parent=self,
+            component=name,
             provider=args.provider,
             depends_on=[controller, access],
         )

@@ -76,6 +76,7 @@ class LoadBalancerController(pulumi.ComponentResource):
                 "resources": CONTROLLER_RESOURCES,
             },
             parent=self,
+            component=name,
             provider=args.provider,
             depends_on=[role],
         )

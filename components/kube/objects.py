@@ -25,6 +25,21 @@ def custom_resource(
     )
 
 
+def per_instance(component: str, child: str, opts: pulumi.ResourceOptions) -> tuple[str, pulumi.ResourceOptions]:
+    """The logical name ``<component>-<child>`` of a child each instance of a component makes once, and ``opts`` with
+    an alias to ``child``, the name it had before.
+
+    A child's URN holds its parent's type, never its parent's name (Pulumi docs, "Resource names", URNs: children of a
+    component should take the component's name into theirs), so a child named ``child`` alone had one URN in every
+    instance: two clusters' ``ServingBase`` in one program stopped with "Duplicate resource URN". The alias keeps an
+    existing stack's state: ``pulumi up`` finds the resource under its former URN and renames it in place, where it
+    would otherwise delete it and create it again (a Namespace with everything in it). The engine refuses one former URN
+    claimed by two resources ("Duplicate resource alias"): upgrade a stack before adding a second instance."""
+    return f"{component}-{child}", pulumi.ResourceOptions.merge(
+        opts, pulumi.ResourceOptions(aliases=[pulumi.Alias(name=child)])
+    )
+
+
 def restricted_pod(uid: int) -> dict[str, Any]:
     """Pod securityContext that meets the "restricted" Pod Security level for an image running as ``uid``."""
     return {

@@ -19,7 +19,14 @@ from components.catalog.charts import CHARTS, PROMETHEUS_POD_LABELS, PROMETHEUS_
 from components.kube.budget import Demand, demand
 from components.kube.helm import HELM_RELEASE_NAME_MAX, release
 from components.kube.labels import SYSTEM_NODES
-from components.kube.objects import RESTRICTED_CONTAINER, check_name, custom_resource, namespace_peer, restricted_pod
+from components.kube.objects import (
+    RESTRICTED_CONTAINER,
+    check_name,
+    custom_resource,
+    namespace_peer,
+    per_instance,
+    restricted_pod,
+)
 from components.observability.alerting import ALERT_RECEIVERS_SECRET, AlertDestinations, alertmanager_config
 from components.observability.alerts import ModelSlo, prometheus_rule
 from components.observability.dashboards import DASHBOARD_METRICS, DASHBOARDS, dashboard_configmap
@@ -385,6 +392,7 @@ class Observability(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ObservabilityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:observability:Observability", name, None, opts)
+        self._instance = name
         provider = args.provider
         namespace = CHARTS["kube-prometheus-stack"].namespace
         password = random.RandomPassword(
@@ -442,6 +450,7 @@ class Observability(pulumi.ComponentResource):
                 alerting=args.alerting,
             ),
             parent=self,
+            component=name,
             provider=provider,
             depends_on=before_release,
         )
@@ -450,6 +459,7 @@ class Observability(pulumi.ComponentResource):
             "opentelemetry-collector",
             collector_values(args.spec, args.system_node_selector),
             parent=self,
+            component=name,
             provider=provider,
         )
 
@@ -473,7 +483,9 @@ class Observability(pulumi.ComponentResource):
                     "secret": {"name": cache_secret[0], "key": cache_secret[1]},
                     **({"redisUser": cache_user} if cache_user else {}),
                 }
-            release(REDIS_EXPORTER, exporter, parent=self, provider=provider, release_name=exporter_release)
+            release(
+                REDIS_EXPORTER, exporter, parent=self, component=name, provider=provider, release_name=exporter_release
+            )
             monitor = "inferstack-cache" if cache_name is None else f"inferstack-cache-{cache_name}"
             self._custom(redis_exporter_service_monitor(namespace, release=exporter_release, name=monitor), after)
 
@@ -501,9 +513,8 @@ class Observability(pulumi.ComponentResource):
         )
         for build in DASHBOARDS:
             manifest = dashboard_configmap(build(), namespace)
-            k8s.core.v1.ConfigMap(
-                manifest["metadata"]["name"], metadata=manifest["metadata"], data=manifest["data"], opts=after
-            )
+            dashboard, dashboard_opts = per_instance(name, manifest["metadata"]["name"], after)
+            k8s.core.v1.ConfigMap(dashboard, metadata=manifest["metadata"], data=manifest["data"], opts=dashboard_opts)
         self.prometheus_url = (
             f"http://{CHARTS['kube-prometheus-stack'].name}-prometheus.{namespace}.svc:{PROMETHEUS_PORT}"
         )
@@ -518,4 +529,7 @@ class Observability(pulumi.ComponentResource):
 
     def _custom(self, manifest: dict[str, Any], opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource:
         meta = manifest["metadata"]
-        return custom_resource(f"{manifest['kind'].lower()}-{meta['namespace']}-{meta['name']}", manifest, opts)
+        name, opts = per_instance(
+            self._instance, f"{manifest['kind'].lower()}-{meta['namespace']}-{meta['name']}", opts
+        )
+        return custom_resource(name, manifest, opts)

@@ -36,6 +36,7 @@ class LocalStorage(pulumi.ComponentResource):
             "local-static-provisioner",
             local_static_provisioner_values(class_name=args.spec.storage_class, host_dir=args.spec.host_dir),
             parent=self,
+            component=name,
             provider=args.provider,
         )
         self.storage_class = args.spec.storage_class

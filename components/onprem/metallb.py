@@ -60,7 +60,9 @@ class MetalLb(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: MetalLbArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:metallb:MetalLb", name, None, opts)
-        chart = release("metallb", metallb_values(args.system_node_selector), parent=self, provider=args.provider)
+        chart = release(
+            "metallb", metallb_values(args.system_node_selector), parent=self, component=name, provider=args.provider
+        )
         after = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[chart])
         pool = custom_resource(f"{name}-pool", address_pool(args.spec), after)
         custom_resource(

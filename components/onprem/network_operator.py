@@ -166,7 +166,11 @@ class NetworkOperator(pulumi.ComponentResource):
     def __init__(self, name: str, args: NetworkOperatorArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:network_operator:NetworkOperator", name, None, opts)
         chart = release(
-            "network-operator", network_operator_values(args.system_node_selector), parent=self, provider=args.provider
+            "network-operator",
+            network_operator_values(args.system_node_selector),
+            parent=self,
+            component=name,
+            provider=args.provider,
         )
         after = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[chart])
         policy = custom_resource(f"{name}-nic-cluster-policy", nic_cluster_policy(args.spec, args.fabric), after)

@@ -8,6 +8,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.kube.labels import CLUSTER_LOAD_BALANCER_ANNOTATION, CLUSTER_STORAGE_CLASSES_ANNOTATION, TIER_LABEL
+from components.kube.objects import per_instance
 from components.specs import Args, StrInput
 
 SERVING_NAMESPACE = "inferstack-serving"
@@ -61,8 +62,10 @@ class ServingBase(pulumi.ComponentResource):
         if args.cluster_load_balancer is not None:
             declared[CLUSTER_LOAD_BALANCER_ANNOTATION] = args.cluster_load_balancer
         for ns in (SERVING_NAMESPACE, GATEWAY_NAMESPACE, CACHE_NAMESPACE, MONITORING_NAMESPACE):
+            # Every logical name starts with this instance's: one ServingBase per cluster, two clusters in a program.
+            ns_name, ns_opts = per_instance(name, ns, k8s_opts)
             namespaces[ns] = k8s.core.v1.Namespace(
-                ns,
+                ns_name,
                 metadata={
                     "name": ns,
                     # Pod Security Admission (see RESTRICTED); elsewhere "baseline" still warns and audits.
@@ -81,7 +84,7 @@ class ServingBase(pulumi.ComponentResource):
                     },
                     **({"annotations": dict(declared)} if declared else {}),
                 },
-                opts=k8s_opts,
+                opts=ns_opts,
             )
         for priority_class, value, description in (
             # Above default workloads: a serving replica preempts batch work, never the reverse.
@@ -94,19 +97,25 @@ class ServingBase(pulumi.ComponentResource):
                 "LLM inference groups spanning nodes: take whole nodes from single-node replicas",
             ),
         ):
+            pc_name, pc_opts = per_instance(name, priority_class, k8s_opts)
             k8s.scheduling.v1.PriorityClass(
-                priority_class,
+                pc_name,
                 metadata={"name": priority_class},
                 value=value,
                 global_default=False,
                 preemption_policy="PreemptLowerPriority",
                 description=description,
-                opts=k8s_opts,
+                opts=pc_opts,
             )
         annotations = {"eks.amazonaws.com/role-arn": args.loader_role_arn} if args.loader_role_arn else {}
         for account in (MODEL_LOADER_SERVICE_ACCOUNT, ENGINE_BUILDER_SERVICE_ACCOUNT):
-            k8s.core.v1.ServiceAccount(
+            account_name, account_opts = per_instance(
+                name,
                 account,
+                pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[namespaces[SERVING_NAMESPACE]]),
+            )
+            k8s.core.v1.ServiceAccount(
+                account_name,
                 metadata={
                     "name": account,
                     "namespace": SERVING_NAMESPACE,
@@ -115,9 +124,7 @@ class ServingBase(pulumi.ComponentResource):
                 # EKS Pod Identity injects its own projected token; nothing in these pods talks to the
                 # Kubernetes API, so the API token stays unmounted.
                 automount_service_account_token=False,
-                opts=pulumi.ResourceOptions(
-                    parent=self, provider=args.provider, depends_on=[namespaces[SERVING_NAMESPACE]]
-                ),
+                opts=account_opts,
             )
         self.serving_namespace = SERVING_NAMESPACE
         self.gateway_namespace = GATEWAY_NAMESPACE

@@ -13,7 +13,7 @@ import pytest
 from components.observability.alerts import FATAL_XIDS, ModelSlo, model_slos, prometheus_rule
 from components.observability.observability import FORWARDED_METRICS
 from crdcheck import validate
-from helpers import ROOT, raw_environment
+from helpers import ROOT, helm_release, raw_environment
 from inferstack_cli.plan import Plan
 from promql import reads_own_series_only, selectors
 from stacks.environment import load_environment
@@ -307,7 +307,7 @@ def test_the_bundled_hub_watches_its_sites(stack: str, watches_sites: bool, plan
     groups = {g["name"] for g in rule.inputs["spec"]["groups"]}
     assert ("inferstack.sites" in groups) is watches_sites
     # and no stack turns off the chart's Watchdog, every site's heartbeat (defaultRules.rules.general, on by default)
-    (release,) = [r for r in plan.resources if r.name == "kube-prometheus-stack"]
+    release = helm_release(plan.resources, "kube-prometheus-stack")
     rules = release.inputs["values"].get("defaultRules", {})
     assert rules.get("create", True) and rules.get("rules", {}).get("general", True)
 

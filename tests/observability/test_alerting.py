@@ -15,7 +15,7 @@ from components.observability.alerts import prometheus_rule
 from components.observability.observability import prometheus_values
 from components.specs import ObservabilitySpec
 from helm_values import explain, load_defaults, unknown_paths
-from helpers import config_errors, only, plan_with
+from helpers import config_errors, helm_release, only, plan_with
 
 MOUNT = "/etc/alertmanager/secrets/inferstack-alert-receivers"
 EVERYWHERE = AlertDestinations(
@@ -119,7 +119,7 @@ def test_a_stack_sends_alerts_to_its_secret_destinations(tmp_path: Path) -> None
     secret = only(plan.resources, "kubernetes:core/v1:Secret", "observability-alert-receivers")
     assert secret.inputs["metadata"] == {"name": "inferstack-alert-receivers", "namespace": "monitoring"}
     assert secret.inputs["stringData"] == "[secret]"
-    release = only(plan.resources, "kubernetes:helm.sh/v3:Release", "kube-prometheus-stack")
+    release = helm_release(plan.resources, "kube-prometheus-stack")
     config = release.inputs["values"]["alertmanager"]["config"]
     assert [r["name"] for r in config["receivers"]] == ["null", "pagerduty", "slack"]
     assert config["receivers"][2]["slack_configs"][0]["channel"] == "#inference-alerts"

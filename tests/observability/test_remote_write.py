@@ -16,7 +16,7 @@ from components.observability.dashboards import DASHBOARD_METRICS
 from components.observability.observability import ObservabilityArgs, prometheus_values, remote_write
 from components.specs import ObservabilitySpec, RemoteWriteSpec
 from crdcheck import validate
-from helpers import config_errors, only, plan_with
+from helpers import config_errors, helm_release, only, plan_with
 from inferstack_cli.plan import Plan
 
 URL = "https://prometheus.dc1.example.com/api/v1/write"
@@ -98,7 +98,7 @@ def test_a_site_authenticates_to_its_receiver_with_a_secret(tmp_path: Path) -> N
     secret = only(plan.resources, "kubernetes:core/v1:Secret", "observability-remote-write")
     assert secret.inputs["metadata"] == {"name": "inferstack-remote-write", "namespace": "monitoring"}
     assert secret.inputs["stringData"] == "[secret]"
-    release = only(plan.resources, "kubernetes:helm.sh/v3:Release", "kube-prometheus-stack")
+    release = helm_release(plan.resources, "kube-prometheus-stack")
     (target,) = release.inputs["values"]["prometheus"]["prometheusSpec"]["remoteWrite"]
     assert target["basicAuth"]["password"] == {**SECRET, "key": "password"}
     assert target["tlsConfig"]["ca"]["configMap"]["name"] == "hub-ca"
@@ -152,8 +152,7 @@ def test_a_site_forwards_what_the_hubs_dashboards_draw_and_its_alerts_by_default
 
 def test_the_bundled_edge_site_forwards_only_what_the_hub_draws(tmp_path: Path) -> None:
     # GIVEN the bundled edge stack, which forwards to the on-prem hub
-    release = only(plan_with(tmp_path, "edge", lambda env: None).resources, "kubernetes:helm.sh/v3:Release",
-                   "kube-prometheus-stack")  # fmt: skip
+    release = helm_release(plan_with(tmp_path, "edge", lambda env: None).resources, "kube-prometheus-stack")
     # WHEN its Prometheus's remote write is read
     (target,) = release.inputs["values"]["prometheus"]["prometheusSpec"]["remoteWrite"]
     # THEN it keeps the dashboards' series and the alerts, nothing more
@@ -172,7 +171,7 @@ def test_each_bundled_prometheus_spec_is_one_the_operator_accepts(
         )
 
     plan = plan_with(tmp_path, stack, authenticated) if stack == "edge" else plan_of(stack)
-    release = only(plan.resources, "kubernetes:helm.sh/v3:Release", "kube-prometheus-stack")
+    release = helm_release(plan.resources, "kube-prometheus-stack")
     # WHEN its prometheusSpec becomes the Prometheus resource the chart renders (templates/prometheus/prometheus.yaml
     # passes each key through by name, except storageSpec, which it writes as the resource's storage)
     spec = dict(release.inputs["values"]["prometheus"]["prometheusSpec"])

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from helpers import config_errors, plan_with, raw_environment
+from helpers import config_errors, helm_release, plan_with, raw_environment
 from inferstack_cli import render
 from inferstack_cli.plan import Plan
 from stacks.environment import load_environment
@@ -153,11 +153,11 @@ def test_nccls_bootstrap_interface_must_be_one_the_pods_have(interface: str, sec
 
 def test_the_dcgm_exporter_runs_under_the_operators_nvidia_runtime(plan_of: PlanOf, tmp_path: Path) -> None:
     # GIVEN the operator's toolkit (CDI on by default: nvidia is not containerd's default runtime)
-    release = next(r for r in plan_of("onprem").of_type("kubernetes:helm.sh/v3:Release") if r.name == "dcgm-exporter")
+    release = helm_release(plan_of("onprem").resources, "dcgm-exporter")
     assert release.inputs["values"]["runtimeClassName"] == "nvidia"
     # AND with the host's own toolkit, the runtime set-up is the host's: no RuntimeClass is assumed
     plan = plan_with(tmp_path, "onprem", lambda env: env.setdefault("gpuOperator", {}).update(toolkit="host"))
-    release = next(r for r in plan.of_type("kubernetes:helm.sh/v3:Release") if r.name == "dcgm-exporter")
+    release = helm_release(plan.resources, "dcgm-exporter")
     assert "runtimeClassName" not in release.inputs["values"]
 
 

@@ -26,7 +26,12 @@ def prod(plan_of: PlanOf) -> Resources:
 
 
 def find(plan: Resources, name: str, suffix: str) -> dict[str, Any]:
-    (found,) = [r for r in plan if r["name"] == name and r["type"].endswith(suffix)]
+    """The resource of type ``…suffix`` named ``name``: a Helm release by its release name (``helm list``'s)."""
+    (found,) = [
+        r
+        for r in plan
+        if r["type"].endswith(suffix) and name == (r["inputs"]["name"] if suffix == "Release" else r["name"])
+    ]
     return found
 
 

@@ -26,10 +26,11 @@ def test_every_key_the_kit_sets_exists_in_the_pinned_chart(plan_of: PlanOf, stac
     # WHEN each release's values are walked against its pinned chart's default values
     errors = []
     for release in releases:
-        defaults = load_defaults(CHARTS[release.name])
+        name = release.inputs["name"]
+        defaults = load_defaults(CHARTS[name])
         unknown = unknown_paths(release.inputs.get("values") or {}, defaults)
         if unknown:
-            errors.append(explain(release.name, defaults, unknown))
+            errors.append(explain(name, defaults, unknown))
     # THEN every key path the kit sets is one the chart reads
     assert errors == [], "\n".join(errors)
 
@@ -39,7 +40,7 @@ def test_every_release_installs_its_pinned_chart_version(plan_of: PlanOf, stack:
     # GIVEN every Helm release a bundled stack installs
     releases = plan_of(stack).of_type(RELEASE)
     # WHEN / THEN each one installs exactly the chart, version and namespace its pin names
-    installed = {r.name: (r.inputs["chart"], r.inputs["version"], r.inputs["namespace"]) for r in releases}
+    installed = {r.inputs["name"]: (r.inputs["chart"], r.inputs["version"], r.inputs["namespace"]) for r in releases}
     pinned = {name: (chart(name).chart_ref, chart(name).version, chart(name).namespace) for name in installed}
     assert installed == pinned
 
@@ -91,7 +92,7 @@ def test_a_misspelled_key_is_caught_and_named() -> None:
 def test_a_misspelled_key_in_a_planned_release_is_caught(plan_of: PlanOf) -> None:
     # GIVEN a copy of the values the dev stack gives kube-prometheus-stack, with a typo in a Grafana
     # (subchart) key and one in a key of the chart itself
-    release = next(r for r in plan_of("dev").of_type(RELEASE) if r.name == "kube-prometheus-stack")
+    release = next(r for r in plan_of("dev").of_type(RELEASE) if r.inputs["name"] == "kube-prometheus-stack")
     values = copy.deepcopy(release.inputs["values"])
     values["grafana"]["sidecar"]["dashboards"]["lable"] = "grafana_dashboard"
     values["prometheus"]["prometheusSpec"]["retension"] = "15d"
