@@ -58,6 +58,26 @@ StrInput = Annotated[Any, AfterValidator(_str_input)]
 """A string or a ``pulumi.Output[str]`` (``pulumi.Input[str]``): pydantic cannot validate an Output's value, so it
 checks only that the argument is one of these."""
 
+
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _namespace_arg(value: str) -> str:
+    """A component's namespace argument: one Kubernetes would take, or an error naming what it allows and the fix."""
+    if not _NAMESPACE.match(value) or len(value) > 63:
+        suggestion = re.sub(r"[^a-z0-9-]+", "-", value.lower()).strip("-")[:63].strip("-") or "ml"
+        raise ValueError(
+            f"{value!r} is not a namespace name; allowed: a DNS label (lowercase letters, digits and '-', starting and "
+            f"ending with a letter or digit, at most 63 characters); fix: e.g. {suggestion!r}"
+        )
+    return value
+
+
+ComponentNamespace = Annotated[str, AfterValidator(_namespace_arg)]
+"""A namespace a component's arguments name (where it writes objects, or whose pods it admits): refused when the
+component is built, where Kubernetes would refuse it at ``pulumi up`` (a ``pulumi.Output`` is refused as well: the
+name is needed when the program runs)."""
+
 PATTERN_HELP: dict[str, tuple[str, str]] = {}
 """Each ``described`` pattern → (what it allows, how to fix a value that misses it): a config error says these
 instead of the regex (``stacks.environment``)."""

@@ -16,7 +16,7 @@ import pulumi_random as random
 from pydantic import Field
 
 from components.cache.redis_cache import REDIS_PORT, SECRET_KEY, CacheEndpoint
-from components.specs import Args, CacheSpec, StrInput
+from components.specs import Args, CacheSpec, ComponentNamespace, StrInput
 
 ENGINE_VERSION = "8.2"
 """Valkey 8.2 is the first ElastiCache version with vector search (FT.* commands)."""
@@ -38,9 +38,9 @@ class ElastiCacheValkeyArgs(Args):
     """The EKS cluster security group: the only source admitted on the Redis port."""
     provider: k8s.Provider
     """Required: the cluster's explicit Kubernetes provider, for the password Secrets the gateway and exporter read."""
-    gateway_namespace: str = "inferstack-gateway"
+    gateway_namespace: ComponentNamespace = "inferstack-gateway"
     """Where the gateway's password Secret is written."""
-    exporter_namespace: str = "monitoring"
+    exporter_namespace: ComponentNamespace = "monitoring"
     """Where the Redis exporter's password Secret is written."""
     user_id_prefix: str
     """Required: ElastiCache user and user-group ids are unique per account and region (e.g. ``inferstack-prod``)."""

@@ -13,7 +13,7 @@ import pulumi
 import pulumi_aws as aws
 from pydantic import Field
 
-from components.specs import Args, StrInput
+from components.specs import Args, ComponentNamespace, StrInput
 
 NODE_POLICIES = (
     "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
@@ -65,7 +65,7 @@ class NodeRole(pulumi.ComponentResource):
 class PodIdentityRoleArgs(Args):
     cluster_name: StrInput
     """Required: the association is per cluster."""
-    namespace: str
+    namespace: ComponentNamespace
     """Required: the association binds one service account in one namespace."""
     service_account: str
     """Required: the Kubernetes service account the workload runs as."""

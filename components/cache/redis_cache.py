@@ -19,7 +19,7 @@ from components.catalog.charts import REDIS_EXPORTER_POD_LABELS
 from components.kube.budget import Demand, demand
 from components.kube.labels import GATEWAY_POD_LABELS, SYSTEM_NODES
 from components.kube.objects import RESTRICTED_CONTAINER, namespace_peer, restricted_pod
-from components.specs import Args, CacheSpec
+from components.specs import Args, CacheSpec, ComponentNamespace
 
 REDIS_PORT = 6379
 REDIS_UID = 999
@@ -57,18 +57,18 @@ class CacheEndpoint:
 
 class RedisCacheArgs(Args):
     spec: CacheSpec = CacheSpec()
-    namespace: str
+    namespace: ComponentNamespace
     """Required: the namespace's name, known when the program runs: it names the password Secrets (a ``pulumi.Output``
     is refused here; order the Namespace first with ``depends_on``)."""
     provider: k8s.Provider
     """Required: the cluster's explicit Kubernetes provider; nothing uses an ambient kubeconfig."""
-    client_namespace: str = "inferstack-gateway"
+    client_namespace: ComponentNamespace = "inferstack-gateway"
     """Where the gateway runs: the only namespace whose pods may connect, and where its Secret goes."""
-    secret_namespaces: tuple[str, ...] | None = None
+    secret_namespaces: tuple[ComponentNamespace, ...] | None = None
     """Where the password Secret is written besides ``namespace``; ``None``: ``client_namespace`` (the gateway reads
     it) and ``monitoring_namespace`` (the Redis exporter reads it)."""
     client_labels: dict[str, str] = Field(default_factory=lambda: dict(GATEWAY_POD_LABELS))
-    monitoring_namespace: str = "monitoring"
+    monitoring_namespace: ComponentNamespace = "monitoring"
     protect: bool = True
     """Keep the data volume's StatefulSet from being deleted by ``pulumi destroy``."""
     system_node_selector: dict[str, str] = Field(default_factory=lambda: dict(SYSTEM_NODES))

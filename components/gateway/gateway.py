@@ -22,7 +22,7 @@ from components.cache.redis_cache import CacheEndpoint
 from components.kube.budget import Demand, demand, surge_pods
 from components.kube.labels import GATEWAY_POD_LABELS, SYSTEM_NODES
 from components.kube.objects import RESTRICTED_CONTAINER, restricted_pod
-from components.specs import Args, GatewaySpec, ModelDeploySpec, StrInput
+from components.specs import Args, ComponentNamespace, GatewaySpec, ModelDeploySpec, StrInput
 
 APP = dict(GATEWAY_POD_LABELS)
 LB_PORT_NAME = "load-balancer"
@@ -293,7 +293,7 @@ class GatewayArgs(Args):
     """Model name → OpenAI base URL (``…/v1``) of its InferenceServer."""
     cache: CacheEndpoint
     """Required: the cache's address and password Secret (``RedisCache.endpoint`` / ``ElastiCacheValkey.endpoint``)."""
-    namespace: str
+    namespace: ComponentNamespace
     """The gateway's own namespace: one gateway per namespace (its pods' labels are the same in every gateway, so two
     in one namespace select each other's pods; the policy pack's stack-workload-selectors-disjoint refuses that)."""
     provider: k8s.Provider

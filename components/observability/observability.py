@@ -36,7 +36,7 @@ from components.observability.monitors import (
     gateway_service_monitor,
     redis_exporter_service_monitor,
 )
-from components.specs import Args, ObservabilitySpec, RemoteWriteSpec, StrInput
+from components.specs import Args, ComponentNamespace, ObservabilitySpec, RemoteWriteSpec, StrInput
 
 REDIS_EXPORTER_UID = 59000
 """The user oliver006/redis_exporter's image runs as (its Dockerfile, ``USER 59000:59000``)."""
@@ -305,10 +305,10 @@ class ObservabilityArgs(Args):
     """Required: the cluster's explicit Kubernetes provider; nothing uses an ambient kubeconfig."""
     models: list[ModelSlo] = Field(default_factory=list)
     """The served models' SLOs (``model_slos``): their alerts, and where their engines and gateways are scraped."""
-    serving_namespace: str
+    serving_namespace: ComponentNamespace
     """Where the models' pods run. Every ``models[].namespace`` is scraped too: one Observability per cluster watches
     models in several namespaces."""
-    gateway_namespace: str
+    gateway_namespace: ComponentNamespace
     """Where the gateway runs: its metrics are scraped and its alerts read there. Every ``models[].gateway_namespace``
     is scraped too (a second gateway in its own namespace)."""
     gateway_name: str = "gateway"

@@ -23,7 +23,7 @@ from components.kube.helm import release
 from components.kube.objects import MANAGED_BY, custom_resource
 from components.onprem._values import network_operator_values, nfd_demand
 from components.onprem.specs import FabricSpec, NetworkOperatorSpec
-from components.specs import Args
+from components.specs import Args, ComponentNamespace
 
 NIC_CLUSTER_POLICY: Final = "nic-cluster-policy"
 MELLANOX_VENDOR: Final = "15b3"
@@ -151,7 +151,7 @@ class NetworkOperatorArgs(Args):
     pods attach to."""
     provider: k8s.Provider
     """Required: the cluster's explicit Kubernetes provider; nothing uses an ambient kubeconfig."""
-    serving_namespace: str
+    serving_namespace: ComponentNamespace
     """Where the secondary network's NetworkAttachmentDefinition is created (the serving pods' namespace)."""
     system_node_selector: dict[str, str] = Field(default_factory=dict)
     """Labels of the nodes the operator and NFD's master run on (``cluster.systemNodeSelector``)."""

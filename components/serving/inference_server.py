@@ -39,7 +39,7 @@ from components.serving._triton import (
     trtllm_checkpoint_command,
 )
 from components.serving._vllm import VLLM_ENTRYPOINT, VLLM_HTTP_PORT, vllm_args
-from components.specs import Args, ModelDeploySpec, ServingPool, StrInput
+from components.specs import Args, ComponentNamespace, ModelDeploySpec, ServingPool, StrInput
 
 Fabric = Literal["efa", "rdma", "none"]
 APP_LABEL = "app.kubernetes.io/name"
@@ -91,7 +91,7 @@ class InferenceServerArgs(Args):
     """Required: the model, its engine, pool and SLO; everything the server runs is derived from it."""
     pool: ServingPool
     """The pool the model runs on: its GPU count, EFA and labels."""
-    namespace: str
+    namespace: ComponentNamespace
     """Required: the namespace's name, known when the program runs: it goes into the KEDA query and the endpoint (a
     ``pulumi.Output`` is refused here; order the Namespace first with ``depends_on``)."""
     provider: k8s.Provider
@@ -119,10 +119,10 @@ class InferenceServerArgs(Args):
     not grow)."""
     fabric: Fabric = "efa"
     """How multi-node groups talk: EFA (cloud), RDMA over InfiniBand (on-prem) or plain TCP."""
-    gateway_namespace: str | tuple[str, ...] = "inferstack-gateway"
+    gateway_namespace: ComponentNamespace | tuple[ComponentNamespace, ...] = "inferstack-gateway"
     """Where the Gateway in front of this model runs: the model's NetworkPolicy admits the gateway's pods from there
     only. A model behind several gateways (one per team, each in its own namespace) lists every one."""
-    monitoring_namespace: str = "monitoring"
+    monitoring_namespace: ComponentNamespace = "monitoring"
     """Where Prometheus runs: its Prometheus pods, and no other pod there, are admitted to the metrics port."""
     otlp_traces_endpoint: str | None = None
     prometheus_url: str | None = None

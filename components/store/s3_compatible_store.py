@@ -12,7 +12,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.specs import Args, S3CompatibleStoreSpec, StrInput
+from components.specs import Args, ComponentNamespace, S3CompatibleStoreSpec, StrInput
 
 SECRET_NAME = "model-store-credentials"
 _KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
@@ -35,7 +35,7 @@ class S3CompatibleStoreArgs(Args):
     """A Pulumi secret. Engine builds upload with it, so it needs write on ``<model id>/trtllm/``."""
     secret_access_key: StrInput
     """Required: a Pulumi secret, the pair of ``access_key_id``."""
-    namespace: str
+    namespace: ComponentNamespace
     """Required: where the loaders run; their credentials Secret is written there."""
     provider: k8s.Provider
     """Required: the cluster's explicit Kubernetes provider; nothing uses an ambient kubeconfig."""

@@ -8,10 +8,14 @@ import pulumi
 import pytest
 from pydantic import ValidationError
 
+from components.cache.redis_cache import RedisCache, RedisCacheArgs
+from components.gateway.gateway import GatewayArgs
 from components.kube.existing_cluster import ExistingCluster, ExistingClusterArgs
 from components.observability.alerts import ModelSlo
+from components.observability.observability import ObservabilityArgs
 from components.serving.inference_server import InferenceServerArgs
-from components.specs import ModelDeploySpec
+from components.specs import GatewaySpec, ModelDeploySpec, S3CompatibleStoreSpec
+from components.store.s3_compatible_store import S3CompatibleStoreArgs
 from inferstack_cli.plan import MockEngine
 
 
@@ -83,3 +87,45 @@ def test_an_empty_kubeconfig_output_stops_the_program_before_the_provider_exists
     with pytest.raises(Exception, match=r"ExistingClusterArgs\.kubeconfig: an empty kubeconfig"):
         engine.settle()
     assert [r.urn for r in engine.monitor.registrations if r.type == "pulumi:providers:kubernetes"] == []
+
+
+def test_a_namespace_kubernetes_would_refuse_is_refused_by_name_with_the_fix(
+    engine: MockEngine, cluster: ExistingCluster, server_args: Callable[..., InferenceServerArgs]
+) -> None:
+    # GIVEN namespaces as a user's program might write them: upper case, an underscore, a dot
+    provider = cluster.k8s_provider
+    cache = RedisCache("cache", RedisCacheArgs(namespace="cache", provider=provider, client_namespace="gw")).endpoint
+    builds: dict[str, Callable[[str], object]] = {
+        "RedisCacheArgs.namespace": lambda ns: RedisCacheArgs(namespace=ns, provider=provider),
+        "RedisCacheArgs.client_namespace": lambda ns: RedisCacheArgs(
+            namespace="cache", provider=provider, client_namespace=ns
+        ),
+        "GatewayArgs.namespace": lambda ns: GatewayArgs(
+            spec=GatewaySpec(), models=[], upstream_urls={}, cache=cache, namespace=ns, provider=provider, image="g:1"
+        ),
+        "InferenceServerArgs.namespace": lambda ns: server_args("llama-8b", namespace=ns),
+        "InferenceServerArgs.gateway_namespace": lambda ns: server_args("llama-8b", gateway_namespace=("gw", ns)),
+        "S3CompatibleStoreArgs.namespace": lambda ns: S3CompatibleStoreArgs(
+            spec=S3CompatibleStoreSpec(endpoint="https://minio.example:9000", bucket="models"),
+            access_key_id="a",
+            secret_access_key="b",
+            namespace=ns,
+            provider=provider,
+        ),
+        "ObservabilityArgs.serving_namespace": lambda ns: ObservabilityArgs(
+            provider=provider, serving_namespace=ns, gateway_namespace="gw"
+        ),
+    }
+    for field, build in builds.items():
+        for bad in ("Team_A", "ml.prod", "-ml"):
+            # WHEN the component's arguments are built THEN the field, what is allowed and a fix are named (each was
+            # taken, and Kubernetes refused the object at `pulumi up`, or the KEDA builder raised deep in the server)
+            with pytest.raises(ValidationError) as caught:
+                build(bad)
+            # (a field that takes one namespace or a tuple reports the tuple's entry alone as that error)
+            (error,) = [e for e in caught.value.errors() if e["type"] == "value_error"]
+            assert error["loc"][0] == field.split(".")[1], (field, bad)
+            assert f"{bad!r} is not a namespace name; allowed: a DNS label" in error["msg"], (field, bad)
+            assert "; fix: e.g. '" in error["msg"]
+    with pytest.raises(ValidationError, match=r"fix: e\.g\. 'team-a'"):
+        builds["GatewayArgs.namespace"]("Team_A")
