@@ -529,3 +529,26 @@ def test_head_is_answered_as_get_without_the_body(gateway: Any, upstreams: Any, 
     # AND a GET-only path says so to other methods, HEAD included in its Allow
     status, headers, _ = gw.http("POST", path, b"{}", AUTH)
     assert status == 405 and headers["allow"] == "GET, HEAD"
+
+
+def test_what_a_refused_head_is_followed_by_is_dropped_while_the_connection_lingers(
+    gateway: Any, upstreams: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A head refused as malformed (400) left its head deadline and byte count armed while the connection lingered:
+    # the body the client went on sending counted as head bytes, and past 64 KiB the gateway tried to answer 431
+    # after its write side was shut (RuntimeError in data_received: asyncio logged a fatal error and reset the
+    # connection).
+    gw = gateway(upstreams("up"))
+    host, port = gw.url.removeprefix("http://").split(":")
+    with caplog.at_level(logging.WARNING), socket.create_connection((host, int(port)), timeout=20) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        time.sleep(0.2)
+        for _ in range(20):
+            sock.sendall(b"x" * 8192)
+        received, _ = _read_until_closed(sock, 10)
+        time.sleep(0.2)
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and orjson.loads(body)["error"]["code"] == "invalid_http_request"
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

@@ -163,6 +163,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         if transport.is_closing() or not transport.can_write_eof():  # TLS: no half-close, a plain close
             return False
         transport.write_eof()
+        # No head is read any more: a refused head's deadline and byte count would take the dropped bytes for it.
+        self._stop_head_timer()
         self.parser = _Discard()  # type: ignore[assignment]
         self.flow.resume_reading()
         self._linger_timer = self.loop.call_later(LINGER_S, self._linger_over)
