@@ -64,7 +64,7 @@ _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 def _namespace_arg(value: str) -> str:
     """A component's namespace argument: one Kubernetes would take, or an error naming what it allows and the fix."""
-    if not _NAMESPACE.match(value) or len(value) > 63:
+    if not _NAMESPACE.fullmatch(value) or len(value) > 63:
         suggestion = re.sub(r"[^a-z0-9-]+", "-", value.lower()).strip("-")[:63].strip("-") or "ml"
         raise ValueError(
             f"{value!r} is not a namespace name; allowed: a DNS label (lowercase letters, digits and '-', starting and "

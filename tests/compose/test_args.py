@@ -117,7 +117,7 @@ def test_a_namespace_kubernetes_would_refuse_is_refused_by_name_with_the_fix(
         ),
     }
     for field, build in builds.items():
-        for bad in ("Team_A", "ml.prod", "-ml"):
+        for bad in ("Team_A", "ml.prod", "-ml", "ml\n"):  # a trailing newline passed a `$`-anchored match
             # WHEN the component's arguments are built THEN the field, what is allowed and a fix are named (each was
             # taken, and Kubernetes refused the object at `pulumi up`, or the KEDA builder raised deep in the server)
             with pytest.raises(ValidationError) as caught:
