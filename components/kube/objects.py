@@ -62,12 +62,12 @@ RESTRICTED_CONTAINER: dict[str, Any] = {
 MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "inferstack"}
 """Label on every object the kit renders itself (not the charts')."""
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
 def check_name(field: str, value: str) -> None:
     """Refuse a name Kubernetes would refuse, before a render hands it on."""
-    if not _DNS_LABEL.match(value) or len(value) > 63:
+    if not _DNS_LABEL.fullmatch(value) or len(value) > 63:  # fullmatch: a `$` would let a trailing newline by
         raise ValueError(f"{field}: {value!r} is not a DNS-1123 label; use lowercase letters, digits and '-'")
 
 

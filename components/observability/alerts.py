@@ -21,14 +21,13 @@ Each site evaluates the same rules on its own Prometheus; the hub shows them thr
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from components.catalog.charts import CHARTS, prometheus_selector_labels
 from components.catalog.models import MODELS
-from components.kube.objects import one_or_several
+from components.kube.objects import check_name, one_or_several
 from components.observability.dashboards import (
     BY_MODEL,
     DCGM_XID_ERRORS,
@@ -69,8 +68,6 @@ near the target (within its 10 % tolerance), so only a queue well above it says 
 # 79 GPU has fallen off the bus, 95 uncontained ECC error, 119/120 GSP RPC timeout / GSP error. Other XIDs
 # (e.g. 13, 31, 43: application faults) are worth a look but not a page.
 FATAL_XIDS: Final = (48, 64, 74, 79, 95, 119, 120)
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -128,10 +125,8 @@ class ModelSlo:
                 f"ModelSlo.{field}: expected a name (str), got {type(value).__name__}; pass the name itself, and "
                 "order the Namespace first with depends_on"
             )
-        if value is not None and not _DNS_LABEL.match(value):
-            raise ValueError(
-                f"ModelSlo.{field}: {value!r} is not a DNS-1123 label; use lowercase letters, digits and '-'"
-            )
+        if value is not None:
+            check_name(f"ModelSlo.{field}", value)
 
     @property
     def gateway_namespaces(self) -> tuple[str, ...]:

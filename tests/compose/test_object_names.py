@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pulumi
+import pytest
 
 from components.kube.existing_cluster import ExistingCluster, ExistingClusterArgs
+from components.kube.objects import check_name
 from components.serving.inference_server import InferenceServer, InferenceServerArgs
 from inferstack_cli.plan import MockEngine
 from policies.rules import check_plan
@@ -60,3 +62,15 @@ def test_the_same_object_in_two_clusters_is_two_objects(
     # ... while in one cluster they are one object made twice
     InferenceServer("llama-dc1-again", server_args("llama-8b"))
     assert any(f.startswith("stack-kube-objects-unique: Deployment ml/llama-8b") for f in findings(engine))
+
+
+@pytest.mark.parametrize("name", ["ml\n", "ml.prod", "Team-A", "-ml", "m" * 64, ""])
+def test_a_name_kubernetes_refuses_is_refused_by_check_name(name: str) -> None:
+    # A trailing newline too: a `$`-anchored match took it, and Kubernetes refused the object at `pulumi up`
+    with pytest.raises(ValueError, match=r"extra_caches\['x'\]: .* is not a DNS-1123 label"):
+        check_name("extra_caches['x']", name)
+
+
+@pytest.mark.parametrize("name", ["ml", "a", "team-a-1", "m" * 63])
+def test_a_dns_label_passes_check_name(name: str) -> None:
+    check_name("namespace", name)  # raises nothing

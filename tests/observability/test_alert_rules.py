@@ -415,6 +415,7 @@ def test_duplicate_model_is_refused(fleet: list[ModelSlo]) -> None:
         ({"engine": "tgi"}, "ModelSlo.engine"),
         ({"ttft_p99_ms": 0}, "ModelSlo.ttft_p99_ms"),
         ({"namespace": "Serving"}, "ModelSlo.namespace"),
+        ({"namespace": "serving\n"}, "ModelSlo.namespace"),  # a `$`-anchored match took the newline
         ({"workload_kind": "StatefulSet"}, "ModelSlo.workload_kind"),
         ({"gateway_namespace": "Gateway"}, "ModelSlo.gateway_namespace"),
     ],
