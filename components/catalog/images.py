@@ -20,8 +20,12 @@ TRITON_TRTLLM: Final = "nvcr.io/nvidia/tritonserver:25.09-trtllm-python-py3"
 TRITON_MODEL_TEMPLATES: Final = "/app/all_models/inflight_batcher_llm"
 """Where the Triton TRT-LLM image carries the inflight-batcher model repository (model.py files);
 the kit copies it and overlays its own rendered ``config.pbtxt`` files."""
+TRTLLM_VERSION: Final = "1.0.0"
+"""The TensorRT-LLM that builds the engines and that Triton's backend loads them with (below). An engine is a
+serialized TensorRT plan for one TensorRT-LLM version: the engine key names it (``_triton.engine_key``)."""
 TRTLLM_BUILD: Final = (
-    "nvcr.io/nvidia/tensorrt-llm/release:1.0.0@sha256:e0d966e2daec1827046dd30c6143b39c947ef06ed3fb9ef9469c83a8643b29d7"
+    f"nvcr.io/nvidia/tensorrt-llm/release:{TRTLLM_VERSION}"
+    "@sha256:e0d966e2daec1827046dd30c6143b39c947ef06ed3fb9ef9469c83a8643b29d7"
 )
 """NVIDIA's TensorRT-LLM release container, for the engine build: it carries ``examples/quantization/quantize.py``
 (the Triton image does not) and TensorRT-LLM 1.0.0, the version Triton 25.09's backend runs (Triton "Release

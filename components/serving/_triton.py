@@ -18,6 +18,7 @@ from pathlib import Path
 
 import jinja2
 
+from components.catalog import images as _images
 from components.catalog.instances import GpuSpec
 from components.catalog.models import MODEL_CACHE_ROOT, ModelSpec, hf_checkpoint_dir, trtllm_engine_dir
 from components.catalog.profiles import LatencyProfile
@@ -65,10 +66,12 @@ _ENV.filters["pbtxt_string"] = _pbtxt_string
 
 
 def engine_key(gpu: GpuSpec, precision: str, tp: int, pp: int, profile: LatencyProfile) -> str:
-    """Names what an engine build baked in. TensorRT engines are specific to the GPU model they were
-    built on, and the batch and token limits come from the profile: a change in any of these means
-    a new engine, never an overwrite of the one a running pod reads."""
-    return f"{gpu.model.lower()}-{precision}-tp{tp}-pp{pp}-{profile.name}"
+    """Names what an engine build baked in. TensorRT engines are specific to the GPU model they were built on and
+    to the TensorRT-LLM version that built them (TensorRT Developer Guide, "Serializing a Model": serialized engines
+    are not portable across TensorRT versions), and the batch and token limits come from the profile. A change in
+    any of these means a new engine: never an overwrite of the one a running pod reads, nor an old engine found in
+    a node's cache by the server of a newer Triton."""
+    return f"{gpu.model.lower()}-{precision}-tp{tp}-pp{pp}-{profile.name}-trtllm{_images.TRTLLM_VERSION}"
 
 
 def _bool(flag: bool) -> str:

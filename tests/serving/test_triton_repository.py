@@ -10,6 +10,7 @@ import pytest
 from serving.serving_helpers import canonical_model_config, parse_model_config
 from tritonclient.grpc import model_config_pb2
 
+from components.catalog import images
 from components.catalog.instances import GPUS
 from components.catalog.models import model
 from components.catalog.profiles import PROFILES, LatencyProfile
@@ -81,7 +82,8 @@ def test_engine_and_tokenizer_are_read_from_the_node_local_cache() -> None:
     configs = repo(PROFILES["ultra-low-latency"], cache_root="/var/lib/inferstack/models")
     engine_dir = params(configs["tensorrt_llm"])["gpt_model_path"]
     assert engine_dir == (
-        "/var/lib/inferstack/models/meta-llama/Llama-3.1-70B-Instruct/trtllm/h200-fp8-tp1-pp1-ultra-low-latency"
+        "/var/lib/inferstack/models/meta-llama/Llama-3.1-70B-Instruct/trtllm/"
+        f"h200-fp8-tp1-pp1-ultra-low-latency-trtllm{images.TRTLLM_VERSION}"
     )
     for stage in ("preprocessing", "postprocessing"):
         assert (
@@ -207,3 +209,12 @@ def test_engine_key_changes_with_everything_baked_into_the_engine() -> None:
         (H200, "fp8", 1, 1, PROFILES["throughput"]),
     ]
     assert len({engine_key(*v) for v in variants}) == len(variants)
+
+
+def test_engine_key_names_the_tensorrt_llm_version_that_builds_it() -> None:
+    # GIVEN the kit's TensorRT-LLM (the build image's tag): an engine built by one version does not load in another
+    key = engine_key(H200, "fp8", 1, 1, PROFILES["balanced"])
+    # THEN the key (the store's folder and the node cache's) names that version: a kit that moves to another
+    # TensorRT-LLM builds into a new folder, and a node's cache of the old engine is never served by the new Triton
+    assert key.endswith(f"-trtllm{images.TRTLLM_VERSION}"), key
+    assert images.TRTLLM_BUILD.startswith(f"nvcr.io/nvidia/tensorrt-llm/release:{images.TRTLLM_VERSION}@sha256:")
