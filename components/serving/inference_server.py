@@ -220,14 +220,16 @@ def _loader(
     include: tuple[str, ...] = (),
     upload: bool = False,
     env: list[dict[str, Any]] | None = None,
+    flags: tuple[str, ...] = (),
+    mounts: tuple[dict[str, Any], ...] = (),
 ) -> dict[str, Any]:
-    args = ["--source", source, "--dest", dest, *[a for g in include for a in ("--include", g)]]
+    args = ["--source", source, "--dest", dest, *[a for g in include for a in ("--include", g)], *flags]
     return {
         "name": name,
         "image": image,
         "args": [*(["--upload"] if upload else []), *args],
         **({"env": env} if env else {}),
-        "volumeMounts": _cache_volume_mounts(),
+        "volumeMounts": [*_cache_volume_mounts(), *mounts],
         "resources": {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
         "securityContext": {
             "runAsNonRoot": True,
@@ -639,7 +641,10 @@ def server_pod(args: InferenceServerArgs, placement: Placement, *, role: str = "
     extra_volumes: list[dict[str, Any]] = []
     if spec.engine == "triton":
         source, local = engine_prefix(args, placement)
-        inits.append(_loader("fetch-engine", source, local, args.loader_image, env=args.loader_env))
+        # Only an engine whose upload finished (the build Job's last step writes its marker): while the build runs,
+        # or after it failed halfway, this init container fails and retries, and never caches part of an engine.
+        flags = ("--require-finished-upload",)
+        inits.append(_loader("fetch-engine", source, local, args.loader_image, env=args.loader_env, flags=flags))
         inits.append(_triton_repo_init(spec))
         extra_volumes = [
             {"name": "model-repo", "emptyDir": {}},
@@ -687,12 +692,19 @@ def build_job_pod(args: InferenceServerArgs, placement: Placement) -> dict[str, 
     # Quantization loads the BF16 checkpoint into host memory before it moves to the GPUs: request that much, or the
     # kubelet OOM-kills a 70B build; never more than the node gives its GPUs, or the Job never schedules.
     memory_gib = engine_build_memory_gib(model, args.pool.spec, placement.world_size)
+    # The Job is replaced, and so run again, by any change to its pod template (pulumi-kubernetes replaces a Job on a
+    # .spec.template diff), not only by a change of the engine, whose key names its folder. Its first step looks for a
+    # finished upload of this engine in the store; when there is one, every other step does nothing.
+    present = f"{BUILD_STATE_DIR}/engine-present"
+    state = ({"name": "build-state", "mountPath": BUILD_STATE_DIR},)
+    unless = ("--unless", present)
     builder = {
         "name": "trtllm-build",
         "image": _images.TRTLLM_BUILD,
         "command": [
             "/bin/sh",
             "-c",
+            f"if [ -e {present} ]; then echo 'engine already in the store: nothing to build'; exit 0; fi; "
             f"{shlex.join(quantize)} && {shlex.join(build)} && rm -rf {shlex.quote(checkpoint)}",
         ],
         "env": [{"name": "HOME", "value": "/tmp"}],
@@ -704,7 +716,7 @@ def build_job_pod(args: InferenceServerArgs, placement: Placement) -> dict[str, 
                 "memory": f"{memory_gib}Gi",
             },
         },
-        "volumeMounts": [*_cache_volume_mounts(), {"name": "dshm", "mountPath": "/dev/shm"}],
+        "volumeMounts": [*_cache_volume_mounts(), {"name": "dshm", "mountPath": "/dev/shm"}, *state],
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": LOADER_UID,
@@ -724,12 +736,40 @@ def build_job_pod(args: InferenceServerArgs, placement: Placement) -> dict[str, 
         "restartPolicy": "OnFailure",
         "initContainers": [
             *_cache_inits(args),
-            _loader("fetch-model", args.model_source, hf, args.loader_image, env=args.loader_env),
+            _engine_probe(args, source, present, state),
+            _loader(
+                "fetch-model", args.model_source, hf, args.loader_image, env=args.loader_env, flags=unless, mounts=state
+            ),
             builder,
         ],
-        "containers": [_loader("publish-engine", source, built, args.loader_image, upload=True, env=args.loader_env)],
-        "volumes": _volumes(args.shm_gib, args.model_cache),
+        "containers": [
+            _loader(
+                "publish-engine",
+                source,
+                built,
+                args.loader_image,
+                upload=True,
+                env=args.loader_env,
+                flags=unless,
+                mounts=state,
+            )
+        ],
+        "volumes": _volumes(args.shm_gib, args.model_cache, [{"name": "build-state", "emptyDir": {}}]),
     }
+
+
+BUILD_STATE_DIR = "/build-state"
+"""An emptyDir the engine-build Job's steps share: the probe's marker that the engine is in the store already."""
+
+
+def _engine_probe(
+    args: InferenceServerArgs, source: Any, present: str, state: tuple[dict[str, Any], ...]
+) -> dict[str, Any]:
+    """The build Job's first step: writes ``present`` when the store holds a finished upload of this engine."""
+    probe = _loader("engine-in-store", source, "", args.loader_image, env=args.loader_env, mounts=state)
+    probe["args"] = ["--source", source, "--probe", present]
+    probe["resources"] = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
+    return probe
 
 
 def autoscaler(args: InferenceServerArgs, placement: Placement, workload_kind: str) -> dict[str, Any] | None:

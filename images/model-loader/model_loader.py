@@ -70,6 +70,15 @@ log = logging.getLogger("model-loader")
 MARKER = ".inferstack-complete.json"
 """Written last, inside the folder, before the rename: its presence means the folder is whole."""
 
+STORE_MARKER = ".inferstack-upload-complete.json"
+"""Written by an upload under its prefix after its last file is verified, naming every file with its size and CRC32:
+the set there is whole. An upload first overwrites it with ``UPLOADING`` (an overwrite, not a delete: the build's
+role may write objects, not delete them), so a re-run in progress, or one that failed halfway, leaves no finished
+upload. Never downloaded into ``--dest``."""
+
+UPLOADING = {"uploading": True}
+"""The marker's content while an upload runs (or after one failed): no finished upload."""
+
 EXIT_FAILED = 1
 EXIT_LOCK_TIMEOUT = 3
 
@@ -157,10 +166,40 @@ def list_objects(s3: Any, bucket: str, prefix: str, include: Sequence[str]) -> l
             if item["Key"].endswith("/"):
                 continue  # folder placeholder objects from the console
             path = relative_path(prefix, item["Key"])
-            if include and not any(fnmatch.fnmatch(path, pattern) for pattern in include):
+            if path == STORE_MARKER or (include and not any(fnmatch.fnmatch(path, p) for p in include)):
                 continue
             objects.append(RemoteObject(item["Key"], path, int(item["Size"]), item["ETag"].strip('"')))
     return sorted(objects, key=lambda o: o.path)
+
+
+def finished_upload(s3: Any, source: str, include: Sequence[str] = ()) -> list[RemoteObject] | None:
+    """The objects of the upload that finished under ``source`` (those its ``STORE_MARKER`` names, matching
+    ``include``), or None when no upload has finished there (no marker, or an upload under way or failed). A marker
+    naming a file that is missing or of another size (the set changed after it was written) raises ``LoaderError``."""
+    bucket, prefix = parse_s3_uri(source)
+    key = prefix + STORE_MARKER
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            return None
+        raise
+    try:
+        manifest = json.loads(body)
+        if manifest == UPLOADING:
+            return None
+        files = {str(path): int(meta["size"]) for path, meta in manifest["files"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise LoaderError(f"s3://{bucket}/{key} is not an upload's manifest ({exc}): re-run the upload") from None
+    listed = {o.path: o for o in list_objects(s3, bucket, prefix, include)}
+    wanted = [path for path in files if not include or any(fnmatch.fnmatch(path, p) for p in include)]
+    changed = [path for path in wanted if path not in listed or listed[path].size != files[path]]
+    if changed:
+        raise LoaderError(
+            f"{source}: the upload's manifest names {len(changed)} file(s) missing or of another size there "
+            f"({', '.join(sorted(changed)[:3])}): the set changed after the upload finished; re-run the upload"
+        )
+    return [listed[path] for path in sorted(wanted)]
 
 
 # --- Checksums --------------------------------------------------------------------------------
@@ -350,8 +389,11 @@ def sync(
     include: Sequence[str] = (),
     workers: int = 8,
     lock_timeout_s: float = 1800.0,
+    require_finished_upload: bool = False,
 ) -> SyncResult:
-    """Make ``dest`` a verified copy of ``source`` (see the module docstring)."""
+    """Make ``dest`` a verified copy of ``source`` (see the module docstring). With ``require_finished_upload``, only
+    of a set an upload finished (``STORE_MARKER``), exactly the files it names: an engine still being built, or
+    whose build failed halfway, is refused, never cached on the node as if it were whole."""
     started = time.monotonic()
     bucket, prefix = parse_s3_uri(source)
     dest = dest.absolute()
@@ -374,7 +416,16 @@ def sync(
             return cached(manifest)
         _remove_leftovers(parent, name)
 
-        objects = list_objects(s3, bucket, prefix, include)
+        if require_finished_upload:
+            finished = finished_upload(s3, source, include)
+            if finished is None:
+                raise LoaderError(
+                    f"{source} holds no finished upload (no {STORE_MARKER}): its engine build has not finished, or "
+                    "failed; this init container fails until it has (see the model's engine-build Job)"
+                )
+            objects = finished
+        else:
+            objects = list_objects(s3, bucket, prefix, include)
         if not objects:
             raise LoaderError(f"no objects under {source}" + (f" matching {list(include)}" if include else ""))
         total = sum(o.size for o in objects)
@@ -465,13 +516,15 @@ def _head(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:
     return head
 
 
-def _upload_all(s3: Any, bucket: str, prefix: str, files: Sequence[LocalFile], workers: int) -> tuple[int, int]:
-    """(uploaded, checksums verified); raises ``LoaderError`` naming the first file that failed."""
+def _upload_all(
+    s3: Any, bucket: str, prefix: str, files: Sequence[LocalFile], workers: int
+) -> tuple[int, int, dict[str, str]]:
+    """(uploaded, checksums verified, each file's CRC32); raises ``LoaderError`` naming the first file that failed."""
     config = TransferConfig(
         multipart_threshold=PART_BYTES, multipart_chunksize=PART_BYTES, max_concurrency=RANGES_PER_FILE
     )
 
-    def one(f: LocalFile) -> tuple[bool, bool]:
+    def one(f: LocalFile) -> tuple[bool, bool, str]:
         key = prefix + f.path
         try:
             relative_path(prefix, key)  # a name the download side would refuse (a backslash) fails here
@@ -480,7 +533,7 @@ def _upload_all(s3: Any, bucket: str, prefix: str, files: Sequence[LocalFile], w
             same_size = head is not None and int(head["ContentLength"]) == f.size
             if same_size and full_object_checksum(head or {}) == ("ChecksumCRC32", crc):
                 log.info("%s: %d bytes, unchanged in S3 (size and CRC32 match), skipped", f.path, f.size)
-                return False, True
+                return False, True, crc
             # A single PUT: the SDK computes the CRC32 of what it sends and S3 checks it. Multipart:
             # our CRC32 of the whole file goes with CompleteMultipartUpload as a FULL_OBJECT checksum
             # (a SHA-256 would be a checksum of parts, which the download side cannot recompute).
@@ -499,17 +552,18 @@ def _upload_all(s3: Any, bucket: str, prefix: str, files: Sequence[LocalFile], w
             log.error("%s: upload to s3://%s/%s failed: %s", f.path, bucket, key, exc)
             raise LoaderError(f"{f.path}: upload failed: {exc}") from exc
         log.info("%s: %d bytes uploaded%s", f.path, f.size, ", CRC32 ok" if stored else "")
-        return True, stored is not None
+        return True, stored is not None, crc
 
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="upload")
     try:
-        futures = [pool.submit(one, f) for f in files]
+        futures = {pool.submit(one, f): f.path for f in files}
         uploaded = verified = 0
+        crcs: dict[str, str] = {}
         for future in as_completed(futures):
-            did_upload, did_verify = future.result()  # the first failure raises here
+            did_upload, did_verify, crcs[futures[future]] = future.result()  # the first failure raises here
             uploaded += did_upload
             verified += did_verify
-        return uploaded, verified
+        return uploaded, verified, crcs
     finally:
         # On failure, start no further file; those in flight finish (and log their own failures).
         pool.shutdown(wait=True, cancel_futures=True)
@@ -521,8 +575,15 @@ def upload(s3: Any, source: str, dest: Path, *, include: Sequence[str] = (), wor
     bucket, prefix = parse_s3_uri(source)
     dest = dest.absolute()
     files = local_files(dest, include)
+    marker = prefix + STORE_MARKER
     try:
-        uploaded, verified = _upload_all(s3, bucket, prefix, files, workers)
+        s3.put_object(Bucket=bucket, Key=marker, Body=json.dumps(UPLOADING).encode())  # not whole until the end
+        uploaded, verified, crcs = _upload_all(s3, bucket, prefix, files, workers)
+        manifest = {"files": {f.path: {"size": f.size, "crc32": crcs[f.path]} for f in files}}
+        s3.put_object(Bucket=bucket, Key=marker, Body=json.dumps(manifest, indent=1, sort_keys=True).encode())
+    except (BotoCoreError, ClientError) as exc:
+        log.error("upload incomplete: %s may hold part of the set; re-run to finish (unchanged files skip)", source)
+        raise LoaderError(f"{marker}: {exc}") from exc
     except LoaderError:
         log.error("upload incomplete: %s may hold part of the set; re-run to finish (unchanged files skip)", source)
         raise
@@ -533,10 +594,29 @@ def upload(s3: Any, source: str, dest: Path, *, include: Sequence[str] = (), wor
     )
 
 
+@dataclass(frozen=True)
+class ProbeResult:
+    status: str
+    """``present`` (an upload finished under ``source``: ``marker`` written) or ``absent``."""
+    source: str
+    marker: str
+    files: int
+
+
+def probe(s3: Any, source: str, marker: Path, *, include: Sequence[str] = ()) -> ProbeResult:
+    """Write ``marker`` if an upload finished under ``source``: the engine-build Job's first step, after which its
+    other steps (``--unless marker``) do nothing. A finished upload whose files changed since raises ``LoaderError``."""
+    finished = finished_upload(s3, source, include)
+    if finished is None:
+        return ProbeResult("absent", source, str(marker), 0)
+    marker.write_text(json.dumps({"source": source, "files": len(finished)}) + "\n")
+    return ProbeResult("present", source, str(marker), len(finished))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
     parser.add_argument("--source", required=True, help="s3://bucket/prefix of the model folder")
-    parser.add_argument("--dest", required=True, type=Path, help="node-local folder to fill (read with --upload)")
+    parser.add_argument("--dest", type=Path, help="node-local folder to fill (read with --upload); not with --probe")
     parser.add_argument(
         "--upload", action="store_true", help="the reverse direction: copy the files under --dest to --source"
     )
@@ -546,7 +626,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=8, help="files transferred in parallel")
     parser.add_argument("--lock-timeout-s", type=float, default=1800.0, help="how long to wait for another loader")
     parser.add_argument("--region", default=None, help="AWS region (default: the SDK's chain)")
+    parser.add_argument(
+        "--require-finished-upload",
+        action="store_true",
+        help=f"sync only a set an upload finished ({STORE_MARKER} under --source), exactly the files it names",
+    )
+    parser.add_argument(
+        "--probe",
+        type=Path,
+        metavar="FILE",
+        help="transfer nothing: write FILE if an upload finished under --source (exit 0 either way)",
+    )
+    parser.add_argument(
+        "--unless", type=Path, metavar="FILE", help="do nothing (status skipped, exit 0) if FILE exists"
+    )
     args = parser.parse_args(argv)
+    if args.dest is None and args.probe is None:
+        parser.error("--dest is required (except with --probe)")
+    if args.unless is not None and args.unless.exists():
+        # The engine-build Job's steps after its probe found the engine in the store already: nothing to build.
+        print(json.dumps({"status": "skipped", "reason": f"{args.unless} exists"}, sort_keys=True), flush=True)
+        return 0
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
     os.umask(0o022)  # the server container may run as another user: files must be world-readable
@@ -558,9 +658,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_pool_connections=args.workers * RANGES_PER_FILE,
         ),
     )
-    result: SyncResult | UploadResult
+    result: SyncResult | UploadResult | ProbeResult
     try:
-        if args.upload:
+        if args.probe is not None:
+            result = probe(s3, args.source, args.probe, include=args.include)
+        elif args.upload:
             result = upload(s3, args.source, args.dest, include=args.include, workers=args.workers)
         else:
             result = sync(
@@ -570,6 +672,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 include=args.include,
                 workers=args.workers,
                 lock_timeout_s=args.lock_timeout_s,
+                require_finished_upload=args.require_finished_upload,
             )
     except LockTimeout as exc:
         log.error("%s", exc)

@@ -17,6 +17,8 @@ PREFIX = "meta-llama/Llama-3.1-8B-Instruct/trtllm/h200-fp8-tp2-pp1-ultra-low-lat
 SOURCE = f"s3://models/{PREFIX}"
 MiB = 1024 * 1024
 PART = 5 * MiB  # S3's smallest part: a 6 MiB file is a two-part multipart upload
+FINISHED = f"{PREFIX}/.inferstack-upload-complete.json"
+"""What an upload writes after its last file: the set there is whole."""
 
 # Stand-ins for what `trtllm-build` writes: a config, one engine per rank (rank0 is multipart
 # here), and a nested file to exercise relative paths.
@@ -78,7 +80,12 @@ def test_upload_then_download_round_trips_with_verified_checksums(
     assert (summary["files"], summary["uploaded"], summary["skipped"]) == (len(ENGINE), len(ENGINE), 0)
     assert summary["bytes"] == sum(map(len, ENGINE.values()))
     assert summary["checksums_verified"] == len(ENGINE)
-    assert keys(s3) == sorted(f"{PREFIX}/{rel}" for rel in ENGINE)
+    assert keys(s3) == sorted([FINISHED, *(f"{PREFIX}/{rel}" for rel in ENGINE)])
+    # AND the marker written last names every file with its size and CRC32
+    finished = json.loads(s3.get_object(Bucket="models", Key=FINISHED)["Body"].read())["files"]
+    assert finished == {
+        rel: {"size": len(body), "crc32": loader.crc32_b64(engine_dir / rel)} for rel, body in ENGINE.items()
+    }
     # AND the multipart engine carries a full-object checksum, not a checksum of its parts
     head = s3.head_object(Bucket="models", Key=f"{PREFIX}/rank0.engine", ChecksumMode="ENABLED")
     assert head["ETag"].strip('"').endswith("-2")
@@ -87,12 +94,14 @@ def test_upload_then_download_round_trips_with_verified_checksums(
 
     # WHEN a serving node syncs the prefix back
     dest = tmp_path / "node" / PREFIX
-    result = loader.sync(s3, SOURCE, dest)
+    result = loader.sync(s3, SOURCE, dest, require_finished_upload=True)
     # THEN every file is byte-identical and every one was checked by checksum, not only by size
     assert result.status == "downloaded"
     assert result.checksums_verified == len(ENGINE)
     for rel, body in ENGINE.items():
         assert (dest / rel).read_bytes() == body, rel
+    # AND the store's marker is not copied into the engine folder
+    assert not (dest / ".inferstack-upload-complete.json").exists()
 
 
 def test_re_upload_skips_unchanged_files_and_resends_a_changed_one(
@@ -172,6 +181,11 @@ def test_a_failure_mid_way_exits_1_names_the_file_and_a_re_run_finishes(
     assert capsys.readouterr().out == ""
     assert f"{PREFIX}/config.json" in keys(s3)
     assert f"{PREFIX}/rank0.engine" not in keys(s3)
+    # AND no marker says the set is whole: a node's loader with --require-finished-upload refuses it
+    assert json.loads(s3.get_object(Bucket="models", Key=FINISHED)["Body"].read()) == {"uploading": True}
+    with pytest.raises(loader.LoaderError, match="holds no finished upload"):
+        loader.sync(s3, SOURCE, tmp_path / "node", require_finished_upload=True)
+    assert not (tmp_path / "node").exists()
 
     # WHEN S3 recovers and the Job is retried
     monkeypatch.setattr(s3, "upload_file", real)
@@ -180,7 +194,7 @@ def test_a_failure_mid_way_exits_1_names_the_file_and_a_re_run_finishes(
     summary = json.loads(capsys.readouterr().out)
     assert summary["skipped"] >= 1
     assert summary["uploaded"] + summary["skipped"] == len(ENGINE)
-    assert keys(s3) == sorted(f"{PREFIX}/{rel}" for rel in ENGINE)
+    assert keys(s3) == sorted([FINISHED, *(f"{PREFIX}/{rel}" for rel in ENGINE)])
 
 
 def test_bytes_that_differ_from_the_local_file_fail_the_upload(
@@ -205,7 +219,7 @@ def test_include_globs_limit_the_upload(s3: Any, loader: ModuleType, engine_dir:
     # GIVEN include patterns WHEN the upload runs THEN only the matching files go up
     result = loader.upload(s3, SOURCE, engine_dir, include=["*.json", "timing/*"])
     assert (result.files, result.uploaded) == (2, 2)
-    assert keys(s3) == [f"{PREFIX}/config.json", f"{PREFIX}/timing/cache.bin"]
+    assert keys(s3) == [FINISHED, f"{PREFIX}/config.json", f"{PREFIX}/timing/cache.bin"]
 
 
 def test_a_symlink_in_the_folder_is_refused(s3: Any, loader: ModuleType, engine_dir: Path, tmp_path: Path) -> None:
@@ -216,3 +230,66 @@ def test_a_symlink_in_the_folder_is_refused(s3: Any, loader: ModuleType, engine_
     with pytest.raises(loader.LoaderError, match="only regular files"):
         loader.upload(s3, SOURCE, engine_dir)
     assert keys(s3) == []
+
+
+def test_a_re_run_removes_the_marker_before_it_writes_and_puts_it_back_after(
+    s3: Any, loader: ModuleType, engine_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a finished upload
+    loader.upload(s3, SOURCE, engine_dir)
+    seen: list[bool] = []
+    real = s3.upload_file
+
+    def watch(filename: str, bucket: str, key: str, ExtraArgs: Any = None, Config: Any = None) -> None:
+        seen.append(loader.finished_upload(s3, SOURCE) is not None)
+        real(filename, bucket, key, ExtraArgs=ExtraArgs, Config=Config)
+
+    monkeypatch.setattr(s3, "upload_file", watch)
+    # WHEN the build runs again with one file rebuilt
+    (engine_dir / "rank1.engine").write_bytes(os.urandom(300_000))
+    loader.upload(s3, SOURCE, engine_dir)
+    # THEN while it wrote, no marker said the set was whole (overwritten, not deleted: the build's role may not
+    # delete objects); afterwards it does again, with the new file's size
+    assert seen == [False]
+    assert {o.path for o in loader.finished_upload(s3, SOURCE)} == set(ENGINE)
+
+
+def test_a_marker_naming_a_file_that_changed_is_refused(s3: Any, loader: ModuleType, engine_dir: Path) -> None:
+    # GIVEN a finished upload whose rank1 engine someone replaced by a shorter object since
+    loader.upload(s3, SOURCE, engine_dir)
+    s3.put_object(Bucket="models", Key=f"{PREFIX}/rank1.engine", Body=b"short")
+    # THEN a node refuses the set rather than cache it as whole
+    with pytest.raises(
+        loader.LoaderError, match=r"names 1 file\(s\) missing or of another size there \(rank1.engine\)"
+    ):
+        loader.finished_upload(s3, SOURCE)
+
+
+def test_a_marker_that_is_not_a_manifest_is_refused(s3: Any, loader: ModuleType) -> None:
+    s3.put_object(Bucket="models", Key=FINISHED, Body=b"not json")
+    with pytest.raises(loader.LoaderError, match="is not an upload's manifest"):
+        loader.finished_upload(s3, SOURCE)
+
+
+def test_the_probe_marks_a_finished_upload_and_the_build_steps_then_do_nothing(
+    s3: Any,
+    loader: ModuleType,
+    engine_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(loader.boto3, "client", lambda *args, **kwargs: s3)
+    marker = tmp_path / "engine-present"
+    # GIVEN no engine in the store: the probe writes no marker, and the Job's steps run
+    assert loader.main(["--probe", str(marker), "--source", SOURCE]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "absent" and not marker.exists()
+    # GIVEN the engine uploaded: the probe writes the marker
+    loader.upload(s3, SOURCE, engine_dir)
+    assert loader.main(["--probe", str(marker), "--source", SOURCE]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "present" and marker.exists()
+    # THEN a step given --unless that marker transfers nothing (its S3 client is never made)
+    monkeypatch.setattr(loader.boto3, "client", lambda *args, **kwargs: pytest.fail("no S3 call expected"))
+    argv = ["--upload", "--dest", str(tmp_path / "absent"), "--source", SOURCE, "--unless", str(marker)]
+    assert loader.main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "skipped"
