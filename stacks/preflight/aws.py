@@ -10,6 +10,7 @@ boto3 is imported lazily: the on-prem and edge tiers never need it.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -71,9 +72,17 @@ class AwsClients:
 
         try:
             self._session = session or boto3.Session(profile_name=profile)
-        except ProfileNotFound:
+        except ProfileNotFound as err:
+            if profile is not None:
+                raise AwsAccessError(
+                    f"AWS profile {profile!r} not found; fix: pick a profile from `aws configure list-profiles`"
+                ) from None
+            # Without --profile, boto3 took the name from the environment: name it and the variable.
+            named = err.kwargs.get("profile")
+            var = next((v for v in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE") if os.environ.get(v) == named), "AWS_PROFILE")
             raise AwsAccessError(
-                f"AWS profile {profile!r} not found; fix: pick a profile from `aws configure list-profiles`"
+                f"AWS profile {named!r} (from {var}) not found; fix: pick a profile from "
+                f"`aws configure list-profiles`, or unset {var}"
             ) from None
         # Standard retries ride out throttling; short timeouts keep a wrong network from hanging CI.
         self._config = Config(

@@ -151,3 +151,46 @@ def test_without_credentials_one_line_names_the_fix(tmp_path: Path) -> None:
         "inferstack preflight: no AWS credentials found; fix: `aws configure`, `aws sso login`, or export AWS_PROFILE"
     )
     assert done.returncode == 5
+
+
+@pytest.mark.parametrize(
+    ("profile", "environment", "expected"),
+    [
+        (
+            "nosuch",
+            {"AWS_PROFILE": "from-env"},
+            "AWS profile 'nosuch' not found; fix: pick a profile from `aws configure list-profiles`",
+        ),
+        (
+            None,
+            {"AWS_PROFILE": "from-env"},
+            "AWS profile 'from-env' (from AWS_PROFILE) not found; fix: pick a profile from `aws configure "
+            "list-profiles`, or unset AWS_PROFILE",
+        ),
+        (
+            None,
+            {"AWS_DEFAULT_PROFILE": "old-style"},
+            "AWS profile 'old-style' (from AWS_DEFAULT_PROFILE) not found; fix: pick a profile from `aws configure "
+            "list-profiles`, or unset AWS_DEFAULT_PROFILE",
+        ),
+    ],
+)
+def test_an_unknown_profile_is_named_whether_from_the_flag_or_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, profile: str | None, environment: dict[str, str], expected: str
+) -> None:
+    # GIVEN a machine whose AWS config knows no profile, and the environment naming one that does not exist
+    from stacks.preflight import aws
+
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_PROFILE", raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+
+    # WHEN preflight sets up its clients with `--profile nosuch`, or with no --profile
+    with pytest.raises(aws.AwsAccessError) as caught:
+        aws.AwsClients("us-east-1", profile=profile)
+
+    # THEN the one line names the profile boto3 looked for and where the name came from (never `None`)
+    assert str(caught.value) == expected
