@@ -274,6 +274,8 @@ class StandIn:
     role_first: bool = False
     """Chat streams: send the role-only opening event before `ttft_s`, as Triton's OpenAI frontend does (its
     _streaming_chat_iterator yields it before the model's first response); otherwise it comes with the first token."""
+    finish_reason: str = "stop"
+    """The finish_reason of every choice: vLLM ends an aborted or failed request with "abort" or "error"."""
     requests: list[dict[str, Any]] = field(default_factory=list)
     completed: int = 0
     aborted: int = 0
@@ -337,11 +339,11 @@ async def stand_in_handler(stand_in: StandIn, request: Any) -> Any:
                 choice = {
                     "index": 0,
                     "message": {"role": "assistant", "content": "".join(words)},
-                    "finish_reason": "stop",
+                    "finish_reason": stand_in.finish_reason,
                 }
                 answer = {**base, "object": "chat.completion", "choices": [choice], "usage": usage}
             else:
-                choice = {"index": 0, "text": "".join(words), "finish_reason": "stop", "logprobs": None}
+                choice = {"index": 0, "text": "".join(words), "finish_reason": stand_in.finish_reason, "logprobs": None}
                 answer = {**base, "object": "text_completion", "choices": [choice], "usage": usage}
             finished = True
             return web.Response(body=orjson.dumps(answer), content_type="application/json")
@@ -371,7 +373,9 @@ async def stand_in_handler(stand_in: StandIn, request: Any) -> Any:
             if stand_in.mode == "reset" and i == 1:
                 reset(request.transport)
                 return response
-        await event([{"index": 0, "delta" if chat else "text": {} if chat else "", "finish_reason": "stop"}])
+        await event(
+            [{"index": 0, "delta" if chat else "text": {} if chat else "", "finish_reason": stand_in.finish_reason}]
+        )
         if (body.get("stream_options") or {}).get("include_usage"):
             await event([], usage=usage)
         await response.write(b"data: [DONE]\n\n")

@@ -330,6 +330,31 @@ def test_truncated_and_failed_answers_are_never_cached(gateway: Any, upstreams: 
     assert len(upstream.requests) == 2
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize("reason", ["abort", "error", "content_filter"])
+def test_an_answer_the_model_did_not_finish_is_never_cached(
+    gateway: Any, upstreams: Any, reason: str, streamed: bool
+) -> None:
+    """vLLM ends a request it aborted or failed with finish_reason "abort" or "error" (its FINISH_REASON_STRINGS), in
+    a 200 answer that ends with [DONE]; OpenAI's "content_filter" omits content. None is the model's answer to the
+    request: a cached copy would serve the cut-short text to everyone who asks again."""
+    upstream = upstreams("up", tokens=3, finish_reason=reason)
+    gw = gateway(upstream)
+    if streamed:
+        assert stream(gw, "Say hi", stream_options={"include_usage": True})[1] == "miss"
+    else:
+        assert ask(gw, "Say hi")[1] == "miss"
+    assert wait_for(lambda: gw.metric("inferstack_gateway_cache_writes_total", kind="exact", outcome="incomplete") > 0)
+    upstream.finish_reason = "stop"
+    answer, result = ask(gw, "Say hi")
+    assert (answer, result) == ("up#2 w1 w2", "miss")
+    assert wait_for(lambda: stored(gw))
+    assert ask(gw, "Say hi") == (answer, "hit")
+    assert len(upstream.requests) == 2
+    # nor did the unfinished answer reach the semantic index: the one entry there is the finished answer
+    assert gw.metric("inferstack_gateway_cache_writes_total", kind="semantic", outcome="stored") == 1
+
+
 def test_a_cancelled_stream_is_not_cached(gateway: Any, upstreams: Any) -> None:
     upstream = upstreams("up", tokens=50, itl_s=0.02)
     gw = gateway(upstream)

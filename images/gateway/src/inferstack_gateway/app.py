@@ -66,6 +66,8 @@ POSTPONE_MAX = 25
 batch is put off by another DEFER_S, at most this many times (50 ms): it then runs while that request waits for its
 upstream. Under a load with always someone arriving, the cap keeps the batch from waiting for good."""
 DONE_LINE = b"data: [DONE]"
+FINISHED = frozenset({"stop", "length", "tool_calls", "function_call"})
+"""The finish_reason values of an answer the model finished, which the cache may keep (_finished)."""
 KEEPALIVE_S = 4
 """Idle upstream connections are closed after this long: below the 5 s after which uvicorn (vLLM's server, and
 trtllm-serve's) closes them itself, so the gateway seldom sends a request on a connection the upstream is closing."""
@@ -882,7 +884,9 @@ class Gateway:
                 self.local_limits.charge_tokens(principal.key_id, tokens)
                 return
             self.shared_limits.charge(principal.key_id, tokens)
-            value = None if response is None else (orjson.dumps(response) if streamed else raw)
+            value = (
+                None if response is None or not _finished(response) else (orjson.dumps(response) if streamed else raw)
+            )
             try:
                 if keys is None:
                     return
@@ -1096,6 +1100,16 @@ def _complete_body(raw: bytes) -> dict[str, Any] | None:
     ):
         return None
     return body
+
+
+def _finished(response: dict[str, Any]) -> bool:
+    """Whether every choice of a complete answer (_complete_body, sse.assemble) ended as the model finished it.
+
+    Any other finish_reason is not cached: vLLM ends a request it aborted or that failed with "abort" or "error" (its
+    FINISH_REASON_STRINGS) in a 200 answer, and OpenAI's "content_filter" omits content. The reasons OpenAI lists
+    (API reference, chat completion object: choices[].finish_reason) are allowed but that one; an unknown one costs a
+    miss, never a wrong answer."""
+    return all(choice.get("finish_reason") in FINISHED for choice in response["choices"])
 
 
 def _output_tokens(response: dict[str, Any] | None) -> int:
