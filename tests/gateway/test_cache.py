@@ -246,6 +246,20 @@ def test_a_request_for_logprobs_is_not_cached(gateway: Any, upstreams: Any) -> N
     assert len(upstream.requests) == 2
 
 
+def test_a_completion_asking_for_logprobs_0_is_not_cached(gateway: Any, upstreams: Any) -> None:
+    # The legacy completions' logprobs is a count: 0 still returns the sampled tokens' logprobs (OpenAI API reference,
+    # completions: "the API will always return the logprob of the sampled token"; vLLM: any value but null). A hit
+    # rebuilt from a stream would have none to give.
+    upstream = upstreams("up")
+    gw = gateway(upstream)
+    for _ in range(2):
+        raw = gw.client().completions.with_raw_response.create(
+            model="local", prompt="Say hi", temperature=0, logprobs=0
+        )
+        assert raw.headers["x-inferstack-cache"] == "bypass"
+    assert len(upstream.requests) == 2
+
+
 def test_a_semantic_hit_is_an_exact_hit_the_next_time_it_is_asked(gateway: Any, upstreams: Any) -> None:
     # GIVEN an answer cached for one phrasing, and a paraphrase answered from the semantic cache
     upstream = upstreams("up")

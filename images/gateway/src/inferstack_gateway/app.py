@@ -540,8 +540,10 @@ class Gateway:
         control = headers.get(b"cache-control")
         if control is not None and (b"no-store" in control or b"no-cache" in control):
             return False
-        if request.body.get("logprobs"):
-            return False  # a stream's entry keeps no logprobs (sse.assemble), and a replay would have none to give
+        if request.body.get("logprobs") not in (None, False):
+            # A stream's entry keeps no logprobs (sse.assemble), and a replay would have none to give. The legacy
+            # completions' logprobs is a count, and 0 still asks for the sampled tokens' logprobs.
+            return False
         if cache.policy == "always" or request.temperature == 0:
             return True
         return cache.allow_request_opt_in and headers.get(OPT_IN_HEADER, b"").lower() == b"true"
