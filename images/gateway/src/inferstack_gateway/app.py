@@ -540,7 +540,8 @@ class Gateway:
         control = headers.get(b"cache-control")
         if control is not None and (b"no-store" in control or b"no-cache" in control):
             return False
-        if request.body.get("logprobs") not in (None, False):
+        logprobs = request.body.get("logprobs")
+        if logprobs is not None and logprobs is not False:  # not `in (None, False)`: 0 == False
             # A stream's entry keeps no logprobs (sse.assemble), and a replay would have none to give. The legacy
             # completions' logprobs is a count, and 0 still asks for the sampled tokens' logprobs.
             return False
