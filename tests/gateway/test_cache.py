@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 import pytest
-from gateway_harness import API_KEY_B, GatewayHandle, StandIn, wait_for
+from gateway_harness import API_KEY_B, EmbeddingsProcess, GatewayHandle, StandIn, wait_for
 
 # Cosine distances measured with all-MiniLM-L6-v2 (sentence-transformers, CPU).
 PARAPHRASE = ("What is the capital of France?", "What's France's capital city?")  # 0.056
@@ -387,10 +387,48 @@ def test_semantic_entries_live_in_an_index_of_vector_and_tag_fields_only(
     gw = gateway(upstreams("up"))
     ask(gw, PARAPHRASE[0])
     assert wait_for(lambda: stored(gw, "semantic"))
-    info = redis_server.command("FT.INFO", f"{gw.app.config.redis.key_prefix}semantic")
+    info = redis_server.command("FT.INFO", gw.app.store.index)
     attributes = info[info.index(b"attributes") + 1]
     types = sorted(attr[attr.index(b"type") + 1] for attr in attributes)
     assert types == [b"TAG", b"TAG", b"VECTOR"]
+
+
+def test_another_embedding_model_never_reads_the_vectors_of_the_last_one(gateway: Any, upstreams: Any) -> None:
+    """Vectors of two embedding models are not comparable even at the same size: a distance between them means
+    nothing, and an answer stored under one model's vector was served for whatever the next model's vector of another
+    question happened to lie near. Each model (and size) has an index of its own."""
+    upstream = upstreams("up")
+    before = gateway(upstream, embeddings={"model": "embedder-a"})
+    first, _ = ask(before, PARAPHRASE[0])
+    assert wait_for(lambda: stored(before, "semantic"))
+    after = gateway(upstream, embeddings={"model": "embedder-b"})  # same Redis, same key prefix: a new release
+    second, result = ask(after, PARAPHRASE[1])
+    assert result == "miss" and second != first
+    assert ask(after, PARAPHRASE[0]) == (first, "hit")  # the exact cache does not depend on the embedding model
+
+
+def test_an_embedding_model_of_another_size_starts_an_index_of_its_own(gateway: Any, upstreams: Any) -> None:
+    """An index's vector size is fixed when it is created. The entries of a 384-dimension model were in the one index,
+    and after a change to an 8-dimension model every vector search was refused ("query vector blob size ... does not
+    match"): counted as a Redis failure, which turned off the exact cache and the shared rate limits for
+    redis.retry_after_ms after every request that tried the semantic stage."""
+    upstream = upstreams("up")
+    before = gateway(upstream)
+    ask(before, PARAPHRASE[0])
+    assert wait_for(lambda: stored(before, "semantic"))
+    small = EmbeddingsProcess(dimensions=8)
+    small.start()
+    try:
+        after = gateway(upstream, embeddings={"url": small.url, "dimensions": 8})
+        answer, result = ask(after, "Say hi")
+        assert result == "miss"
+        assert wait_for(lambda: stored(after, "semantic"))
+        assert ask(after, "Say hi") == (answer, "hit")
+        # every input gets the same vector from this stand-in: the index of 8-dimension vectors answers the search
+        assert ask(after, "Say hello") == (answer, "semantic")
+        assert after.metric("inferstack_gateway_redis_errors_total", op="semantic") == 0
+    finally:
+        small.kill()
 
 
 def test_latencies_measured_before_the_answer_are_in_the_histograms_after_it(gateway: Any, upstreams: Any) -> None:

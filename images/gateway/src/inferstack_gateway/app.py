@@ -279,7 +279,7 @@ class Gateway:
             connect_timeout_s=config.budgets.upstream_connect_ms / 1000,
         )
         if config.redis.url is not None:
-            self.store = RedisStore(config.redis, self.metrics, config.embeddings.dimensions)
+            self.store = RedisStore(config.redis, self.metrics, config.embeddings)
             self.shared_limits = SharedLimiter(self.store)
             if self.store.reads is not None and self.store.reads.near is not None:
                 self.metrics.watch_near_cache(self.store.reads)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import math
 import time
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 
-from inferstack_gateway.config import RedisConfig
+from inferstack_gateway.config import EmbeddingsConfig, RedisConfig
 from inferstack_gateway.logs import logger
 from inferstack_gateway.metrics import Metrics
 from inferstack_gateway.resp import FastReads
@@ -36,11 +37,16 @@ class Usage:
 
 
 class RedisStore:
-    def __init__(self, config: RedisConfig, metrics: Metrics, dimensions: int) -> None:
+    def __init__(self, config: RedisConfig, metrics: Metrics, embeddings: EmbeddingsConfig) -> None:
         assert config.url is not None
         self.prefix = config.key_prefix
-        self.index = f"{config.key_prefix}semantic"
-        self.dimensions = dimensions
+        # One index per embedding model and size: vectors of two models are not comparable (a distance between them
+        # means nothing, so an old entry would answer whatever question lay near it), and an index's DIM is fixed
+        # (a vector of another size is refused by every search). The documents' prefix is not under an older index's.
+        scope = hashlib.sha256(f"{embeddings.model}\n{embeddings.dimensions}".encode()).hexdigest()[:12]
+        self.index = f"{config.key_prefix}semantic:{scope}"
+        self.documents = f"{config.key_prefix}sem:{scope}:"
+        self.dimensions = embeddings.dimensions
         self._metrics = metrics
         self._retry_after_s = config.retry_after_ms / 1000
         self._down_until = 0.0
@@ -163,7 +169,7 @@ class RedisStore:
             pipe.set(f"{self.prefix}x:{exact_key}", value, ex=ttl_s)
         if semantic is not None:
             vector, tenant_tag, partition, semantic_ttl_s = semantic
-            doc = f"{self.prefix}s:{exact_key}"
+            doc = f"{self.documents}{exact_key}"
             pipe.hset(doc, mapping={"vec": vector, "tenant": tenant_tag, "part": partition, "resp": value})
             pipe.expire(doc, semantic_ttl_s)
         await pipe.execute()
@@ -175,7 +181,7 @@ class RedisStore:
             return
         try:
             await self.client.execute_command(  # type: ignore[no-untyped-call]
-                "FT.CREATE", self.index, "ON", "HASH", "PREFIX", "1", f"{self.prefix}s:",
+                "FT.CREATE", self.index, "ON", "HASH", "PREFIX", "1", self.documents,
                 "SCHEMA",
                 "vec", "VECTOR", "HNSW", "6",
                 "TYPE", "FLOAT32", "DIM", str(self.dimensions), "DISTANCE_METRIC", "COSINE",
