@@ -328,6 +328,34 @@ def test_the_system_prompt_partitions_the_semantic_cache(gateway: Any, upstreams
     assert raw.headers["x-inferstack-cache"] == "miss"
 
 
+@pytest.mark.parametrize(
+    ("stored_with", "asked_with"),
+    [([("system", "Answer in French.")], [("developer", "Answer in French.")]),
+     ([("system", "Answer in French.\nBe brief.")], [("system", "Answer in French."), ("system", "Be brief.")])],
+    ids=["system-vs-developer", "one-vs-two-system-messages"],
+)  # fmt: skip
+def test_the_semantic_partition_keeps_each_instruction_message_as_it_was_sent(
+    gateway: Any, upstreams: Any, stored_with: list[tuple[str, str]], asked_with: list[tuple[str, str]]
+) -> None:
+    """The model reads a developer message, or two system messages, through its chat template, not as the same text
+    under another name: only the user's question may differ between a semantic hit and the request it answers."""
+    upstream = upstreams("up")
+    gw = gateway(upstream)
+
+    def send(instructions: list[tuple[str, str]], question: str) -> tuple[str | None, str]:
+        messages: list[Any] = [{"role": role, "content": text} for role, text in instructions]
+        raw = gw.client().chat.completions.with_raw_response.create(
+            model="local", temperature=0, messages=[*messages, {"role": "user", "content": question}]
+        )
+        return raw.parse().choices[0].message.content, raw.headers["x-inferstack-cache"]
+
+    first, _ = send(stored_with, PARAPHRASE[0])
+    assert wait_for(lambda: stored(gw, "semantic"))
+    assert send(stored_with, PARAPHRASE[1]) == (first, "semantic")  # the same instructions: a paraphrase hits
+    second, result = send(asked_with, PARAPHRASE[1])
+    assert result == "miss" and second != first
+
+
 @pytest.mark.parametrize("mode", ["truncate", "error500"])
 def test_truncated_and_failed_answers_are_never_cached(gateway: Any, upstreams: Any, mode: str) -> None:
     upstream = upstreams("up", mode=mode, tokens=4)

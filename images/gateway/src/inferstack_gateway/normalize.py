@@ -72,7 +72,10 @@ class ParsedRequest:
 
     Only messages of role and text content qualify: an image part or a `name` would not be in the embedding, so two
     requests that differ only there would share an answer."""
-    system_text: str
+    instructions: list[Any]
+    """The system and developer messages as keyed (role and trimmed content), which partition the semantic cache:
+    each as it was sent, since the model reads a developer message, or two system messages, through its chat template
+    and not as one text."""
 
     @property
     def prompt_tokens_estimate(self) -> int:
@@ -226,7 +229,7 @@ def parse_chat(body: dict[str, Any]) -> ParsedRequest:
     chars = turns = 0
     last_user = ""
     user_texts: list[str] = []
-    system_texts: list[str] = []
+    instructions: list[Any] = []
     only_system_then_user = True
     text_only = True
     for i, message in enumerate(messages):
@@ -246,7 +249,7 @@ def parse_chat(body: dict[str, Any]) -> ParsedRequest:
             user_texts.append(text)
             only_system_then_user = only_system_then_user and i == len(messages) - 1
         elif role in ("system", "developer"):
-            system_texts.append(text)
+            instructions.append([role, content])
         else:
             only_system_then_user = False
     single = user_texts[0] if turns == 1 and only_system_then_user and text_only and user_texts[0] else None
@@ -262,7 +265,7 @@ def parse_chat(body: dict[str, Any]) -> ParsedRequest:
         turns=turns,
         last_user_text=last_user,
         single_turn_text=single,
-        system_text="\n".join(system_texts),
+        instructions=instructions,
     )
 
 
@@ -297,7 +300,7 @@ def parse_completion(body: dict[str, Any]) -> ParsedRequest:
         turns=1,
         last_user_text=text if isinstance(prompt, str) else "",
         single_turn_text=prompt if isinstance(prompt, str) and prompt.strip() else None,
-        system_text="",
+        instructions=[],
     )
 
 
@@ -314,7 +317,7 @@ class CacheKeys:
     exact: str
     """Hex digest over tenant, model version, prompt version, tier, output-relevant parameters and the prompt."""
     partition: str
-    """Semantic partition: the same, minus the user message (system prompt included)."""
+    """Semantic partition: the same, minus the user message (system and developer messages included)."""
     tenant_tag: str
 
 
@@ -325,7 +328,7 @@ def cache_keys(
     scope = [KEY_SCHEMA, request.kind, tenant, alias, model_version, prompt_version, tier, params]
     return CacheKeys(
         exact=_digest([*scope, request.prompt]),
-        partition=_digest([*scope, request.system_text]),
+        partition=_digest([*scope, request.instructions]),
         tenant_tag=hashlib.sha256(tenant.encode()).hexdigest()[:32],
     )
 
