@@ -66,8 +66,11 @@ def test_only_a_text_only_message_of_role_and_content_is_a_semantic_candidate() 
 @pytest.mark.parametrize(
     "event",
     [{"choices": ["oops"]}, {"choices": [{"index": 0, "delta": "str"}]}, {"choices": [{"index": [1], "delta": {}}]},
-     {"choices": [{"index": 0, "delta": {"content": 5}}]}, {"choices": [{"index": 0, "delta": {"audio": {}}}]}],
-    ids=["choice-a-string", "delta-a-string", "index-a-list", "content-a-number", "unknown-object-field"],
+     {"choices": [{"index": 0, "delta": {"content": 5}}]}, {"choices": [{"index": 0, "delta": {"audio": {}}}]},
+     {"choices": [{"index": 0, "delta": {"tool_calls": [
+         {"index": 0, "id": "call_1", "type": "custom", "custom": {"name": "run", "input": "ls"}}]}}]}],
+    ids=["choice-a-string", "delta-a-string", "index-a-list", "content-a-number", "unknown-object-field",
+         "custom-tool-call"],
 )  # fmt: skip
 def test_a_malformed_or_unrebuildable_stream_is_not_assembled(event: dict[str, Any]) -> None:
     # These raised out of the write-back (a traceback in the log, and no tokens charged).

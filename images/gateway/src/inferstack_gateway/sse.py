@@ -19,6 +19,10 @@ _REBUILT = frozenset({"role", "content", "tool_calls"})
 replayed in a delta of its own."""
 
 
+_TOOL_CALL = frozenset({"index", "id", "type", "function"})
+"""The fields of a function tool call's delta, all rebuilt; a call with any other is not cached."""
+
+
 def parse_events(raw: bytes) -> tuple[list[dict[str, Any]], bool]:
     """Split an SSE body into its JSON `data:` payloads. Returns (events, saw [DONE])."""
     events: list[dict[str, Any]] = []
@@ -104,6 +108,9 @@ def _assemble(kind: Kind, events: list[dict[str, Any]]) -> dict[str, Any] | None
                 if delta.get("content"):
                     slot["text"].append(_string(delta["content"]))
                 for call in delta.get("tool_calls") or ():
+                    if call.get("type", "function") != "function" or not call.keys() <= _TOOL_CALL:
+                        # e.g. a custom tool's call ("custom": {"name", "input"}): rebuilt as a function, it lost both
+                        raise TypeError(f"tool call {call!r}")
                     merged = slot["tools"].setdefault(
                         call.get("index", 0),
                         {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
