@@ -88,6 +88,19 @@ def test_reasoning_content_is_kept_and_replayed_before_the_answer() -> None:
     assert replayed is not None and replayed["choices"][0]["message"] == response["choices"][0]["message"]
 
 
+def test_a_final_message_the_model_continues_is_keyed_with_its_whitespace() -> None:
+    # vLLM's continue_final_message: the model continues the last (assistant) message as it is, as a completion
+    # continues its prompt, so "The answer is " and "The answer is" get different answers (" Paris" vs "Paris"...).
+    def prefilled(text: str, **extra: Any) -> dict[str, Any]:
+        messages = [{"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": text}]
+        return {**BASE, "messages": messages, **extra}
+
+    assert key(prefilled("The answer is ")) == key(prefilled("The answer is"))  # a finished turn: trimmed as usual
+    flag = {"continue_final_message": True, "add_generation_prompt": False}
+    assert key(prefilled("The answer is ", **flag)) != key(prefilled("The answer is", **flag))
+    assert key(prefilled(" The answer is", **flag)) != key(prefilled("The answer is", **flag))
+
+
 def test_tenant_versions_and_tier_are_in_the_key() -> None:
     base = key(BASE)
     assert len({base, key(BASE, tenant="u"), key(BASE, model_version="2"), key(BASE, prompt_version="2"),

@@ -252,6 +252,10 @@ def parse_chat(body: dict[str, Any]) -> ParsedRequest:
             instructions.append([role, content])
         else:
             only_system_then_user = False
+    if body.get("continue_final_message"):
+        # vLLM continues the final message as it is, as a completion continues its prompt: its whitespace changes the
+        # answer, so it is keyed as sent.
+        normalized[-1] = messages[-1]
     single = user_texts[0] if turns == 1 and only_system_then_user and text_only and user_texts[0] else None
     return ParsedRequest(
         kind="chat",
