@@ -356,6 +356,27 @@ def test_the_semantic_partition_keeps_each_instruction_message_as_it_was_sent(
     assert result == "miss" and second != first
 
 
+def test_a_completion_prompt_is_semantically_matched_only_with_the_same_whitespace_at_its_ends(
+    gateway: Any, upstreams: Any
+) -> None:
+    """A completion continues its prompt exactly: after "The capital of France is " the model goes on with "Paris",
+    after "The capital of France is" with " Paris". The embedding does not see the space (distance 0), so the one
+    prompt was answered with the other's continuation."""
+    upstream = upstreams("up")
+    gw = gateway(upstream)
+
+    def complete(prompt: str) -> tuple[str, str]:
+        raw = gw.client().completions.with_raw_response.create(model="local", prompt=prompt, temperature=0)
+        return raw.parse().choices[0].text, raw.headers["x-inferstack-cache"]
+
+    first, _ = complete("The capital of France is")
+    assert wait_for(lambda: stored(gw, "semantic"))
+    assert complete("The capital city of France is") == (first, "semantic")  # a paraphrase, the same ends: a hit
+    for prompt in ("The capital of France is ", "\nThe capital of France is"):
+        answer, result = complete(prompt)
+        assert result == "miss" and answer != first
+
+
 @pytest.mark.parametrize("mode", ["truncate", "error500"])
 def test_truncated_and_failed_answers_are_never_cached(gateway: Any, upstreams: Any, mode: str) -> None:
     upstream = upstreams("up", mode=mode, tokens=4)

@@ -73,9 +73,9 @@ class ParsedRequest:
     Only messages of role and text content qualify: an image part or a `name` would not be in the embedding, so two
     requests that differ only there would share an answer."""
     instructions: list[Any]
-    """The system and developer messages as keyed (role and trimmed content), which partition the semantic cache:
-    each as it was sent, since the model reads a developer message, or two system messages, through its chat template
-    and not as one text."""
+    """What partitions the semantic cache besides the parameters: the system and developer messages as keyed (role and
+    trimmed content), each as it was sent, since the model reads a developer message, or two system messages, through
+    its chat template and not as one text; for a completion, the whitespace at each end of its prompt."""
 
     @property
     def prompt_tokens_estimate(self) -> int:
@@ -292,6 +292,13 @@ def parse_completion(body: dict[str, Any]) -> ParsedRequest:
             "token ids.",
             "prompt",
         )
+    # The embedding does not see whitespace, and the continuation depends on it: a semantic hit must have the same
+    # whitespace at both ends of its prompt.
+    ends = (
+        [prompt[: len(prompt) - len(prompt.lstrip())], prompt[len(prompt.rstrip()) :]]
+        if isinstance(prompt, str)
+        else []
+    )
     return ParsedRequest(
         kind="completions",
         body=body,
@@ -304,7 +311,7 @@ def parse_completion(body: dict[str, Any]) -> ParsedRequest:
         turns=1,
         last_user_text=text if isinstance(prompt, str) else "",
         single_turn_text=prompt if isinstance(prompt, str) and prompt.strip() else None,
-        instructions=[],
+        instructions=ends,
     )
 
 
