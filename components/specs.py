@@ -1074,6 +1074,9 @@ class BurstTenantSpec(Spec):
     tenant: DnsLabel = "burst"
     requests_per_minute: int | None = Field(default=None, ge=1)
     tokens_per_minute: int | None = Field(default=None, ge=1)
+    models: tuple[DnsLabel, ...] = ()
+    """Model aliases (``models[].name``, ``routes[].alias``) the burst key may use; empty: every alias. A sending
+    stack that asks for another gets 404 ``model_not_found`` and leaves this hub out for that model for a while."""
 
 
 class HubSpec(Spec):

@@ -793,6 +793,21 @@ def gateway_key_checks(env: Environment) -> list[ConfigIssue]:
                     "rename the key, or set burstTenant.enabled: false",
                 )
             )
+    if hub_side and gateway.enabled and burst.enabled:
+        from components.catalog.models import MODELS
+
+        chat = [m.name for m in env.models if m.model in MODELS and not MODELS[m.model].is_embedding]
+        served = chat + [r.alias for r in gateway.routes]
+        for j, alias in enumerate(burst.models):
+            if alias not in served:
+                issues.append(
+                    ConfigIssue(
+                        f"{CONFIG_KEY}.gateway.burstTenant.models[{j}]",
+                        repr(alias),
+                        "an alias this stack's gateway serves: " + ", ".join(served),
+                        "name one of them" + did_you_mean(alias, served) + ", or remove it",
+                    )
+                )
     tenants = [k.tenant for k in gateway.api_keys]
     if hub_side and gateway.enabled and burst.enabled and burst.tenant in tenants:
         issues.append(

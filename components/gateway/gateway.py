@@ -276,6 +276,8 @@ def keys_file(spec: GatewaySpec, burst_key: str | None = None) -> str:
             entry["requests_per_minute"] = tenant.requests_per_minute
         if tenant.tokens_per_minute:
             entry["tokens_per_minute"] = tenant.tokens_per_minute
+        if tenant.models:
+            entry["models"] = list(tenant.models)
         keys.append(entry)
     return yaml.safe_dump(keys, sort_keys=False)
 

@@ -279,3 +279,27 @@ def test_reordering_models_leaves_the_gateway_pods_alone(tmp_path: Path, plan_of
 
 def _gateway_pod_annotations_of(objects: dict[str, Any]) -> dict[str, str]:
     return dict(objects["Deployment/gateway"]["spec"]["template"]["metadata"]["annotations"])
+
+
+def test_the_burst_key_is_limited_to_the_models_burst_tenant_lists() -> None:
+    # GIVEN a hub whose burst tenant may use only llama-8b (sites kept off its 70B)
+    from components.gateway.gateway import BURST_KEY_NAME, keys_file
+    from components.specs import GatewaySpec
+
+    spec = GatewaySpec(burst_tenant={"models": ["llama-8b"], "requests_per_minute": 60})  # type: ignore[arg-type]
+    # WHEN its keys file is rendered with the issued key
+    (entry,) = [k for k in yaml.safe_load(keys_file(spec, burst_key="sk-burst")) if k["name"] == BURST_KEY_NAME]
+    # THEN the burst key's entry carries that list, which the gateway enforces per key (404 model_not_found)
+    assert entry["models"] == ["llama-8b"] and entry["requests_per_minute"] == 60
+    # AND without a list the key may use every alias, as before
+    (entry,) = [k for k in yaml.safe_load(keys_file(GatewaySpec(), burst_key="sk-burst"))]
+    assert "models" not in entry
+
+
+def test_a_burst_tenant_model_the_hub_does_not_serve_is_refused_at_its_key() -> None:
+    def edit(env: dict[str, Any]) -> None:
+        env["gateway"]["burstTenant"] = {"models": ["llama-8b", "llama-7b"]}
+
+    (line,) = config_errors(edit, "prod")
+    assert "gateway.burstTenant.models[1]: got 'llama-7b'; allowed: an alias this stack's gateway serves: " in line
+    assert "fix: name one of them (did you mean 'llama-70b'?), or remove it" in line
