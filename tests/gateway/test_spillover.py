@@ -255,25 +255,32 @@ def test_a_hub_that_never_answers_costs_one_ttft_budget_then_fails_at_once(
     assert ask(gw, "local still answers").startswith("local#")
 
 
-def test_a_hub_over_the_burst_keys_limit_leaves_spilled_requests_to_the_local_model(
-    gateway: Any, upstreams: Any, tmp_path: Path
-) -> None:
-    # GIVEN a tier spilling above 2 in flight to a hub that answers 429 with Retry-After: 30: the limits of the one
-    # burst key every site shares (gateway.burstTenant), which no client of this site holds
-    local, hub = upstreams("local", ttft_s=0.2), upstreams("hub", mode="error429")
+def spill_to_a_refusing_hub(gateway: Any, upstreams: Any, tmp_path: Path, status: int) -> tuple[Any, StandIn]:
+    """A tier spilling above 2 in flight to a hub that refuses every request with `status`, and 6 clients keeping the
+    local model past the threshold for 18 requests, more spills than it takes to open a breaker (5). Checks what
+    both refusals share: every request answered by the local model, each refusal counted, and after the first one
+    the hub left out (only the spills already on their way then, at most one per client, reached it) with its
+    circuit closed (it is up, and a tier it serves alone must not read it as down)."""
+    local, hub = upstreams("local", ttft_s=0.2), upstreams("hub", mode=f"error{status}")
     gw = gateway(None, **hybrid(local, hub.base, tmp_path / "hub-key", spill_above_inflight=2, return_below_inflight=1))
-    # WHEN 6 clients keep the local model past the threshold, over more spills than it takes to open a breaker (5)
     answers = burst(gw, concurrency=6, rounds=3)
-    # THEN the tier did spill to the hub, and every request the hub refused was answered by the local model
     assert len(hub.requests) > 0, "nothing spilled: the test proves nothing"
     assert [a for a in answers if not isinstance(a, str)] == []
     assert all(a.startswith("local#") for a in answers) and len(answers) == 18  # type: ignore[union-attr]
-    assert gw.metric("inferstack_gateway_upstream_errors_total", upstream="hub", reason="http_429") == len(hub.requests)
-    # AND after its first 429 the hub was left out of the spilling tier for its Retry-After: only the spills already
-    # on their way when that answer came (at most one per client) reached it
+    errors = gw.metric("inferstack_gateway_upstream_errors_total", upstream="hub", reason=f"http_{status}")
+    assert errors == len(hub.requests)
     assert len(hub.requests) <= 6, len(hub.requests)
-    # AND its circuit stays closed: the hub is up, and a tier it serves alone must not read it as down (503)
     assert gw.metric("inferstack_gateway_circuit_open", upstream="hub") == 0
+    return gw, hub
+
+
+def test_a_hub_over_the_burst_keys_limit_leaves_spilled_requests_to_the_local_model(
+    gateway: Any, upstreams: Any, tmp_path: Path
+) -> None:
+    # GIVEN a hub that answers 429 with Retry-After: 30: the limits of the one burst key every site shares
+    # (gateway.burstTenant), which no client of this site holds. WHEN a tier spills to it THEN the local model
+    # answers, and the hub is left out for its Retry-After with its circuit closed
+    gw, _ = spill_to_a_refusing_hub(gateway, upstreams, tmp_path, 429)
     for attempt in range(6):
         # AND a request only the hub serves (tier large: the hub alone) gets the hub's 429 as it was, with its
         # Retry-After (which the openai client waits out before its retries): no one else to try
@@ -288,23 +295,12 @@ def test_a_hub_over_the_burst_keys_limit_leaves_spilled_requests_to_the_local_mo
 def test_a_hub_that_serves_no_such_model_leaves_spilled_requests_to_the_local_model(
     gateway: Any, upstreams: Any, tmp_path: Path
 ) -> None:
-    # GIVEN a tier spilling above 2 in flight to a hub that does not serve the model it is asked for (the bundled
-    # onprem's llama-405b at prod, which serves only llama-8b, llama-70b and chat: no hub.model, so the local name)
-    local, hub = upstreams("local", ttft_s=0.2), upstreams("hub", mode="error404")
-    gw = gateway(None, **hybrid(local, hub.base, tmp_path / "hub-key", spill_above_inflight=2, return_below_inflight=1))
-    # WHEN 6 clients keep the local model past the threshold
-    answers = burst(gw, concurrency=6, rounds=3)
-    # THEN the tier did spill to the hub, and every request the hub could not serve was answered by the local model
-    assert len(hub.requests) > 0, "nothing spilled: the test proves nothing"
-    assert [a for a in answers if not isinstance(a, str)] == []
-    assert all(a.startswith("local#") for a in answers) and len(answers) == 18  # type: ignore[union-attr]
-    assert gw.metric("inferstack_gateway_upstream_errors_total", upstream="hub", reason="http_404") == len(hub.requests)
-    # AND after its first 404 the hub was left out for that model: only the spills already on their way when that
-    # answer came (at most one per client) reached it, not every spill of the 18 requests
-    assert len(hub.requests) <= 6, len(hub.requests)
+    # GIVEN a hub that does not serve the model it is asked for (the bundled onprem's llama-405b at prod, which serves
+    # only llama-8b, llama-70b and chat: no hub.model, so the local name). WHEN a tier spills to it THEN the local
+    # model answers, and the hub is left out for that model (asked for no other) with its circuit closed
+    gw, hub = spill_to_a_refusing_hub(gateway, upstreams, tmp_path, 404)
     assert {r["body"]["model"] for r in hub.requests} == {"local"}
-    # AND the hub's circuit stays closed: it is up, and other models of the tier still spill to it
-    assert gw.metric("inferstack_gateway_circuit_open", upstream="hub") == 0
+    # AND other models of the tier still spill to it
     asked = len(hub.requests)
     answers = burst(gw, concurrency=6, rounds=2, model="plain")
     assert all(isinstance(a, str) and a.startswith("local#") for a in answers), answers
