@@ -77,9 +77,7 @@ def hops(fine: bool) -> tuple[str, ...]:
 
 def install_probes(stamps: dict[str, float], done: Callable[[], None], fine: bool = False) -> None:
     """Wrap the functions at each hop; `stamps` is the request in flight (c=1), `done` runs after its last hop."""
-    from uvicorn.protocols.http import httptools_impl
-
-    from inferstack_gateway import app, auth, http_client
+    from inferstack_gateway import app, auth, http_client, server
 
     def wrap_sync(owner: Any, name: str, before: Callable[..., None] | None, after: str | None) -> None:
         original = getattr(owner, name)
@@ -128,9 +126,9 @@ def install_probes(stamps: dict[str, float], done: Callable[[], None], fine: boo
     def stamp(hop: str) -> Callable[..., None]:
         return lambda *args: stamps.__setitem__(hop, time.perf_counter())
 
-    wrap_sync(httptools_impl.HttpToolsProtocol, "data_received", request_read, "data handled" if fine else None)
+    wrap_sync(server.GatewayHttpProtocol, "data_received", request_read, "data handled" if fine else None)
     if fine:
-        protocol, cycle = httptools_impl.HttpToolsProtocol, httptools_impl.RequestResponseCycle
+        protocol, cycle = server.GatewayHttpProtocol, server.Cycle
         wrap_sync(protocol, "on_message_begin", None, "message begun")
         wrap_sync(protocol, "on_url", None, "url read")
         wrap_sync(protocol, "on_headers_complete", stamp("headers read"), "headers parsed")
@@ -157,7 +155,7 @@ def install_probes(stamps: dict[str, float], done: Callable[[], None], fine: boo
         return opened
 
     app.open_upstream = open_upstream  # type: ignore[assignment]
-    original_send = httptools_impl.RequestResponseCycle.send
+    original_send = server.Cycle.send
 
     async def send(self: Any, message: Any) -> None:
         if message["type"] == "http.response.start":
@@ -167,7 +165,7 @@ def install_probes(stamps: dict[str, float], done: Callable[[], None], fine: boo
             done()
         await original_send(self, message)
 
-    httptools_impl.RequestResponseCycle.send = send  # type: ignore[method-assign]
+    server.Cycle.send = send  # type: ignore[method-assign]
 
 
 DRIVER = """
