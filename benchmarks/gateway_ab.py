@@ -4,8 +4,9 @@ gateway_bench.py compares the gateway with a direct connection, a bare relay and
 narrower question that a run of gateway_bench cannot, because two of its runs on a shared machine differ by more than
 most changes do: it runs the working tree's gateway and the gateway of another commit (checked out with
 `git worktree` into a temporary directory) as two processes at once, against the same upstream stand-in, and
-measures them in alternating rounds, next to the direct connection and the bare relay. Each gateway gets the example
-config with the embeddings endpoint down and streams a request no cache covers (temperature 1): the relay path.
+measures them in alternating rounds (at c=1 taking turns request by request), next to the direct connection and the
+bare relay. Each gateway gets the example config with the embeddings endpoint down and streams a request no cache
+covers (temperature 1): the relay path.
 
 The client is the official openai package (AsyncOpenAI on aiohttp, streaming, uvloop); TTFT is the first chunk with
 content; CPU ms per request is read from /proc for each gateway process. The table shows the median over rounds and
@@ -118,6 +119,21 @@ def main() -> int:
                 n = args.requests or max(300, 50 * concurrency)
                 for round_ in range(args.rounds):
                     order = names[round_ % len(names) :] + names[: round_ % len(names)]
+                    if concurrency == 1:
+                        # Request by request in turn, so that a slow moment of the machine falls on every path alike.
+                        await bench.settle(list(tracked.values()))
+                        jobs = {
+                            name: (
+                                clients[name],
+                                [bench.chat(f"ab {name} 1 {round_} {i}", 1.0) for i in range(n)],
+                                tracked.get(name),
+                            )
+                            for name in order
+                        }
+                        for name, row in (await bench.run_in_turn(jobs)).items():
+                            rows.setdefault(f"{name}/c1", []).append(row)
+                            print(f"c=1 round {round_ + 1}/{args.rounds} {name}: {bench.summary(row)}", flush=True)
+                        continue
                     for name in order:
                         await bench.settle(list(tracked.values()))
                         client = clients[name]
@@ -164,7 +180,8 @@ def main() -> int:
     title = (
         f"Gateway A/B, {report['date']}, {report['machine']}, Python "
         f"{report['python']}: head = {head_label}, base = {args.base} ({base_commit}). Relay path (no cache), "
-        f"{args.rounds} alternating rounds per concurrency; median [min..max] over rounds."
+        f"{args.rounds} rounds per concurrency (at c=1 the paths take turns request by request; above it, whole rounds "
+        "alternate); median [min..max] over rounds."
     )
 
     def cell(entry: dict[str, float] | None, digits: int = 2) -> str:

@@ -1,23 +1,26 @@
 """Where the gateway's added TTFT goes inside its process: timestamps at each hop of one streamed request.
 
-gateway_bench.py measures the added time from outside; this program runs the gateway (the real app on uvicorn, as
-`inferstack-gateway` serves it, with no cache so every request is relayed) in its own process with a probe at each
-hop, while a second process drives it with the official openai client at c=1 against gateway_bench's stand-in
-upstream (20 ms TTFT). The probes wrap functions at their boundaries (one perf_counter call each) and change nothing
-else. It prints the median time between consecutive probes over the requests after a warm-up:
+gateway_bench.py measures the added time from outside; this program runs the gateway (the real app on its own HTTP
+protocol under uvicorn's server, as `inferstack-gateway` serves it, with no cache so every request is relayed) in its
+own process with a probe at each hop, while a second process drives it with the official openai client at c=1
+against gateway_bench's stand-in upstream (20 ms TTFT). The probes wrap functions at their boundaries (one
+perf_counter call each) and change nothing else. It prints the median time between consecutive probes over the
+requests after a warm-up:
 
-  request leg   bytes of the request read by uvicorn -> the app called -> the request validated -> admitted
+  request leg   bytes of the request read by the protocol -> the app called -> the request validated -> admitted
                 -> the upstream call started -> the request written to the upstream socket
-  response leg  the upstream's first content bytes read -> the client call returns (headers parsed, task woken)
-                -> the answer opened (failover point passed) -> response head handed to uvicorn
-                -> the first content chunk handed to uvicorn
+  response leg  the upstream's first content bytes read -> the first content chunk handed to the protocol for the
+                client (since 2026-11-28 from the upstream connection's read itself, with the response's head:
+                `Cycle.start_stream`; before, after the request's task had woken, passed the failover point and
+                sent the head through ASGI)
 
-The time from handing a chunk to uvicorn to its socket write returning is not shown: on a 2-core machine the write
-wakes the client, which often preempts the gateway on the same core, so that interval measures the client's work.
+The time from handing a chunk to the protocol to its socket write returning is not shown: on a 2-core machine the
+write wakes the client, which often preempts the gateway on the same core, so that interval measures the client's
+work.
 
-With `--fine`, more probes split the first two hops: inside uvicorn (the request's head parsed: its start, URL and
-headers; `on_headers_complete`, which builds the ASGI scope and cycle and creates the request's task; the body; the
-task's first step) and inside the gateway's handler (authentication, the body read, JSON parsing, validation). Each
+With `--fine`, more probes split the first two hops: inside the protocol (the request's head parsed: its start, URL
+and headers; `on_headers_complete`, which builds the ASGI scope and cycle and creates the request's task; the body;
+the task's first step) and inside the gateway's handler (authentication, the body read, JSON parsing, validation). Each
 probe is one more wrapped call on a cold path, so the fine run's totals are a few µs per probe above the plain run's.
 
     python benchmarks/gateway_hops.py                 # 400 requests, about 30 s
@@ -49,13 +52,10 @@ HOPS = (
     "upstream call",
     "upstream write",
     "upstream content read",
-    "client call returned",
-    "answer opened",
-    "head to uvicorn",
-    "content to uvicorn",
+    "content out",
 )
 
-UVICORN_HOPS = (
+PROTOCOL_HOPS = (
     "message begun",
     "url read",
     "headers read",
@@ -72,7 +72,7 @@ HANDLER_HOPS = ("complete called", "authenticated", "body read", "json parsed")
 def hops(fine: bool) -> tuple[str, ...]:
     if not fine:
         return HOPS
-    return (HOPS[0], *UVICORN_HOPS, HOPS[1], *HANDLER_HOPS, *HOPS[2:])
+    return (HOPS[0], *PROTOCOL_HOPS, HOPS[1], *HANDLER_HOPS, *HOPS[2:])
 
 
 def install_probes(stamps: dict[str, float], done: Callable[[], None], fine: bool = False) -> None:
@@ -144,25 +144,25 @@ def install_probes(stamps: dict[str, float], done: Callable[[], None], fine: boo
     is_post = lambda self, scope, *rest: scope.get("method") == "POST"  # noqa: E731
     wrap_async(app.Gateway, "_http", "app called", None, is_post)
     wrap_async(app.Gateway, "_admit", None, "admitted", lambda *a: True)
-    is_upstream_post = lambda self, method, *rest: method == b"POST"  # noqa: E731
-    wrap_async(http_client.HttpClient, "request", None, "client call returned", is_upstream_post)
     original_open = app.open_upstream
 
     async def open_upstream(*args: Any, **kwargs: Any) -> Any:
         stamps["upstream call"] = time.perf_counter()
-        opened = await original_open(*args, **kwargs)
-        stamps["answer opened"] = time.perf_counter()
-        return opened
+        return await original_open(*args, **kwargs)
 
     app.open_upstream = open_upstream  # type: ignore[assignment]
+
+    def content_out(data: bytes) -> None:
+        if b"tok0" in data and "content out" not in stamps:
+            stamps["content out"] = time.perf_counter()
+            done()
+
+    wrap_sync(server.Cycle, "start_stream", lambda self, headers, first: content_out(first), None)
+    wrap_sync(server.ChunkWriter, "write", lambda self, data: content_out(data), None)
     original_send = server.Cycle.send
 
     async def send(self: Any, message: Any) -> None:
-        if message["type"] == "http.response.start":
-            stamps["head to uvicorn"] = time.perf_counter()
-        elif b"tok0" in message.get("body", b"") and "content to uvicorn" not in stamps:
-            stamps["content to uvicorn"] = time.perf_counter()
-            done()
+        content_out(message.get("body", b""))
         await original_send(self, message)
 
     server.Cycle.send = send  # type: ignore[method-assign]
@@ -263,7 +263,7 @@ def main() -> int:
             continue
         print(f"| {before} | {after} | {statistics.median((r[after] - r[before]) * 1e6 for r in measured):.0f} |")
     request = statistics.median((r["upstream write"] - r["request read"]) * 1e6 for r in measured)
-    response = statistics.median((r["content to uvicorn"] - r["upstream content read"]) * 1e6 for r in measured)
+    response = statistics.median((r["content out"] - r["upstream content read"]) * 1e6 for r in measured)
     print(f"\nrequest leg {request:.0f} µs, response leg {response:.0f} µs")
     return 0
 

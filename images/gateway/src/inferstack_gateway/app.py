@@ -41,7 +41,7 @@ from inferstack_gateway.normalize import (
     parse_json_body,
     unknown_model,
 )
-from inferstack_gateway.server import chunk_writer
+from inferstack_gateway.server import chunk_writer, on_lost, start_stream
 from inferstack_gateway.spillover import build_routes
 from inferstack_gateway.store import LocalLimiter, RedisStore, close_quietly, retry_after_s
 from inferstack_gateway.tracing import Tracer, setup_tracing
@@ -662,22 +662,38 @@ class Gateway:
     ) -> None:
         """Run the upstream exchange; it is cancelled (closing the upstream request) if the client leaves first.
 
-        The exchange runs in the request's own task; a small watcher task cancels that task on a disconnect.
+        The exchange runs in the request's own task. On the gateway's own server the connection's loss cancels it
+        (`server.on_lost`); under another ASGI server a small watcher task waits for `http.disconnect` and does.
         """
         task = asyncio.current_task()
         assert task is not None
-        watcher = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, task, exchange))
+        cut_short = False
+
+        def lost() -> None:
+            nonlocal cut_short
+            if not exchange.finished:  # only an unfinished response is cut short
+                cut_short = True
+                task.cancel()
+
+        watcher = None
+        if not on_lost(send, lost):
+            watcher = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, task, exchange))
         try:
             await self._relay(request, model, tier, principal, keys, embedding, send, exchange)
         except asyncio.CancelledError:
-            if not (watcher.done() and not watcher.cancelled() and watcher.result()):
+            if watcher is not None:
+                cut_short = watcher.done() and not watcher.cancelled() and watcher.result()
+            if not cut_short:
                 raise
             task.uncancel()
             self.metrics.client_disconnects.inc()
             exchange.status = 499
             exchange.detail["disconnected"] = True
         finally:
-            watcher.cancel()
+            if watcher is not None:
+                watcher.cancel()
+            else:
+                on_lost(send, None)
             if exchange.upstream is not None:
                 self.upstreams[exchange.upstream].inflight -= 1  # counted by open_upstream, to the end of the stream
 
@@ -712,12 +728,23 @@ class Gateway:
         exchange.spilled = upstreams is route.spilled
         if not upstreams:
             raise _stays_local(tier, self.config.routing.tier_header)
+        started: list[float] = []
+
+        def on_first(data: bytes) -> bool:
+            """A stream's head and first event, sent from the upstream connection's read (`HttpClient.request`)."""
+            if not start_stream(send, _stream_headers(exchange), data):
+                return False
+            started.append(time.perf_counter())
+            exchange.status = 200
+            exchange.response_started = True
+            return True
+
         sent = time.perf_counter()
         try:
             opened = await open_upstream(
                 self.http, upstreams, path, payload,
                 stream=request.stream, budgets=self.config.budgets, deadline=deadline, tier=tier,
-                model=request.model, extra_headers=trace,
+                model=request.model, extra_headers=trace, on_first=on_first,
             )  # fmt: skip
         except GatewayError as exc:
             if resident and route.remote:
@@ -738,35 +765,41 @@ class Gateway:
             await self._send(send, exchange, 200, opened.first, JSON)
             self._after(principal, request, model, keys, embedding, opened.first, streamed=False)
             return
-        raw = await self._stream(opened, request, send, exchange, deadline, sent)
+        raw = await self._stream(opened, request, send, exchange, deadline, sent, started[0] if started else None)
         if raw is not None:
             self._after(principal, request, model, keys, embedding, raw, streamed=True)
 
     async def _stream(
-        self, opened: Opened, request: ParsedRequest, send: Send, exchange: Exchange, deadline: float, sent: float
+        self,
+        opened: Opened,
+        request: ParsedRequest,
+        send: Send,
+        exchange: Exchange,
+        deadline: float,
+        sent: float,
+        started: float | None,
     ) -> bytes | None:
         """Relay the SSE body chunk by chunk as it arrives. Returns the whole body if it ended with [DONE].
 
-        `sent`: when the request went to the tier's upstreams (the start of the upstream's TTFT)."""
-        headers = [
-            *SSE_HEADERS,
-            (b"x-request-id", exchange.request_id.encode("latin-1")),
-            (b"x-inferstack-cache", exchange.cache.encode()),
-        ]
-        exchange.status = 200
-        exchange.response_started = True
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        # Arrival times only, on the relay path: the histograms are filled in the deferred batch after the response.
-        arrivals = [time.perf_counter()]
-        chunks = [opened.first]
+        `sent`: when the request went to the tier's upstreams (the start of the upstream's TTFT). `started`: when the
+        response's head and first bytes went out from the upstream's read (`on_first` in `_relay`), if they did."""
         response = opened.response
+        early = response.sent_early
+        if not early:
+            exchange.status = 200
+            exchange.response_started = True
+            await send({"type": "http.response.start", "status": 200, "headers": _stream_headers(exchange)})
+        # Arrival times only, on the relay path: the histograms are filled in the deferred batch after the response.
+        arrivals = [started if started is not None else time.perf_counter()]
+        chunks = [opened.first]
         error: str | None = None
         try:
-            chunk = opened.first
+            chunk = opened.first[early:] if early else opened.first
             if not response.at_eof():
                 # The first chunk is in hand and a fresh response's write does not wait: it goes out before the
                 # budget's timer is armed, which on a cold path costs tens of microseconds.
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if chunk:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 chunk = b""
             writer = None if response.at_eof() else chunk_writer(send)
             async with asyncio.timeout_at(deadline):
@@ -912,6 +945,14 @@ class Gateway:
                 store.failed("write", exc)
         except Exception:
             logger.exception("cache write-back failed")
+
+
+def _stream_headers(exchange: Exchange) -> list[tuple[bytes, bytes]]:
+    return [
+        *SSE_HEADERS,
+        (b"x-request-id", exchange.request_id.encode("latin-1")),
+        (b"x-inferstack-cache", exchange.cache.encode()),
+    ]
 
 
 async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any], exchange: Exchange) -> bool:

@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from inferstack_gateway.logs import logger
+
 PAUSE_BYTES = 1 << 20
 """An unread response body beyond this pauses reading from the socket (TCP back-pressure to the upstream)."""
 
@@ -89,9 +91,11 @@ class Response:
         "_expiry",
         "_framed",
         "_keep_alive",
+        "_on_first",
         "_sink",
         "_waiter",
         "headers",
+        "sent_early",
         "status",
     )
 
@@ -110,6 +114,10 @@ class Response:
         self._waiter: asyncio.Future[None] | None = None
         self._expiry: asyncio.TimerHandle | None = None
         self._sink: Callable[[bytes], bool] | None = None
+        self._on_first: Callable[[bytes], bool] | None = None
+        self.sent_early = 0
+        """How many of the body's first bytes `on_first` (see `HttpClient.request`) has taken and sent on already; they
+        are still returned by `readany`."""
 
     # -- the reading side --------------------------------------------------------------------------------------------
 
@@ -173,7 +181,9 @@ class Response:
         return b"".join(parts)
 
     def disarm(self) -> None:
-        """Lift the deadline given to `HttpClient.request`: the caller times the rest itself, if at all."""
+        """Lift the deadline given to `HttpClient.request`: the caller times the rest itself, if at all. (And the
+        `on_first` callback, if it has not been called.)"""
+        self._on_first = None
         expiry = self._expiry
         if expiry is not None:
             self._expiry = None
@@ -218,6 +228,21 @@ class Response:
         self._chunks.clear()
         self._buffered = 0
         return data
+
+    def _first_out(self) -> None:
+        """Offer a 200's first body bytes, parsed from one read, to `on_first`; they stay buffered for `readany`."""
+        on_first, self._on_first = self._on_first, None
+        assert on_first is not None
+        chunks = self._chunks
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if len(chunks) > 1:
+            chunks.clear()
+            chunks.append(data)
+        try:
+            if on_first(data):
+                self.sent_early = len(data)
+        except Exception:  # the caller's own path (readany) still has the bytes
+            logger.exception("on_first failed")
 
     def _deliver(self) -> None:
         assert self._sink is not None
@@ -280,8 +305,11 @@ class _Connection(asyncio.Protocol):
         # Piping: what this read parsed goes to the sink (before an error too, as `readany` would have returned it),
         # except the read that completes the body, which stays for `readany`.
         response = self.response
-        if response is not None and response._sink is not None and response._chunks and not response._complete:
-            response._deliver()
+        if response is not None and response._chunks and not response._complete:
+            if response._sink is not None:
+                response._deliver()
+            elif response._on_first is not None and response.status == 200:
+                response._first_out()
         if error is not None:
             self._fail(StreamBroken(f"unparseable response: {error}"))
             self.close()
@@ -481,6 +509,7 @@ class HttpClient:
         body: bytes = b"",
         *,
         deadline: float | None = None,
+        on_first: Callable[[bytes], bool] | None = None,
     ) -> Response:
         """Send one request and return once the response's status and headers have arrived.
 
@@ -491,7 +520,12 @@ class HttpClient:
 
         A pooled connection that turns out to have been closed by the server while it sat idle (no byte of an answer
         came back) is replaced once by a new connection. Cancelling the call closes the connection, which is how an
-        upstream learns that the request was abandoned. Raises ConnectFailed or StreamBroken."""
+        upstream learns that the request was abandoned. Raises ConnectFailed or StreamBroken.
+
+        `on_first`, for a 200 whose body does not end in the read that brings its first bytes, is called with those
+        bytes from that read (the connection's callback, before any task wakes) and returns whether it sent them on:
+        a stream's first event can reach the client without waiting for the request's task. `Response.sent_early`
+        then counts them; `readany` still returns them. `disarm()` drops it."""
         pool = self._pools.get(target.origin)
         if pool is None:
             tls = None
@@ -504,6 +538,7 @@ class HttpClient:
         for attempt in (1, 2):
             connection, reused = await pool.acquire(self._connect_timeout_s, deadline)
             response = connection.send(data)
+            response._on_first = on_first
             if deadline is not None:
                 response._expiry = asyncio.get_running_loop().call_at(deadline, response._expire)
             waiter = connection.headers_arrived

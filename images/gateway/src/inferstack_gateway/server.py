@@ -115,6 +115,11 @@ class HeadCoalescingTransport:
             if not self._transport.is_closing():
                 self._transport.write(held)
 
+    def writelines(self, parts: Any) -> None:
+        """Write now, after any held head: for a caller that sends a head with its first body bytes itself."""
+        self.flush()
+        self._transport.writelines(parts)
+
     def write_eof(self) -> None:
         self.flush()
         self._transport.write_eof()
@@ -170,8 +175,13 @@ class GatewayHttpProtocol(asyncio.Protocol):
         self.read_paused = False
         self.write_paused = False
         self._drainers: list[asyncio.Future[None]] = []
+        # Timers are armed lazily, so that a request that arrives whole touches none (a timer armed and cancelled
+        # costs about 10 µs on a cold path, benchmarks/cold_calls.py): the idle timer checks when it fires whether the
+        # connection is still idle, and the head timer is armed only for a head that a read left incomplete.
         self._keep_alive_timer: asyncio.TimerHandle | None = None
+        self._idle_since = 0.0
         self._head_timer: asyncio.TimerHandle | None = None
+        self._in_head = False
         self._linger_timer: asyncio.TimerHandle | None = None
         self._head_bytes = 0
         self._url = b""
@@ -188,12 +198,15 @@ class GatewayHttpProtocol(asyncio.Protocol):
         self.client = _address(transport, "peername")
         if transport.get_extra_info("sslcontext"):
             self.scheme = "https"
-        # A connection that never sends a byte is closed like an idle one (cancelled at the first byte).
+        # A connection that never sends a byte is closed like an idle one.
+        self._idle_since = self.loop.time()
         self._keep_alive_timer = self.loop.call_later(self.timeout_keep_alive, self._idle_timed_out)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.discard(self)
-        self._stop_keep_alive_timer()
+        if self._keep_alive_timer is not None:
+            self._keep_alive_timer.cancel()
+            self._keep_alive_timer = None
         self._stop_head_timer()
         if self._linger_timer is not None:
             self._linger_timer.cancel()
@@ -202,6 +215,9 @@ class GatewayHttpProtocol(asyncio.Protocol):
         if cycle is not None:
             if not cycle.response_complete:
                 cycle.disconnected = True
+                lost, cycle.on_lost = cycle.on_lost, None
+                if lost is not None:
+                    lost()
             cycle.wake()
         self.resume_writing()
         if exc is None:
@@ -212,7 +228,6 @@ class GatewayHttpProtocol(asyncio.Protocol):
         """The client shut its side: the transport closes (the connection is lost, and a request under way with it)."""
 
     def data_received(self, data: bytes) -> None:
-        self._stop_keep_alive_timer()
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -226,7 +241,9 @@ class GatewayHttpProtocol(asyncio.Protocol):
                 "invalid_http_request",
             )
             return
-        if self._head_timer is not None:  # a head still incomplete after this read: httptools holds all of it
+        if self._in_head:  # a head still incomplete after this read: httptools holds all of it
+            if self._head_timer is None:  # its first bytes: it must be whole within head_timeout_s
+                self._head_timer = self.loop.call_later(self._head_timeout_s, self._head_timed_out)
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
                 self._head_too_large()
@@ -272,9 +289,8 @@ class GatewayHttpProtocol(asyncio.Protocol):
         self._url = b""
         self._headers = []
         self._expect_100 = False
-        self._stop_head_timer()
+        self._in_head = True
         self._head_bytes = 0
-        self._head_timer = self.loop.call_later(self._head_timeout_s, self._head_timed_out)
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -286,7 +302,9 @@ class GatewayHttpProtocol(asyncio.Protocol):
         self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
-        self._stop_head_timer()
+        self._in_head = False
+        if self._head_timer is not None:
+            self._stop_head_timer()
         parser = self.parser
         http_version: str = parser.get_http_version()
         url = httptools.parse_url(self._url)
@@ -312,7 +330,7 @@ class GatewayHttpProtocol(asyncio.Protocol):
         keep_alive = http_version != "1.0" and parser.should_keep_alive()
         app = self.app
         limit = self.limit_concurrency
-        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
+        if limit is not None and (len(self.connections) > limit or len(self.tasks) >= limit):  # this one included
             logger.warning("over server.limit_concurrency: 503", extra={"limit": limit})
             app = _service_unavailable
         running = self.cycle
@@ -350,25 +368,29 @@ class GatewayHttpProtocol(asyncio.Protocol):
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
-        self._stop_keep_alive_timer()
         self.resume_reading()
         if self.pipeline:
             cycle, app = self.pipeline.pop()
             self._start(cycle, app)
-        else:
+            return
+        self._idle_since = self.loop.time()
+        if self._keep_alive_timer is None:
             self._keep_alive_timer = self.loop.call_later(self.timeout_keep_alive, self._idle_timed_out)
 
     # -- timers and refusals ------------------------------------------------------------------------------------------
 
     def _idle_timed_out(self) -> None:
+        """Close the connection if it has been idle for the keep-alive timeout: no request under way (its response
+        completing arms this again) and none since."""
         self._keep_alive_timer = None
-        if not self.transport.is_closing():
+        cycle = self.cycle
+        if self.transport.is_closing() or self._in_head or (cycle is not None and not cycle.response_complete):
+            return
+        remaining = self._idle_since + self.timeout_keep_alive - self.loop.time()
+        if remaining > 0:  # a request came and went meanwhile
+            self._keep_alive_timer = self.loop.call_later(remaining, self._idle_timed_out)
+        else:
             self.transport.close()
-
-    def _stop_keep_alive_timer(self) -> None:
-        if self._keep_alive_timer is not None:
-            self._keep_alive_timer.cancel()
-            self._keep_alive_timer = None
 
     def _stop_head_timer(self) -> None:
         if self._head_timer is not None:
@@ -423,6 +445,7 @@ class GatewayHttpProtocol(asyncio.Protocol):
             return False
         transport.write_eof()
         # No head is read any more: a refused head's deadline and byte count would take the dropped bytes for it.
+        self._in_head = False
         self._stop_head_timer()
         self.parser = _Discard()
         self.resume_reading()
@@ -449,6 +472,7 @@ class Cycle:
         "flow",
         "keep_alive",
         "more_body",
+        "on_lost",
         "response_complete",
         "response_started",
         "scope",
@@ -476,6 +500,8 @@ class Cycle:
         self._ready = False
         """Something for `receive` (body bytes, the body's end, a disconnect) since it last returned."""
         self._waiters: list[asyncio.Future[None]] | None = None
+        self.on_lost: Callable[[], None] | None = None
+        """Called once if the connection is lost before the response is complete (`on_lost`)."""
         self._app_running = True
         """Until the app's call returns: a response completed after it (by a task of the app's) starts no next one."""
 
@@ -546,7 +572,7 @@ class Cycle:
         if not self.response_started:
             if message["type"] != "http.response.start":
                 raise RuntimeError(f"Expected ASGI message 'http.response.start', got {message['type']!r}.")
-            self._write_head(message["status"], message.get("headers", ()))
+            self.transport.write(self._head(message["status"], message.get("headers", ())))
         elif not self.response_complete:
             if message["type"] != "http.response.body":
                 raise RuntimeError(f"Expected ASGI message 'http.response.body', got {message['type']!r}.")
@@ -554,7 +580,27 @@ class Cycle:
         else:
             raise RuntimeError(f"Unexpected ASGI message {message['type']!r} after the response was complete.")
 
-    def _write_head(self, status: int, headers: Any) -> None:
+    def start_stream(self, headers: Any, first: bytes) -> bool:
+        """Start a chunked 200 with `first` as its first chunk, head and chunk in one write, synchronously (from a
+        protocol callback, without a step of the request's task). False, and nothing done, where `send` would not
+        write at once: a response already started, a client gone or with a full buffer, a HEAD request."""
+        if (
+            self.response_started
+            or self.disconnected
+            or self._protocol.write_paused
+            or self.transport.is_closing()
+            or self.scope["method"] == "HEAD"
+            or not first
+        ):
+            return False
+        head = self._head(200, headers)
+        if not self.chunked_encoding:
+            raise RuntimeError("start_stream: the headers give the body a length; a stream is chunked.")
+        self.transport.writelines((head, b"%x\r\n%b\r\n" % (len(first), first)))
+        return True
+
+    def _head(self, status: int, headers: Any) -> bytes:
+        """The response's head, and the response's state from its headers (framing, keep-alive)."""
         self.response_started = True
         self.waiting_for_100_continue = False
         head = [STATUS_LINES[status]]
@@ -586,7 +632,7 @@ class Cycle:
             self.chunked_encoding = True
             head.append(b"transfer-encoding: chunked\r\n")
         head.append(b"\r\n")
-        self.transport.write(b"".join(head))
+        return b"".join(head)
 
     def _write_body(self, body: bytes, more_body: bool) -> None:
         if self.scope["method"] == "HEAD":
@@ -668,6 +714,28 @@ class ChunkWriter:
         cycle = self._cycle
         if cycle.flow.write_paused and not cycle.disconnected and not cycle.transport.is_closing():
             await cycle.flow.drain()
+
+
+def on_lost(send: Any, callback: Callable[[], None] | None) -> bool:
+    """Have the protocol call `callback` if the client's connection is lost before the response that `send` (an ASGI
+    send callable) belongs to is complete; None takes it back. False where `send` is not this protocol's: the caller
+    then learns of a disconnect from `receive` (an `http.disconnect` message), as under any ASGI server."""
+    cycle = getattr(send, "__self__", None)
+    if type(cycle) is not Cycle:
+        return False
+    if callback is not None and cycle.disconnected and not cycle.response_complete:
+        callback()  # already gone
+        return True
+    cycle.on_lost = callback
+    return True
+
+
+def start_stream(send: Any, headers: Any, first: bytes) -> bool:
+    """Start the response that `send` (an ASGI send callable) belongs to as a chunked 200 with `first` as its first
+    chunk, now (`Cycle.start_stream`). False where it cannot, or where `send` is not this protocol's: the caller then
+    sends `http.response.start` and the first body itself."""
+    cycle = getattr(send, "__self__", None)
+    return type(cycle) is Cycle and cycle.start_stream(headers, first)
 
 
 def chunk_writer(send: Any) -> ChunkWriter | None:

@@ -235,12 +235,15 @@ async def open_upstream(
     tier: str,
     model: str,
     extra_headers: dict[str, str] | None = None,
+    on_first: Callable[[bytes], bool] | None = None,
 ) -> Opened:
     """Try each upstream in order; fail over on connect errors, 5xx and timeouts before the first byte.
 
     `deadline` is the request's deadline on the loop clock; `model` the name an upstream without its own `model` is
     asked for; `extra_headers` (trace context) go to every upstream
-    tried. Raises GatewayError 503 (every upstream down or open) or 504 (out of time).
+    tried; `on_first` (streams) is given to the client's request (`HttpClient.request`): a 200's first body bytes are
+    the stream's answer, never failed over from, so they may go on to the client before this returns. Raises
+    GatewayError 503 (every upstream down or open) or 504 (out of time).
     """
     loop = asyncio.get_running_loop()
     failures: list[str] = []
@@ -277,8 +280,9 @@ async def open_upstream(
             # The client applies the limit (one timer, lifted once the first chunk is in hand).
             headers = upstream.headers if extra_headers is None else {**upstream.headers, **extra_headers}
             response = await client.request(
-                b"POST", upstream.targets[path], headers, payload(upstream), deadline=started + limit
-            )
+                b"POST", upstream.targets[path], headers, payload(upstream), deadline=started + limit,
+                on_first=on_first if stream else None,
+            )  # fmt: skip
             latency = loop.time() - started
             # A remote upstream is the hub's gateway: its 429 is its limit on the burst key this whole stack shares
             # (gateway.burstTenant), not on the client, who never sees that key; its 404, a model it does not serve
