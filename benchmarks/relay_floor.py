@@ -9,9 +9,11 @@ than guessed. Every path relays the same upstream stand-in (gateway_bench's, 20 
   uvicorn+aiohttp   uvicorn (httptools, uvloop) with aiohttp's client, one session: gateway_bench's "relay"
   uvicorn+own   uvicorn's stock httptools protocol with the gateway's own client (inferstack_gateway.http_client);
                 a response's head and its first chunk leave in two writes
-  gwproto+own   the same with the gateway's protocol (server.GatewayHttpProtocol: the head leaves with the first
-                chunk, in one write): the server and client the gateway runs, without the gateway's own work
-  raw+own       the gateway's client behind a bare httptools server protocol, no ASGI (streams only): uvicorn's share
+  gwproto+own   the same with the gateway's protocol (server.GatewayHttpProtocol, under uvicorn's server: the head
+                leaves with the first chunk, in one write; since 2026-11-28 an HTTP/1.1 protocol of the gateway's own,
+                before a subclass of uvicorn's): the server and client the gateway runs, without the gateway's own work
+  raw+own       the gateway's client behind a bare httptools server protocol, no ASGI (streams only): the share of
+                the gateway's protocol and ASGI
   gateway       `inferstack-gateway` itself, with Redis and the exact cache on, on a request no cache covers
                 (temperature 1): minus gwproto+own, the gateway's own work on the path
 
@@ -364,7 +366,7 @@ async def measure(ports: dict[str, int], rounds: int, requests: int) -> tuple[li
 LAYERS = (
     ("one more hop, nothing parsed", "pipe", "direct"),
     ("HTTP parsing and the gateway's client", "raw+own", "pipe"),
-    ("uvicorn, with the gateway's protocol", "gwproto+own", "raw+own"),
+    ("the gateway's protocol and ASGI", "gwproto+own", "raw+own"),
     ("the gateway's own work", "gateway", "gwproto+own"),
 )
 

@@ -540,3 +540,160 @@ def test_https_verifies_the_server_certificate_and_its_host_name() -> None:
         server.close()
 
     asyncio.run(main())
+
+
+# -- on_first: a 200's first body bytes, offered from the connection's read ----------------------------------------
+
+CHUNKED_200 = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: text/event-stream\r\n\r\n"
+
+
+def writes_in_steps(head: bytes, *pieces: bytes) -> tuple[Handler, list[asyncio.Event]]:
+    """A server that answers with `head` and the first piece in one write, then each next piece once the client sets
+    the next of the returned events."""
+    steps = [asyncio.Event() for _ in pieces[1:]]
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(head + pieces[0])
+        await writer.drain()
+        for step, piece in zip(steps, pieces[1:], strict=True):
+            await step.wait()
+            writer.write(piece)
+            await writer.drain()
+        await reader.read()  # the client keeps the connection
+
+    return handler, steps
+
+
+@pytest.mark.parametrize("sent_on", [True, False], ids=["sent-on", "declined"])
+def test_on_first_gets_a_200s_first_body_bytes_once_from_the_read_and_readany_still_returns_them(
+    sent_on: bool,
+) -> None:
+    # GIVEN a chunked 200 whose first read brings two chunks and whose body goes on in two later writes
+    handler, steps = writes_in_steps(
+        CHUNKED_200, b"7\r\ndata: 1\r\n7\r\ndata: 2\r\n", b"7\r\ndata: 3\r\n", b"7\r\ndata: 4\r\n0\r\n\r\n"
+    )
+
+    async def client_side(http: HttpClient, target: Target) -> tuple[list[Any], int, list[bytes], int]:
+        calls: list[Any] = []
+
+        def on_first(data: bytes) -> bool:
+            calls.append((data, asyncio.current_task()))
+            return sent_on
+
+        # WHEN it is asked for with an on_first callback, and read as it arrives
+        async with asyncio.timeout(2):  # a safety net: a lost chunk would wait for ever
+            response = await http.request(b"POST", target, {}, b"{}", on_first=on_first)
+            reads = [await response.readany()]
+            early = response.sent_early
+            for step in steps:
+                step.set()
+                reads.append(await response.readany())
+            assert await response.readany() == b"" and response.at_eof()
+        response.close()
+        return calls, early, reads, http.idle_connections()
+
+    calls, early, reads, idle = run(handler, client_side)
+    # THEN the callback got the first read's body bytes (both chunks, in one piece) once, from the connection's
+    # callback (no task running), and not the later reads'
+    assert calls == [(b"data: 1data: 2", None)]
+    # AND sent_early counts them only if the callback said it sent them on
+    assert early == (len(b"data: 1data: 2") if sent_on else 0)
+    # AND readany returns them all the same, then the rest; the connection is kept
+    assert reads == [b"data: 1data: 2", b"data: 3", b"data: 4"]
+    assert idle == 1
+
+
+@pytest.mark.parametrize("status", [b"500 Internal Server Error", b"404 Not Found"], ids=["500", "404"])
+def test_on_first_is_not_called_for_a_response_that_is_not_a_200(status: bytes) -> None:
+    # GIVEN an error response whose body comes in two writes, as a 200's stream would
+    head = b"HTTP/1.1 %b\r\ntransfer-encoding: chunked\r\ncontent-type: application/json\r\n\r\n" % status
+    handler, steps = writes_in_steps(head, b'9\r\n{"error":\r\n', b"3\r\n{}}\r\n0\r\n\r\n")
+
+    async def client_side(http: HttpClient, target: Target) -> tuple[list[bytes], int, bytes]:
+        calls: list[bytes] = []
+        # WHEN it is asked for with an on_first callback
+        async with asyncio.timeout(2):  # a safety net, as above
+            response = await http.request(b"POST", target, {}, b"{}", on_first=lambda data: calls.append(data) or True)
+            first = await response.readany()  # the first body bytes have been read
+            steps[0].set()
+            body = first + await response.read()
+        response.close()
+        return calls, response.sent_early, body
+
+    # THEN the callback is never called, and the body is read whole
+    assert run(handler, client_side) == ([], 0, b'{"error":{}}')
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_on_first_is_not_called_when_the_whole_body_arrives_in_the_read_that_brings_its_first_bytes(
+    framing: str,
+) -> None:
+    # GIVEN a 200 whose whole body (content-length, or chunked with its last chunk) comes in one write with its head
+    if framing == "content-length":
+        answer = b"HTTP/1.1 200 OK\r\ncontent-length: 14\r\n\r\ndata: 1data: 2"
+    else:
+        answer = CHUNKED_200 + b"7\r\ndata: 1\r\n7\r\ndata: 2\r\n0\r\n\r\n"
+    handler, _ = writes_in_steps(answer, b"")
+
+    async def client_side(http: HttpClient, target: Target) -> tuple[list[bytes], int, bytes, bool]:
+        calls: list[bytes] = []
+        # WHEN it is asked for with an on_first callback
+        async with asyncio.timeout(2):  # a safety net, as above
+            response = await http.request(b"POST", target, {}, b"{}", on_first=lambda data: calls.append(data) or True)
+            body = await response.read()
+        at_eof = response.at_eof()
+        response.close()
+        return calls, response.sent_early, body, at_eof
+
+    # THEN the callback is not called (the caller ends its own response with these bytes), and readany has them
+    assert run(handler, client_side) == ([], 0, b"data: 1data: 2", True)
+
+
+def test_an_on_first_that_raises_breaks_nothing_and_readany_returns_every_byte() -> None:
+    # GIVEN a chunked 200 whose body goes on after its first read, and a callback that raises
+    handler, steps = writes_in_steps(CHUNKED_200, b"7\r\ndata: 1\r\n", b"7\r\ndata: 2\r\n0\r\n\r\n")
+
+    def on_first(data: bytes) -> bool:
+        raise ValueError("the client's side broke")
+
+    async def client_side(http: HttpClient, target: Target) -> tuple[bytes, bytes, int, int]:
+        # WHEN the response is read
+        async with asyncio.timeout(2):  # a safety net, as above
+            response = await http.request(b"POST", target, {}, b"{}", on_first=on_first)
+            first = await response.readany()
+            steps[0].set()
+            rest = await response.read()
+        response.close()
+        return first, rest, response.sent_early, http.idle_connections()
+
+    # THEN every byte is read, none counted as sent early, and the connection is kept for the next request
+    assert run(handler, client_side) == (b"data: 1", b"data: 2", 0, 1)
+
+
+@pytest.mark.parametrize("then", ["disarm", "pipe"])
+def test_on_first_is_not_called_after_disarm_or_once_the_body_is_piped(then: str) -> None:
+    # GIVEN a chunked 200 whose head comes alone, and its body only once the client has disarmed (or piped) it
+    handler, steps = writes_in_steps(CHUNKED_200, b"", b"7\r\ndata: 1\r\n7\r\ndata: 2\r\n")
+
+    async def client_side(http: HttpClient, target: Target) -> tuple[list[bytes], list[bytes], int]:
+        calls: list[bytes] = []
+        sunk: list[bytes] = []
+        async with asyncio.timeout(2):  # a safety net, as above
+            response = await http.request(b"POST", target, {}, b"{}", on_first=lambda data: calls.append(data) or True)
+            # WHEN the caller disarms the response (or pipes it) before any body byte has arrived
+            if then == "disarm":
+                response.disarm()
+            else:
+                response.pipe(lambda data: sunk.append(data) or True)
+            steps[0].set()
+            if then == "disarm":
+                sunk.append(await response.readany())
+            else:
+                while not sunk:
+                    await asyncio.sleep(0.01)
+        response.close()
+        return calls, sunk, response.sent_early
+
+    # THEN the body's bytes go to readany (or the sink) only, and the callback is never called
+    assert run(handler, client_side) == ([], [b"data: 1data: 2"], 0)

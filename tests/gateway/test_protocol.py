@@ -557,6 +557,35 @@ def test_a_client_that_disconnects_mid_request_wakes_the_apps_receive_with_http_
     assert [m["more_body"] for m in bodies][-1] is (when == "mid-body")
 
 
+def test_a_client_that_disconnects_with_a_pipelined_request_queued_wakes_the_running_requests_receive(
+    serve: Callable[..., Served],
+) -> None:
+    # GIVEN an app whose first request waits in receive() after its body, and a second request pipelined behind it
+    messages: list[tuple[str, dict[str, Any]]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        while True:
+            message = await receive()
+            messages.append((scope["path"], message))
+            if message["type"] == "http.disconnect":
+                return
+
+    served = serve(app)
+    with served.connect() as wire:
+        wire.send(
+            b"POST /first HTTP/1.1\r\nHost: test\r\nContent-Length: 2\r\n\r\nhi"
+            b"POST /second HTTP/1.1\r\nHost: test\r\nContent-Length: 2\r\n\r\nho"
+        )
+        assert wait_for(lambda: bool(messages), timeout=3)
+        time.sleep(0.1)  # the first request's app waits in receive() again; the second one is queued
+        # WHEN the client disconnects
+    # THEN the running request's receive() returns http.disconnect (the newest, queued request is not the only one
+    # told), and the queued request never starts
+    assert wait_for(lambda: ("/first", {"type": "http.disconnect"}) in messages, timeout=3), messages
+    time.sleep(0.1)
+    assert [path for path, _ in messages] == ["/first", "/first"]
+
+
 # -- 11. write back-pressure --------------------------------------------------------------------------------------
 
 
@@ -626,3 +655,52 @@ def test_a_1_mb_body_sent_in_pieces_reaches_a_slow_app_whole_with_reading_paused
     assert response.body == b"%d %s" % (len(body), hashlib.sha256(body).hexdigest().encode())
     # AND no receive() got more than the protocol buffers before it pauses reading (64 KiB and one socket read)
     assert max(sizes) <= 64 * 1024 + 256 * 1024, sizes
+
+
+# -- 13. the lazy idle timer ----------------------------------------------------------------------------------------
+
+
+def test_a_connection_in_use_outlives_the_keep_alive_timeout_and_is_closed_once_idle_for_it(
+    serve: Callable[..., Served],
+) -> None:
+    # GIVEN a server whose idle connections close after 1 s (its idle timer armed when the connection is made)
+    served = serve(echo_path, timeout_keep_alive=1)
+    with served.connect() as wire:
+        # WHEN a client sends a request every 0.6 s for 1.8 s: past the timer's first firing (1 s after the connection
+        # was made) and its re-armings; the last response comes while a re-armed timer is pending, which must arm
+        # itself once more when it fires (an odd count of requests would hide a timer that does not: the next response
+        # would arm a fresh one)
+        began = time.monotonic()
+        for i in range(4):
+            time.sleep(max(0.0, began + 0.6 * i - time.monotonic()))
+            wire.send(get(f"/{i}"))
+            # THEN each is answered on the same connection: it was never closed for being idle
+            assert wire.response().raw == expected(f"/{i}".encode())
+        answered = time.monotonic()
+        # AND once idle it is closed after the keep-alive timeout from its last response (1 s; the server's clock
+        # starts a moment before this client's read), not sooner and not much later
+        assert wire.is_closed_within(2.5)
+        idle_s = time.monotonic() - answered
+    assert 0.9 <= idle_s < 2, idle_s
+
+
+def test_a_request_that_takes_longer_than_the_keep_alive_timeout_is_answered(serve: Callable[..., Served]) -> None:
+    # GIVEN a server whose idle connections close after 1 s, and an app that takes 1.5 s over /slow
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["path"] == "/slow":
+            await asyncio.sleep(1.5)
+        await echo_path(scope, receive, send)
+
+    served = serve(app, timeout_keep_alive=1)
+    with served.connect() as wire:
+        # WHEN a client asks for /slow on a fresh connection (the idle timer fires while the app works)
+        wire.send(get("/slow"))
+        # THEN the answer comes whole: the idle timer does not cut a request under way
+        assert wire.response().raw == expected(b"/slow")
+        # AND the connection serves the next request at once: idle time counts from the last response
+        wire.send(get("/next"))
+        assert wire.response().raw == expected(b"/next")
+        # AND the timer is armed again after it: the connection, idle now, is closed after the timeout
+        answered = time.monotonic()
+        assert wire.is_closed_within(2.5)
+        assert 0.9 <= time.monotonic() - answered < 2

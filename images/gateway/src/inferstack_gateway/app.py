@@ -777,23 +777,24 @@ class Gateway:
         exchange: Exchange,
         deadline: float,
         sent: float,
-        started: float | None,
+        first_out_at: float | None,
     ) -> bytes | None:
         """Relay the SSE body chunk by chunk as it arrives. Returns the whole body if it ended with [DONE].
 
-        `sent`: when the request went to the tier's upstreams (the start of the upstream's TTFT). `started`: when the
-        response's head and first bytes went out from the upstream's read (`on_first` in `_relay`), if they did."""
+        `sent`: when the request went to the tier's upstreams (the start of the upstream's TTFT). And when the
+        response's head and first bytes went out from the upstream's read (`on_first` in `_relay`), if they did:
+        `first_out_at`."""
         response = opened.response
         early = response.sent_early
-        if not early:
-            exchange.status = 200
-            exchange.response_started = True
-            await send({"type": "http.response.start", "status": 200, "headers": _stream_headers(exchange)})
         # Arrival times only, on the relay path: the histograms are filled in the deferred batch after the response.
-        arrivals = [started if started is not None else time.perf_counter()]
+        arrivals = [first_out_at if first_out_at is not None else time.perf_counter()]
         chunks = [opened.first]
         error: str | None = None
         try:
+            if not early:
+                exchange.status = 200
+                exchange.response_started = True
+                await send({"type": "http.response.start", "status": 200, "headers": _stream_headers(exchange)})
             chunk = opened.first[early:] if early else opened.first
             if not response.at_eof():
                 # The first chunk is in hand and a fresh response's write does not wait: it goes out before the

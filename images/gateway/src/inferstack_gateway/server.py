@@ -172,6 +172,9 @@ class GatewayHttpProtocol(asyncio.Protocol):
         self.scheme = "http"
         self.pipeline: deque[tuple[Cycle, Any]] = deque()
         self.cycle: Cycle | None = None
+        """The newest request's (the one whose body is being read)."""
+        self._running: Cycle | None = None
+        """The request whose app is running: an older one than `cycle` while a pipelined request waits its turn."""
         self.read_paused = False
         self.write_paused = False
         self._drainers: list[asyncio.Future[None]] = []
@@ -211,8 +214,9 @@ class GatewayHttpProtocol(asyncio.Protocol):
         if self._linger_timer is not None:
             self._linger_timer.cancel()
             self._linger_timer = None
-        cycle = self.cycle
-        if cycle is not None:
+        for cycle in (self._running, self.cycle) if self._running is not self.cycle else (self.cycle,):
+            if cycle is None:
+                continue
             if not cycle.response_complete:
                 cycle.disconnected = True
                 lost, cycle.on_lost = cycle.on_lost, None
@@ -360,6 +364,7 @@ class GatewayHttpProtocol(asyncio.Protocol):
     # -- requests -----------------------------------------------------------------------------------------------------
 
     def _start(self, cycle: Cycle, app: Any) -> None:
+        self._running = cycle
         task = self.loop.create_task(cycle.run_asgi(app))
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
