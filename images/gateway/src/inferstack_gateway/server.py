@@ -3,15 +3,19 @@
 uvicorn keeps what is around the connections (the listening sockets, signals, the lifespan, the Date header, graceful
 shutdown); each connection is this protocol, passed as uvicorn's `http` (`http_protocol`). It replaced a subclass of
 uvicorn's own httptools protocol, whose request path (an `asyncio.Event` and a 20-attribute cycle per request, the
-scope built field by field, two regular expressions per response header, its flow-control object) was about 0.1 ms
-of the gateway's 0.5 ms budget of added time to first token on a 2-core machine (`benchmarks/README.md`, "The relay's
-own layers"). What it keeps from uvicorn's protocol, to the behaviour: keep-alive and its idle timeout, pipelining
+scope built field by field, two regular expressions per response header, its flow-control object) ran on every
+request's way to its first token (`benchmarks/README.md`, "The gateway's own protocol", for what the change measured).
+What it keeps from uvicorn's protocol, to the behaviour: keep-alive and its idle timeout, pipelining
 (requests answered in order, reading paused meanwhile), `Expect: 100-continue`, read and write flow control,
-HEAD, HTTP/1.0, `limit_concurrency`, graceful shutdown, the ASGI 3 http scope and messages.
+HEAD, HTTP/1.0, `limit_concurrency`, graceful shutdown, the ASGI 3 http scope and messages. Of uvicorn's settings it
+does not use the access log (the gateway writes its own) or `reset_contextvars`; an Upgrade request (WebSocket, h2c)
+is answered as plain HTTP/1.1, as uvicorn does with `ws="none"`.
 
 What it adds:
 - A response's head leaves in the same send as its first body bytes (`HeadCoalescingTransport`): a streamed answer
-  reaches the client as one packet, one wake-up of the client, before it can read its first token.
+  reaches the client as one packet, one wake-up of the client, before it can read its first token. A stream may
+  start from another protocol's callback, synchronously (`start_stream`), and a disconnect may call back into the
+  app (`on_lost`): the gateway's first event and its cancellation need no step of the request's task.
 - Refusals in OpenAI's error shape, like every other refusal of the gateway: 400 for a request that is not HTTP/1.1,
   408 for a head not complete within `head_timeout_s` of its first byte, 431 for a head over MAX_HEAD_BYTES, 503 over
   `limit_concurrency`. A new connection that sends nothing is closed after the keep-alive timeout, as an idle one is.
