@@ -39,6 +39,7 @@ from gateway_harness import (
     sha256,
     start_app,
     start_stand_in,
+    start_uvicorn,
 )
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -213,16 +214,7 @@ def gateway(
             )
         )  # fmt: skip
 
-        async def serve() -> asyncio.Task[None]:
-            task = asyncio.get_running_loop().create_task(server.serve())
-            while not server.started:
-                if task.done():
-                    task.result()
-                    raise RuntimeError("the gateway exited during startup")
-                await asyncio.sleep(0.005)
-            return task
-
-        task = loop_thread.run(serve())
+        task = loop_thread.run(start_uvicorn(server))
         handle = GatewayHandle(f"http://127.0.0.1:{port}", app, server, task)
         handles.append(handle)
         return handle

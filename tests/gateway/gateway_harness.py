@@ -242,6 +242,17 @@ class EmbeddingsProcess:
             self.process = None
 
 
+async def start_uvicorn(server: Any) -> asyncio.Task[None]:
+    """Start a `uvicorn.Server` on the running loop and return its task once it listens (its error if it exits)."""
+    task = asyncio.get_running_loop().create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+            raise RuntimeError("the server exited during startup")
+        await asyncio.sleep(0.005)
+    return task
+
+
 async def start_app(app: Any) -> tuple[Any, str]:
     from aiohttp import web
 

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import pytest
 import uvicorn
-from gateway_harness import LoopThread, free_port, wait_for
+from gateway_harness import LoopThread, free_port, start_uvicorn, wait_for
 
 from inferstack_gateway.server import GatewayHttpProtocol
 
@@ -40,16 +40,6 @@ class Served:
         return Wire(self.port, **options)
 
 
-async def _start(server: uvicorn.Server) -> asyncio.Task[None]:
-    task = asyncio.get_running_loop().create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-            raise RuntimeError("the server exited during startup")
-        await asyncio.sleep(0.005)
-    return task
-
-
 async def _finish(task: asyncio.Task[None]) -> None:
     await task
 
@@ -68,7 +58,7 @@ def serve(loop_thread: LoopThread) -> Iterator[Callable[..., Served]]:
             **{"timeout_keep_alive": 5, "timeout_graceful_shutdown": 5, **options},
         )  # fmt: skip
         server = uvicorn.Server(config)
-        served = Served(port, server, loop_thread.run(_start(server)), loop_thread.loop)
+        served = Served(port, server, loop_thread.run(start_uvicorn(server)), loop_thread.loop)
         started.append(served)
         return served
 

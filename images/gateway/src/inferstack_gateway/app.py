@@ -728,13 +728,14 @@ class Gateway:
         exchange.spilled = upstreams is route.spilled
         if not upstreams:
             raise _stays_local(tier, self.config.routing.tier_header)
-        started: list[float] = []
+        first_out_at: float | None = None
 
         def on_first(data: bytes) -> bool:
             """A stream's head and first event, sent from the upstream connection's read (`HttpClient.request`)."""
+            nonlocal first_out_at
             if not start_stream(send, _stream_headers(exchange), data):
                 return False
-            started.append(time.perf_counter())
+            first_out_at = time.perf_counter()
             exchange.status = 200
             exchange.response_started = True
             return True
@@ -765,7 +766,7 @@ class Gateway:
             await self._send(send, exchange, 200, opened.first, JSON)
             self._after(principal, request, model, keys, embedding, opened.first, streamed=False)
             return
-        raw = await self._stream(opened, request, send, exchange, deadline, sent, started[0] if started else None)
+        raw = await self._stream(opened, request, send, exchange, deadline, sent, first_out_at)
         if raw is not None:
             self._after(principal, request, model, keys, embedding, raw, streamed=True)
 

@@ -233,11 +233,9 @@ class Response:
         """Offer a 200's first body bytes, parsed from one read, to `on_first`; they stay buffered for `readany`."""
         on_first, self._on_first = self._on_first, None
         assert on_first is not None
-        chunks = self._chunks
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        if len(chunks) > 1:
-            chunks.clear()
-            chunks.append(data)
+        data = self._take()
+        self._chunks.append(data)  # back in the buffer, in one piece
+        self._buffered = len(data)
         try:
             if on_first(data):
                 self.sent_early = len(data)

@@ -218,7 +218,7 @@ class GatewayHttpProtocol(asyncio.Protocol):
         if self._linger_timer is not None:
             self._linger_timer.cancel()
             self._linger_timer = None
-        for cycle in (self._running, self.cycle) if self._running is not self.cycle else (self.cycle,):
+        for cycle in dict.fromkeys((self._running, self.cycle)):  # the running request's and a pipelined one's
             if cycle is None:
                 continue
             if not cycle.response_complete:
@@ -546,12 +546,9 @@ class Cycle:
             self._app_running = False
 
     async def _send_500(self) -> None:
-        body = error_body("The gateway failed to handle the request.", "server_error")
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-        await self.send(
-            {"type": "http.response.start", "status": 500, "headers": [*headers, (b"connection", b"close")]}
+        await _send_error_and_close(
+            self.send, 500, error_body("The gateway failed to handle the request.", "server_error")
         )
-        await self.send({"type": "http.response.body", "body": body})
 
     async def receive(self) -> dict[str, Any]:
         if self.waiting_for_100_continue and not self.transport.is_closing():
@@ -677,16 +674,17 @@ def _address(transport: asyncio.BaseTransport, which: str) -> tuple[str, int] | 
     return None
 
 
-async def _service_unavailable(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    body = error_body(
-        "The gateway is at its connection or request limit (limit_concurrency). Retry shortly.",
-        "service_unavailable",
-        code="over_capacity",
-    )
-    length = b"%d" % len(body)
-    headers = [(b"content-type", b"application/json"), (b"content-length", length), (b"retry-after", b"1"), CLOSE]
-    await send({"type": "http.response.start", "status": 503, "headers": headers})
+async def _send_error_and_close(send: Any, status: int, body: bytes, *extra: tuple[bytes, bytes]) -> None:
+    """An OpenAI-shaped error the protocol answers itself (no app answered), with `connection: close`."""
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)), *extra, CLOSE]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _service_unavailable(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    message = "The gateway is at its connection or request limit (limit_concurrency). Retry shortly."
+    body = error_body(message, "service_unavailable", code="over_capacity")
+    await _send_error_and_close(send, 503, body, (b"retry-after", b"1"))
 
 
 def http_protocol(server: ServerConfig) -> Callable[..., GatewayHttpProtocol]:
@@ -710,9 +708,8 @@ class ChunkWriter:
     def write(self, data: bytes) -> bool:
         """Send `data` as one chunk. False when the client's socket buffer is over its high-water mark."""
         cycle = self._cycle
-        # A client gone, or a connection closing whose loss the protocol has reported to a later, pipelined request's
-        # cycle: nothing to write to (the disconnect watcher or the upstream's end finishes the request). An empty
-        # chunk frame would end the body.
+        # A client gone, or a connection closing: nothing to write to (the disconnect, `on_lost` or the watcher, or the
+        # upstream's end finishes the request). An empty chunk frame would end the body.
         if cycle.disconnected or cycle.transport.is_closing() or not data:
             return True
         cycle.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
