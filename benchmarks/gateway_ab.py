@@ -14,6 +14,8 @@ content; CPU ms per request is read from /proc for each gateway process. The tab
 
     python benchmarks/gateway_ab.py --base HEAD~1                      # c=8 and c=32, 4 rounds (about 5 min)
     python benchmarks/gateway_ab.py --base main --concurrency 1 --requests 300
+    python benchmarks/gateway_ab.py --base HEAD --concurrency 1 --head-src DIR       # a build of the package as head
+    python benchmarks/gateway_ab.py --base HEAD --concurrency 1 --head-env NAME=VALUE   # head with its own environment
 """
 
 from __future__ import annotations
@@ -36,8 +38,18 @@ RESULTS = bench.RESULTS
 ROOT = bench.ROOT
 
 
-def start_gateways(base: str, workdir: Path, upstream: str, start: Any) -> dict[str, tuple[int, int]]:
-    """The working tree's gateway ("head") and `base`'s ("base"). Returns each one's (pid, port)."""
+def start_gateways(
+    base: str,
+    workdir: Path,
+    upstream: str,
+    start: Any,
+    head_src: Path | None = None,
+    head_env: dict[str, str] | None = None,
+) -> dict[str, tuple[int, int]]:
+    """The working tree's gateway ("head") and `base`'s ("base"). Returns each one's (pid, port).
+
+    `head_src`, a directory holding an `inferstack_gateway` package, runs in place of the working tree's (a build of
+    it, such as one compiled with mypyc); `head_env` is set for the head's process only."""
     tree = workdir / "base-tree"
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), base], check=True,
                    capture_output=True)  # fmt: skip
@@ -47,7 +59,8 @@ def start_gateways(base: str, workdir: Path, upstream: str, start: Any) -> dict[
     example = re.sub(r"(?ms)^(redis|embeddings):.*?\n\n", "", example)
     example = example.replace("      policy: temperature_zero", "      policy: never")
     gateways = {}
-    for name, source in (("head", ROOT / "images" / "gateway" / "src"), ("base", tree / "images" / "gateway" / "src")):
+    head = head_src or ROOT / "images" / "gateway" / "src"
+    for name, source in (("head", head), ("base", tree / "images" / "gateway" / "src")):
         port = bench.free_port()
         config = workdir / f"{name}.yaml"
         config.write_text(example + limits)
@@ -57,6 +70,7 @@ def start_gateways(base: str, workdir: Path, upstream: str, start: Any) -> dict[
             "GATEWAY_UPSTREAM_URL": upstream,
             "GATEWAY_API_KEY": bench.API_KEY,
             "PYTHONPATH": str(source),  # this gateway's package ahead of the installed one
+            **((head_env or {}) if name == "head" else {}),
         }
         command = [sys.executable, "-c", "import sys; from inferstack_gateway.cli import main; sys.exit(main())",
                    "--config", str(config)]  # fmt: skip
@@ -71,7 +85,17 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=0, help="per path and round (default 50 x concurrency, 300+)")
     parser.add_argument("--rounds", type=int, default=4, help="alternating rounds (default 4)")
     parser.add_argument("--out", type=Path, default=RESULTS / "gateway_ab.json")
+    parser.add_argument("--head-src", type=Path, help="run the inferstack_gateway package in this directory as head")
+    parser.add_argument("--head-env", nargs="+", default=[], metavar="NAME=VALUE", help="environment of head only")
     args = parser.parse_args()
+    head_env = {}
+    for item in args.head_env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            parser.error(f"--head-env takes NAME=VALUE, got {item!r}")
+        head_env[name] = value
+    if args.head_src is not None and not (args.head_src / "inferstack_gateway").is_dir():
+        parser.error(f"--head-src {args.head_src}: no inferstack_gateway package in it")
     base_commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.base], check=True,
                                  capture_output=True, text=True).stdout.strip()  # fmt: skip
     head_commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=True,
@@ -79,6 +103,10 @@ def main() -> int:
     dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "images/gateway"], check=True,
                            capture_output=True, text=True).stdout.strip() != ""  # fmt: skip
     head_label = f"{head_commit}{' + uncommitted changes' if dirty else ''}"
+    if args.head_src is not None:
+        head_label = f"the package in {args.head_src}"
+    if head_env:
+        head_label += f" with {' '.join(args.head_env)}"
 
     workdir = Path(tempfile.mkdtemp(prefix="gateway-ab-"))
     servers = bench.Servers()
@@ -91,7 +119,7 @@ def main() -> int:
         me = [sys.executable, bench.__file__]
         start([*me, "--serve-upstream", str(ports["upstream"])], ports["upstream"])
         relay = start([*me, "--serve-relay", str(ports["relay"]), "--relay-to", upstream], ports["relay"])
-        gateways = start_gateways(args.base, workdir, upstream, start)
+        gateways = start_gateways(args.base, workdir, upstream, start, args.head_src, head_env)
         urls = {
             "direct": upstream,
             "relay": f"http://127.0.0.1:{ports['relay']}/v1",
