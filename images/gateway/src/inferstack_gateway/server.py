@@ -722,12 +722,18 @@ class ChunkWriter:
             await cycle.flow.drain()
 
 
+def _cycle_of(send: Any) -> Cycle | None:
+    """The request cycle that `send` (an ASGI send callable) is the bound `send` of, if it is this protocol's."""
+    cycle = getattr(send, "__self__", None)
+    return cycle if type(cycle) is Cycle else None
+
+
 def on_lost(send: Any, callback: Callable[[], None] | None) -> bool:
     """Have the protocol call `callback` if the client's connection is lost before the response that `send` (an ASGI
     send callable) belongs to is complete; None takes it back. False where `send` is not this protocol's: the caller
     then learns of a disconnect from `receive` (an `http.disconnect` message), as under any ASGI server."""
-    cycle = getattr(send, "__self__", None)
-    if type(cycle) is not Cycle:
+    cycle = _cycle_of(send)
+    if cycle is None:
         return False
     if callback is not None and cycle.disconnected and not cycle.response_complete:
         callback()  # already gone
@@ -740,16 +746,16 @@ def start_stream(send: Any, headers: Any, first: bytes) -> bool:
     """Start the response that `send` (an ASGI send callable) belongs to as a chunked 200 with `first` as its first
     chunk, now (`Cycle.start_stream`). False where it cannot, or where `send` is not this protocol's: the caller then
     sends `http.response.start` and the first body itself."""
-    cycle = getattr(send, "__self__", None)
-    return type(cycle) is Cycle and cycle.start_stream(headers, first)
+    cycle = _cycle_of(send)
+    return cycle is not None and cycle.start_stream(headers, first)
 
 
 def chunk_writer(send: Any) -> ChunkWriter | None:
     """A ChunkWriter for the response that `send` (an ASGI send callable) has started, if it is this protocol's cycle
     with a chunked body under way; None otherwise (another server: the caller sends ASGI messages instead)."""
-    cycle = getattr(send, "__self__", None)
+    cycle = _cycle_of(send)
     if (
-        type(cycle) is Cycle
+        cycle is not None
         and cycle.response_started
         and cycle.chunked_encoding
         and not cycle.response_complete
