@@ -45,11 +45,13 @@ def start_gateways(
     start: Any,
     head_src: Path | None = None,
     head_env: dict[str, str] | None = None,
+    head_python: str | None = None,
 ) -> dict[str, tuple[int, int]]:
     """The working tree's gateway ("head") and `base`'s ("base"). Returns each one's (pid, port).
 
     `head_src`, a directory holding an `inferstack_gateway` package, runs in place of the working tree's (a build of
-    it, such as one compiled with mypyc); `head_env` is set for the head's process only."""
+    it, such as one compiled with mypyc); `head_env` is set for the head's process only; `head_python` is the
+    interpreter that runs head (another Python's virtual environment with the gateway's locked dependencies)."""
     tree = workdir / "base-tree"
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), base], check=True,
                    capture_output=True)  # fmt: skip
@@ -72,7 +74,8 @@ def start_gateways(
             "PYTHONPATH": str(source),  # this gateway's package ahead of the installed one
             **((head_env or {}) if name == "head" else {}),
         }
-        command = [sys.executable, "-c", "import sys; from inferstack_gateway.cli import main; sys.exit(main())",
+        python = head_python if name == "head" and head_python else sys.executable
+        command = [python, "-c", "import sys; from inferstack_gateway.cli import main; sys.exit(main())",
                    "--config", str(config)]  # fmt: skip
         gateways[name] = (start(command, port, env=env).pid, port)
     return gateways
@@ -87,6 +90,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "gateway_ab.json")
     parser.add_argument("--head-src", type=Path, help="run the inferstack_gateway package in this directory as head")
     parser.add_argument("--head-env", nargs="+", default=[], metavar="NAME=VALUE", help="environment of head only")
+    parser.add_argument("--head-python", help="the interpreter that runs head (default: this one)")
     args = parser.parse_args()
     head_env = {}
     for item in args.head_env:
@@ -107,6 +111,10 @@ def main() -> int:
         head_label = f"the package in {args.head_src}"
     if head_env:
         head_label += f" with {' '.join(args.head_env)}"
+    if args.head_python:
+        version = subprocess.run([args.head_python, "-c", "import platform; print(platform.python_version())"],
+                                 check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+        head_label += f" on Python {version}"
 
     workdir = Path(tempfile.mkdtemp(prefix="gateway-ab-"))
     servers = bench.Servers()
@@ -119,7 +127,7 @@ def main() -> int:
         me = [sys.executable, bench.__file__]
         start([*me, "--serve-upstream", str(ports["upstream"])], ports["upstream"])
         relay = start([*me, "--serve-relay", str(ports["relay"]), "--relay-to", upstream], ports["relay"])
-        gateways = start_gateways(args.base, workdir, upstream, start, args.head_src, head_env)
+        gateways = start_gateways(args.base, workdir, upstream, start, args.head_src, head_env, args.head_python)
         urls = {
             "direct": upstream,
             "relay": f"http://127.0.0.1:{ports['relay']}/v1",

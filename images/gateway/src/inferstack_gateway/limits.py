@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -86,7 +87,8 @@ class SharedLimiter:
         state.pending += tokens
         n = lease_size(principal.requests_per_minute)
         if state.lease <= n // 2 and not state.reserving:
-            self._spawn(self._top_up(principal, state, n))
+            state.reserving = True  # from now: no second top-up before this one's task runs
+            self._soon(self._top_up, principal, state, n)
         else:
             self._mark(principal.key_id)
         return True
@@ -134,13 +136,23 @@ class SharedLimiter:
 
     async def drain(self) -> None:
         """Wait for reservations and token flushes in flight (shutdown)."""
+        await asyncio.sleep(0)  # a task `_soon` scheduled has been created after this
         while self._tasks:
             await asyncio.wait(set(self._tasks), timeout=2)
 
     # -- background ---------------------------------------------------------------------------------------------
 
-    def _spawn(self, coroutine: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coroutine)
+    def _soon(self, start: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
+        """Run `start(*args)` in a task created after the current callback.
+
+        `lease` runs on a request's way to its upstream, before its first token, and at concurrency 1 nearly every
+        request starts a token flush from there: a `call_soon` handle costs a fraction of a coroutine, its task and
+        the task's registration on a cold path, and the task is then created after the request has been written
+        upstream (the request's task does not yield before that when its connection is pooled)."""
+        asyncio.get_running_loop().call_soon(self._spawn, start, args)
+
+    def _spawn(self, start: Callable[..., Coroutine[Any, Any, None]], args: tuple[Any, ...]) -> None:
+        task = asyncio.get_running_loop().create_task(start(*args))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -148,7 +160,7 @@ class SharedLimiter:
         self._dirty.add(key_id)
         if not self._flushing:
             self._flushing = True
-            self._spawn(self._flush())
+            self._soon(self._flush)
 
     async def _top_up(self, principal: Principal, state: _Key, n: int) -> None:
         state.reserving = True

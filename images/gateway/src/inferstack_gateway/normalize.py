@@ -41,6 +41,7 @@ _INT_RANGES: dict[str, tuple[int | None, int | None]] = {
     "top_logprobs": (0, None),
     "best_of": (1, 20),  # OpenAI's bound for the legacy completions' best_of
 }
+_RANGED = frozenset(_FLOAT_RANGES) | frozenset(_INT_RANGES)
 MAX_MESSAGES = 2048
 """Most messages in one chat request. A longer list is refused before it is normalized and keyed."""
 CHARS_PER_TOKEN = 4
@@ -171,10 +172,13 @@ def _common(body: dict[str, Any]) -> tuple[str, bool, bool, float | None]:
         if not isinstance(options, dict):
             raise bad_request("'stream_options' must be an object.", "stream_options")
         include_usage = options.get("include_usage", False) is True
-    for name in _FLOAT_RANGES:
-        _number(body, name)
-    for name, (minimum, maximum) in _INT_RANGES.items():
-        _integer(body, name, minimum, maximum)
+    if not _RANGED.isdisjoint(body):  # one C call when the request sets none of them
+        for name in _FLOAT_RANGES:
+            if name in body:
+                _number(body, name)
+        for name, (minimum, maximum) in _INT_RANGES.items():
+            if name in body:
+                _integer(body, name, minimum, maximum)
     stop = body.get("stop")
     if stop is not None:
         if isinstance(stop, str):
@@ -190,14 +194,12 @@ def _common(body: dict[str, Any]) -> tuple[str, bool, bool, float | None]:
     return model, stream, include_usage, temperature
 
 
-def _text_of(content: Any, where: str) -> tuple[Any, str, bool]:
-    """Return (content with its text trimmed, for the key; its text; whether it is text only) for a message content:
-    a string, a list of parts, or null."""
+def _text_of(content: Any, i: int) -> tuple[Any, str, bool]:
+    """Return (content with its text trimmed, for the key; its text; whether it is text only) for the content of
+    message `i` when it is not a string (`parse_chat` trims a string itself): a list of parts, or null."""
+    where = f"messages[{i}]"
     if content is None:
         return None, "", True
-    if isinstance(content, str):
-        stripped = content.strip()
-        return stripped, stripped, True
     if isinstance(content, list):
         parts, texts = [], []
         text_only = True
@@ -233,13 +235,18 @@ def parse_chat(body: dict[str, Any]) -> ParsedRequest:
     only_system_then_user = True
     text_only = True
     for i, message in enumerate(messages):
-        where = f"messages[{i}]"
         if not isinstance(message, dict):
-            raise bad_request(f"'{where}' must be an object.", "messages")
+            raise bad_request(f"'messages[{i}]' must be an object.", "messages")
         role = message.get("role")
         if not isinstance(role, str) or role not in ROLES:
-            raise bad_request(f"'{where}.role' must be one of {', '.join(sorted(ROLES))}, got {role!r}.", "messages")
-        content, text, plain = _text_of(message.get("content"), where)
+            roles = ", ".join(sorted(ROLES))
+            raise bad_request(f"'messages[{i}].role' must be one of {roles}, got {role!r}.", "messages")
+        content = message.get("content")
+        if isinstance(content, str):  # the common case, without a call
+            content = text = content.strip()
+            plain = True
+        else:
+            content, text, plain = _text_of(content, i)
         text_only = text_only and plain and message.keys() <= _PLAIN_MESSAGE
         normalized.append({**message, "content": content})
         chars += len(text)
