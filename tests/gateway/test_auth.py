@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from inferstack_gateway import auth
 from inferstack_gateway.auth import KeyTable
 from inferstack_gateway.config import GatewayConfig
 from inferstack_gateway.errors import GatewayError
@@ -15,7 +16,8 @@ DIGEST_A = hashlib.sha256(b"sk-tenant-a-secret").hexdigest()
 DIGEST_B = hashlib.sha256(b"sk-tenant-b-secret").hexdigest()
 
 
-def table(monkeypatch: pytest.MonkeyPatch, digests: list[bytes]) -> KeyTable:
+def table(monkeypatch: pytest.MonkeyPatch, digests: list[bytes], keyed_hash: bool = True) -> KeyTable:
+    monkeypatch.setattr(auth, "_hash_is_keyed", lambda: keyed_hash)
     keys = KeyTable(
         GatewayConfig.model_validate(
             {
@@ -76,3 +78,12 @@ def test_the_table_keeps_no_key_text_or_digest_of_it_beyond_the_configured_ones(
     state = repr(keys.__dict__)
     assert "sk-tenant" not in state
     assert state.count(DIGEST_A) == 1  # the configured digest only
+
+
+def test_every_request_is_digested_where_hash_is_not_a_keyed_64_bit_function(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 32-bit build's hash(), or one that PYTHONHASHSEED fixes, is not a tag to accept a key by."""
+    digests: list[bytes] = []
+    keys = table(monkeypatch, digests, keyed_hash=False)
+    for _ in range(3):
+        assert keys.authenticate(b"Bearer sk-tenant-a-secret").tenant == "a"
+    assert digests == [b"sk-tenant-a-secret"] * 3

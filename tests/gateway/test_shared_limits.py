@@ -86,3 +86,16 @@ def test_a_lease_running_low_tops_up_once_however_many_requests_see_it_low_befor
         await limiter.drain()
 
     run_in_one_window(main)
+
+
+def test_drain_waits_for_a_flush_scheduled_but_not_yet_started() -> None:
+    async def main() -> None:
+        store = Store()
+        limiter = SharedLimiter(store)  # type: ignore[arg-type]
+        await limiter.admit(PRINCIPAL, 10, None)
+        limiter.lease(PRINCIPAL, 5)
+        limiter.charge("key", 3)  # both wait for one flush, whose task does not exist yet
+        await limiter.drain()
+        assert [tokens for batch in store.flushed for _, _, tokens in batch] == [8]
+
+    run_in_one_window(main)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import sys
 from dataclasses import dataclass
 
 from inferstack_gateway.config import ApiKeyConfig, GatewayConfig, check_residency_keys, load_keys_file
@@ -46,15 +47,16 @@ class KeyTable:
                 models=frozenset(key.models),
             )
         self._anonymous = Principal("default", ANONYMOUS_KEY, limits.requests_per_minute, limits.tokens_per_minute)
-        self._verified: dict[int, Principal] = {}
+        self._verified: dict[int, Principal] | None = {} if _hash_is_keyed() else None
         """Keys already checked against their SHA-256 digest, by the built-in `hash()` of their text.
 
         A request's SHA-256 costs about 0.04 ms of its time to first token at concurrency 1 (`benchmarks/README.md`):
-        OpenSSL's digest on a cold path, once per request. `hash()` of bytes is SipHash-1-3 under a key drawn at
-        random when the process starts (unless PYTHONHASHSEED fixes it): 64 bits from which the key's text cannot be
-        recovered. Another token with the same value would pass as the key, but each guess has one chance in 2**64,
-        and searching offline needs the value, which never leaves the process. Only keys that passed the digest
-        check are entered, so the table holds at most one entry per configured key."""
+        OpenSSL's digest on a cold path, once per request. `hash()` of bytes is SipHash-1-3 under a secret drawn at
+        random when the process starts: 64 bits from which the key's text cannot be recovered. A key seen before is
+        then accepted by a 64-bit equality: another token with the same value would pass as that key, but each guess
+        has one chance in 2**64 per key in the table, and the values never leave the process. Only keys that passed
+        the digest check are entered, so the table holds at most one entry per configured key. None (every request
+        digested) where `hash()` is narrower than 64 bits (a 32-bit build) or not randomized (PYTHONHASHSEED set)."""
 
     def authenticate(self, authorization: bytes | None) -> Principal:
         if not self.enabled:
@@ -65,16 +67,23 @@ class KeyTable:
         token = token.strip()
         if scheme.lower() != b"bearer" or not token:
             raise _unauthorized("Malformed Authorization header. Send 'Authorization: Bearer <key>'.")
-        tag = hash(token)
-        principal = self._verified.get(tag)
-        if principal is not None:
-            return principal
-        # The lookup is by digest, so timing reveals nothing about the key itself.
+        verified = self._verified
+        if verified is not None:
+            principal = verified.get(hash(token))
+            if principal is not None:
+                return principal
+        # The lookup is by digest, so its timing reveals nothing about the key itself.
         principal = self._by_digest.get(hashlib.sha256(token).hexdigest())
         if principal is None:
             raise _unauthorized("Incorrect API key provided.")
-        self._verified[tag] = principal
+        if verified is not None:
+            verified[hash(token)] = principal
         return principal
+
+
+def _hash_is_keyed() -> bool:
+    """Whether `hash()` of bytes is 64 bits wide and keyed by a secret drawn at random when the process started."""
+    return sys.hash_info.width >= 64 and bool(sys.flags.hash_randomization)
 
 
 def _unauthorized(message: str) -> GatewayError:

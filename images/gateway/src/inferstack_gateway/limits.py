@@ -68,6 +68,8 @@ class SharedLimiter:
         self._dirty: set[str] = set()
         self._flushing = False
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._scheduled = 0
+        """Tasks `_soon` has scheduled and not created yet."""
 
     def _key(self, key_id: str) -> _Key:
         window = int(time.time()) // WINDOW_S
@@ -136,9 +138,11 @@ class SharedLimiter:
 
     async def drain(self) -> None:
         """Wait for reservations and token flushes in flight (shutdown)."""
-        await asyncio.sleep(0)  # a task `_soon` scheduled has been created after this
-        while self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=2)
+        while self._tasks or self._scheduled:
+            if self._tasks:
+                await asyncio.wait(set(self._tasks), timeout=2)
+            else:
+                await asyncio.sleep(0)  # `_soon` creates the task in this turn of the loop
 
     # -- background ---------------------------------------------------------------------------------------------
 
@@ -150,8 +154,10 @@ class SharedLimiter:
         the task's registration on a cold path, and the task is then created after the request has been written
         upstream (the request's task does not yield before that when its connection is pooled)."""
         asyncio.get_running_loop().call_soon(self._spawn, start, args)
+        self._scheduled += 1
 
     def _spawn(self, start: Callable[..., Coroutine[Any, Any, None]], args: tuple[Any, ...]) -> None:
+        self._scheduled -= 1
         task = asyncio.get_running_loop().create_task(start(*args))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -163,7 +169,7 @@ class SharedLimiter:
             self._soon(self._flush)
 
     async def _top_up(self, principal: Principal, state: _Key, n: int) -> None:
-        state.reserving = True
+        """Reserve `n` more slots; `lease` set `state.reserving` when it scheduled this."""
         pending, state.pending = state.pending, 0
         try:
             count, total, _ = await self._store.reserve(principal.key_id, state.window, n, pending, None)
