@@ -122,9 +122,12 @@ def serve(app: Any, port: int) -> None:
     )
 
 
-def serve_upstream(port: int, ttft_ms: float, itl_ms: float, tokens: int) -> None:
+def serve_upstream(port: int, ttft_ms: float, itl_ms: float, tokens: int, head_first: bool = False) -> None:
     """A minimal OpenAI server, streaming SSE (or, for a request with `stream` false, the whole answer as JSON once
-    it is generated): the upstream every path shares."""
+    it is generated): the upstream every path shares.
+
+    A stream's head goes out with its first event, after the TTFT; with `head_first`, at once, as vLLM's server does
+    (a Starlette `StreamingResponse` sends its head before it asks the generator for the first event)."""
     import orjson
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -139,9 +142,13 @@ def serve_upstream(port: int, ttft_ms: float, itl_ms: float, tokens: int) -> Non
             return
         request = orjson.loads(body)
         base = {"id": "cmpl-bench", "object": "chat.completion.chunk", "created": 1700000000, "model": request["model"]}
+        headers = [(b"content-type", b"text/event-stream")]
+        streamed = bool(request.get("stream"))
+        if streamed and head_first:
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
         await asyncio.sleep(ttft_ms / 1000)
         usage = {"prompt_tokens": 10, "completion_tokens": tokens, "total_tokens": 10 + tokens}
-        if not request.get("stream"):
+        if not streamed:
             await asyncio.sleep(max(0, tokens - 1) * itl_ms / 1000)
             text = "".join(f" tok{i}" for i in range(tokens))
             message = {"role": "assistant", "content": text}
@@ -151,8 +158,8 @@ def serve_upstream(port: int, ttft_ms: float, itl_ms: float, tokens: int) -> Non
             await send({"type": "http.response.start", "status": 200, "headers": json_headers})
             await send({"type": "http.response.body", "body": orjson.dumps(answer)})
             return
-        headers = [(b"content-type", b"text/event-stream")]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        if not head_first:
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
         role = {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
         await send({"type": "http.response.body", "body": b"data: " + orjson.dumps(role) + b"\n\n", "more_body": True})
         for i in range(tokens):
@@ -530,6 +537,10 @@ def main() -> int:
     parser.add_argument("--ttft-ms", type=float, default=20.0, help="upstream time to first token (default 20)")
     parser.add_argument("--itl-ms", type=float, default=2.0, help="upstream inter-token latency (default 2)")
     parser.add_argument("--tokens", type=int, default=16, help="tokens per answer (default 16)")
+    parser.add_argument(
+        "--upstream-head-first", action="store_true",
+        help="the stand-in sends a stream's head at once, as vLLM does (default: with its first event, after the TTFT)",
+    )  # fmt: skip
     parser.add_argument("--requests", type=int, default=200, help="requests per path and run at c=1 (default 200)")
     parser.add_argument("--requests-c8", type=int, default=400, help="at c=8 (default 400)")
     parser.add_argument("--requests-c32", type=int, default=1280, help="at c=32 (default 1280)")
@@ -540,7 +551,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "gateway_bench.json")
     args = parser.parse_args()
     if args.serve_upstream:
-        serve_upstream(args.serve_upstream, args.ttft_ms, args.itl_ms, args.tokens)
+        serve_upstream(args.serve_upstream, args.ttft_ms, args.itl_ms, args.tokens, args.upstream_head_first)
         return 0
     if args.serve_relay:
         serve_relay(args.serve_relay, args.relay_to)
@@ -562,6 +573,8 @@ def main() -> int:
         upstream = f"http://127.0.0.1:{ports['upstream']}/v1"
         me = [sys.executable, __file__, "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms),
               "--tokens", str(args.tokens)]  # fmt: skip
+        if args.upstream_head_first:
+            me.append("--upstream-head-first")
         start([*me, "--serve-upstream", str(ports["upstream"])], ports["upstream"])
         embedder = start([*me, "--serve-embeddings", str(ports["embed"])], ports["embed"])
         start([*redis_command(), "--port", str(ports["redis"]), "--bind", "127.0.0.1", "--save", "",
@@ -738,7 +751,12 @@ def main() -> int:
                     row["rps_vs_direct"] = row["rps"] / direct["rps"]
     report = {
         **run_header(load_before),
-        "upstream": {"ttft_ms": args.ttft_ms, "itl_ms": args.itl_ms, "tokens": args.tokens},
+        "upstream": {
+            "ttft_ms": args.ttft_ms,
+            "itl_ms": args.itl_ms,
+            "tokens": args.tokens,
+            "head": "at once" if args.upstream_head_first else "with the first event",
+        },
         "client": "official openai AsyncOpenAI (aiohttp transport) on uvloop, streaming, one process",
         "litellm": litellm_note,
         "runs": len(runs),
@@ -832,11 +850,12 @@ def render_table(report: dict[str, Any]) -> str:
     upstream = report["upstream"]
     load = report["load_average_before"]
     requests = ", ".join(f"c={c}: {n}" for c, n in report["requests"].items())
+    head = ", its head sent at once" if upstream.get("head") == "at once" else ""
     lines = [
         f"Gateway benchmark, {report['date']}, {report['machine']}, Python {report['python']}, "
         f"load average before the run {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1/5/15 min).",
         f"Upstream stand-in: TTFT {upstream['ttft_ms']:g} ms, ITL {upstream['itl_ms']:g} ms, {upstream['tokens']} "
-        f"tokens, streamed; everything on one machine over loopback. Client: {report['client']}. "
+        f"tokens, streamed{head}; everything on one machine over loopback. Client: {report['client']}. "
         f"TTFT = first content token. LiteLLM: {report['litellm']}.",
         f"Median of {report['runs']} interleaved runs ({requests} requests per path and run); [min..max] over runs; "
         "CPU and RSS of the proxy's whole process tree.",
