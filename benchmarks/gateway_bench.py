@@ -4,7 +4,9 @@ What a user waits for is the first *content* token, so TTFT here is the time fro
 chunk whose `delta.content` is not empty, as the official `openai` client (AsyncOpenAI, streaming) sees it.
 
 Processes, all on 127.0.0.1 and started by this program:
-  upstream     a stand-in OpenAI server (uvicorn + uvloop + httptools) streaming SSE with a fixed TTFT and ITL
+  upstream     a stand-in OpenAI server (uvicorn + uvloop + httptools) streaming SSE with a fixed TTFT and ITL; a
+               stream's head goes out at once, as vLLM's server sends it (`--upstream-head-with-first-event`: with
+               the first event, after the TTFT)
   relay        the floor for a Python proxy: uvicorn + uvloop + httptools, one shared aiohttp session, bytes relayed
   litellm      LiteLLM's proxy (`litellm --config`), installed from PyPI into benchmarks/.venv-litellm on demand;
                never a dependency of the kit (skipped, with the reason printed, if it cannot be installed)
@@ -537,9 +539,11 @@ def main() -> int:
     parser.add_argument("--ttft-ms", type=float, default=20.0, help="upstream time to first token (default 20)")
     parser.add_argument("--itl-ms", type=float, default=2.0, help="upstream inter-token latency (default 2)")
     parser.add_argument("--tokens", type=int, default=16, help="tokens per answer (default 16)")
+    parser.add_argument("--upstream-head-first", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
-        "--upstream-head-first", action="store_true",
-        help="the stand-in sends a stream's head at once, as vLLM does (default: with its first event, after the TTFT)",
+        "--upstream-head-with-first-event", action="store_true",
+        help="the stand-in sends a stream's head with its first event, after the TTFT (the default until 2026-11-28 "
+        "17:30 UTC); by default it sends the head at once, as vLLM's server does",
     )  # fmt: skip
     parser.add_argument("--requests", type=int, default=200, help="requests per path and run at c=1 (default 200)")
     parser.add_argument("--requests-c8", type=int, default=400, help="at c=8 (default 400)")
@@ -573,7 +577,7 @@ def main() -> int:
         upstream = f"http://127.0.0.1:{ports['upstream']}/v1"
         me = [sys.executable, __file__, "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms),
               "--tokens", str(args.tokens)]  # fmt: skip
-        if args.upstream_head_first:
+        if not args.upstream_head_with_first_event:
             me.append("--upstream-head-first")
         start([*me, "--serve-upstream", str(ports["upstream"])], ports["upstream"])
         embedder = start([*me, "--serve-embeddings", str(ports["embed"])], ports["embed"])
@@ -755,7 +759,7 @@ def main() -> int:
             "ttft_ms": args.ttft_ms,
             "itl_ms": args.itl_ms,
             "tokens": args.tokens,
-            "head": "at once" if args.upstream_head_first else "with the first event",
+            "head": "with the first event" if args.upstream_head_with_first_event else "at once",
         },
         "client": "official openai AsyncOpenAI (aiohttp transport) on uvloop, streaming, one process",
         "litellm": litellm_note,
@@ -850,7 +854,7 @@ def render_table(report: dict[str, Any]) -> str:
     upstream = report["upstream"]
     load = report["load_average_before"]
     requests = ", ".join(f"c={c}: {n}" for c, n in report["requests"].items())
-    head = ", its head sent at once" if upstream.get("head") == "at once" else ""
+    head = f", its head sent {upstream['head']}" if "head" in upstream else ""
     lines = [
         f"Gateway benchmark, {report['date']}, {report['machine']}, Python {report['python']}, "
         f"load average before the run {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1/5/15 min).",

@@ -282,6 +282,9 @@ class StandIn:
     tokens: int = 5
     mode: str = "ok"
     echo: bool = False
+    head_first: bool = False
+    """Streams: send the head at once and the first event after `ttft_s`, as vLLM's server does (a Starlette
+    StreamingResponse sends its head before it asks for the first event); otherwise the head comes with it."""
     role_first: bool = False
     """Chat streams: send the role-only opening event before `ttft_s`, as Triton's OpenAI frontend does (its
     _streaming_chat_iterator yields it before the model's first response); otherwise it comes with the first token."""
@@ -340,7 +343,8 @@ async def stand_in_handler(stand_in: StandIn, request: Any) -> Any:
             return web.json_response(
                 {"object": "error", "message": "max_tokens is too large", "type": "BadRequestError"}, status=400
             )
-        if not (stand_in.role_first and chat and body.get("stream")):
+        head_first = body.get("stream") and (stand_in.head_first or (stand_in.role_first and chat))
+        if not head_first:
             await asyncio.sleep(stand_in.ttft_s)
         words = stand_in.words(body)
         usage = {"prompt_tokens": 7, "completion_tokens": len(words), "total_tokens": 7 + len(words)}
@@ -362,6 +366,8 @@ async def stand_in_handler(stand_in: StandIn, request: Any) -> Any:
         await response.prepare(request)
         if stand_in.mode == "stall":
             await asyncio.sleep(3600)
+        if stand_in.head_first and not (stand_in.role_first and chat):
+            await asyncio.sleep(stand_in.ttft_s)
 
         async def event(choices: list[dict[str, Any]], **extra: Any) -> None:
             kind = "chat.completion.chunk" if chat else "text_completion"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import openai
@@ -107,15 +108,81 @@ def test_every_upstream_down_is_a_503_with_a_clear_message(gateway: Any, upstrea
     assert caught.value.body["code"] == "upstreams_unavailable"  # type: ignore[index]
 
 
-def test_an_upstream_over_its_ttft_budget_fails_fast_with_504(gateway: Any, upstreams: Any) -> None:
-    slow = upstreams("slow", mode="stall")
-    gw = gateway(slow, budgets={"upstream_ttft_ms": 200})
-    with pytest.raises(openai.APIStatusError) as caught:
-        list(gw.client().chat.completions.create(
-            model="local", messages=[{"role": "user", "content": "hi"}], stream=True, temperature=1
-        ))  # fmt: skip
-    assert caught.value.status_code == 504
-    assert "main: timeout before the first byte (200 ms)" in caught.value.message
+def test_an_upstream_over_its_ttft_budget_after_its_head_ends_the_stream_with_the_timeout(
+    gateway: Any, upstreams: Any
+) -> None:
+    # GIVEN an upstream that sends a stream's head at once and then nothing: the gateway passes the head on when it
+    # comes, so the status line (200) is out by the time the TTFT budget runs out
+    gw = gateway(upstreams("slow", mode="stall"), budgets={"upstream_ttft_ms": 200})
+    started = time.perf_counter()
+    stream = gw.client().chat.completions.create(
+        model="local", messages=[{"role": "user", "content": "hi"}], stream=True, temperature=1
+    )
+    # WHEN the budget runs out, THEN the stream ends with the timeout as an error event, which the client raises
+    with pytest.raises(openai.APIError) as caught:
+        list(stream)
+    assert not isinstance(caught.value, openai.APIStatusError)  # an error event, not a status
+    assert caught.value.message == (
+        "Every upstream of tier 'small' timed out (main: timeout before the first event (200 ms))."
+    )
+    assert time.perf_counter() - started < 0.2 + 0.4
+
+
+def stream_text(gw: Any) -> str:
+    stream = gw.client().chat.completions.create(
+        model="local", messages=[{"role": "user", "content": "hi"}], stream=True, temperature=1
+    )
+    return "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+
+
+def test_a_streams_head_reaches_the_client_when_the_upstreams_does(gateway: Any, upstreams: Any) -> None:
+    # GIVEN an upstream that sends a stream's head at once and its first event 400 ms later, as vLLM does
+    gw = gateway(upstreams("main", head_first=True, ttft_s=0.4))
+    started = time.perf_counter()
+    # WHEN the client asks for a stream
+    raw = gw.client().chat.completions.with_raw_response.create(
+        model="local", messages=[{"role": "user", "content": "hi"}], stream=True, temperature=1
+    )
+    head_after = time.perf_counter() - started
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in raw.parse() if chunk.choices)
+    # THEN it has the head while the upstream computes the first event (the client sets up its stream meanwhile,
+    # off the path to the first token), and the whole answer after it
+    assert raw.status_code == 200 and raw.headers["content-type"].startswith("text/event-stream")
+    assert head_after < 0.2, head_after
+    assert time.perf_counter() - started >= 0.4
+    assert text == "main#1 w1 w2 w3 w4"
+
+
+def test_a_stream_fails_over_behind_a_head_already_sent(gateway: Any, upstreams: Any) -> None:
+    # GIVEN a tier whose first upstream sends its head and then nothing, and a second upstream that answers
+    a, b = upstreams("a", mode="stall"), upstreams("b")
+    gw = gateway(
+        None,
+        upstreams={"a": {"url": a.base}, "b": {"url": b.base}},
+        tiers={"small": {"upstreams": ["a", "b"]}},
+        budgets={"upstream_ttft_ms": 200},
+    )
+    # WHEN a stream is asked for, THEN the client gets b's answer, whole, in the response a's head opened
+    assert stream_text(gw) == "b#1 w1 w2 w3 w4"
+    assert len(a.requests) == 1 and len(b.requests) == 1
+
+
+def test_an_upstream_refusal_behind_a_head_already_sent_ends_the_stream_with_it(
+    gateway: Any, upstreams: Any
+) -> None:
+    # GIVEN a tier whose first upstream sends its head and then nothing, and a second that refuses the request (4xx)
+    a, b = upstreams("a", mode="stall"), upstreams("b", mode="error400")
+    gw = gateway(
+        None,
+        upstreams={"a": {"url": a.base}, "b": {"url": b.base}},
+        tiers={"small": {"upstreams": ["a", "b"]}},
+        budgets={"upstream_ttft_ms": 200},
+    )
+    # WHEN a stream is asked for, THEN the refusal ends the stream as an error event (the status line has gone out)
+    with pytest.raises(openai.APIError) as caught:
+        stream_text(gw)
+    assert not isinstance(caught.value, openai.APIStatusError)
+    assert "max_tokens is too large" in caught.value.message
 
 
 def test_the_request_budget_ends_a_non_streamed_request_with_504(gateway: Any, upstreams: Any) -> None:

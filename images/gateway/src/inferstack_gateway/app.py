@@ -27,7 +27,7 @@ from inferstack_gateway.config import GatewayConfig, ModelConfig
 from inferstack_gateway.embeddings import Embedder, EmbeddingError, InputTooLong
 from inferstack_gateway.errors import GatewayError, error_body
 from inferstack_gateway.exchange import Exchange
-from inferstack_gateway.http_client import HttpClient
+from inferstack_gateway.http_client import HttpClient, Response
 from inferstack_gateway.limits import SharedLimiter
 from inferstack_gateway.logs import access, logger
 from inferstack_gateway.metrics import Metrics
@@ -41,7 +41,7 @@ from inferstack_gateway.normalize import (
     parse_json_body,
     unknown_model,
 )
-from inferstack_gateway.server import chunk_writer, on_lost, start_stream
+from inferstack_gateway.server import chunk_writer, on_lost, open_stream, start_stream
 from inferstack_gateway.spillover import build_routes
 from inferstack_gateway.store import LocalLimiter, RedisStore, close_quietly, retry_after_s
 from inferstack_gateway.tracing import Tracer, setup_tracing
@@ -730,14 +730,34 @@ class Gateway:
             raise _stays_local(tier, self.config.routing.tier_header)
         first_out_at: float | None = None
 
+        def on_head(response: Response) -> None:
+            """A stream's head, sent from the upstream connection's read as soon as an upstream's 200 arrives: the
+            client takes it in while the upstream computes the first event, as it would from the upstream itself
+            (vLLM's server sends its head at once). A later failure before the first event still fails over, behind
+            this head; if no upstream answers, the stream ends with the error event (`_end_stream`)."""
+            if (
+                not exchange.response_started
+                and b"text/event-stream" in response.headers.get(b"content-type", b"")
+                and open_stream(send, _stream_headers(exchange))
+            ):
+                exchange.status = 200
+                exchange.response_started = True
+
         def on_first(data: bytes) -> bool:
-            """A stream's head and first event, sent from the upstream connection's read (`HttpClient.request`)."""
+            """A stream's first event (and its head, unless `on_head` sent it), sent from the upstream connection's
+            read (`HttpClient.request`)."""
             nonlocal first_out_at
-            if not start_stream(send, _stream_headers(exchange), data):
+            if exchange.response_started:
+                writer = chunk_writer(send)
+                if writer is None:
+                    return False
+                writer.write(data)
+            elif start_stream(send, _stream_headers(exchange), data):
+                exchange.status = 200
+                exchange.response_started = True
+            else:
                 return False
             first_out_at = time.perf_counter()
-            exchange.status = 200
-            exchange.response_started = True
             return True
 
         sent = time.perf_counter()
@@ -745,11 +765,14 @@ class Gateway:
             opened = await open_upstream(
                 self.http, upstreams, path, payload,
                 stream=request.stream, budgets=self.config.budgets, deadline=deadline, tier=tier,
-                model=request.model, extra_headers=trace, on_first=on_first,
+                model=request.model, extra_headers=trace, on_head=on_head, on_first=on_first,
             )  # fmt: skip
         except GatewayError as exc:
             if resident and route.remote:
                 exc.message += " This request stays in this tier (residency: local): it is never sent to the hub."
+            if exchange.response_started:  # an upstream's head went out, and then no upstream sent a first event
+                await self._end_stream(send, exchange, exc.body(), exc.message)
+                return
             raise
         exchange.upstream = opened.upstream.name
         exchange.upstream_kind = opened.upstream.kind
@@ -758,6 +781,9 @@ class Gateway:
             # The upstream refused the request itself (4xx): pass it on, in OpenAI's shape, and do not fail over.
             exchange.cache = "bypass" if keys is None else exchange.cache
             body = _as_openai_error(opened.first, opened.status)
+            if exchange.response_started:  # behind the head of an upstream that failed before its first event
+                await self._end_stream(send, exchange, body, f"HTTP {opened.status} from {opened.upstream.name}")
+                return
             await self._send(send, exchange, opened.status, body, JSON, retry_headers(opened.response.headers))
             return
         if not request.stream:
@@ -792,7 +818,7 @@ class Gateway:
         chunks = [opened.first]
         error: str | None = None
         try:
-            if not early:
+            if not exchange.response_started:
                 exchange.status = 200
                 exchange.response_started = True
                 await send({"type": "http.response.start", "status": 200, "headers": _stream_headers(exchange)})
@@ -850,14 +876,19 @@ class Gateway:
         if error is None and not _ends_with_done(chunks):
             error = "The upstream ended the stream without [DONE]."
             opened.upstream.error("truncated_stream")
-        exchange.finished = True
         if error is not None:
-            exchange.detail["stream_error"] = error
-            event = {"error": {"message": error, "type": "server_error", "param": None, "code": "upstream_stream"}}
-            await send({"type": "http.response.body", "body": b"data: " + orjson.dumps(event) + b"\n\n"})
+            await self._end_stream(send, exchange, error_body(error, "server_error", None, "upstream_stream"), error)
             return None
+        exchange.finished = True
         await send({"type": "http.response.body", "body": b""})
         return b"".join(chunks)
+
+    async def _end_stream(self, send: Send, exchange: Exchange, error: bytes, detail: str) -> None:
+        """End a started stream with an error event (`error`, OpenAI's error object), which the official clients raise
+        as an APIError: the status line has gone out."""
+        exchange.finished = True
+        exchange.detail["stream_error"] = detail
+        await send({"type": "http.response.body", "body": b"data: " + error + b"\n\n"})
 
     # -- after the response -------------------------------------------------------------------------------------------
 

@@ -310,7 +310,7 @@ class TierConfig(_Frozen):
     """A tier is an ordered failover list of upstreams serving one class of model (small, large)."""
 
     upstreams: list[Name] = Field(min_length=1)
-    """Names under `upstreams:`, tried in order on connect errors, 5xx and timeouts before the first byte. A remote
+    """Names under `upstreams:`, tried in order on connect errors, 5xx and timeouts before the first event. A remote
     upstream (the hub) in the list is the fallback when the local ones are down or saturated; a tier with only remote
     upstreams is served by the hub alone."""
     spillover: SpilloverConfig | None = None

@@ -92,6 +92,7 @@ class Response:
         "_framed",
         "_keep_alive",
         "_on_first",
+        "_on_head",
         "_sink",
         "_waiter",
         "headers",
@@ -115,6 +116,7 @@ class Response:
         self._expiry: asyncio.TimerHandle | None = None
         self._sink: Callable[[bytes], bool] | None = None
         self._on_first: Callable[[bytes], bool] | None = None
+        self._on_head: Callable[[Response], None] | None = None
         self.sent_early = 0
         """How many of the body's first bytes `on_first` (see `HttpClient.request`) has taken and sent on already; they
         are still returned by `readany`."""
@@ -182,8 +184,9 @@ class Response:
 
     def disarm(self) -> None:
         """Lift the deadline given to `HttpClient.request`: the caller times the rest itself, if at all. (And the
-        `on_first` callback, if it has not been called.)"""
+        `on_head` and `on_first` callbacks, if they have not been called.)"""
         self._on_first = None
+        self._on_head = None
         expiry = self._expiry
         if expiry is not None:
             self._expiry = None
@@ -228,6 +231,15 @@ class Response:
         self._chunks.clear()
         self._buffered = 0
         return data
+
+    def _head_out(self) -> None:
+        """Offer a 200's head to `on_head`, once, from the read that parsed it."""
+        on_head, self._on_head = self._on_head, None
+        assert on_head is not None
+        try:
+            on_head(self)
+        except Exception:  # the caller's own path still has the response
+            logger.exception("on_head failed")
 
     def _first_out(self) -> None:
         """Offer a 200's first body bytes, parsed from one read, to `on_first`; they stay buffered for `readany`."""
@@ -303,6 +315,8 @@ class _Connection(asyncio.Protocol):
         # Piping: what this read parsed goes to the sink (before an error too, as `readany` would have returned it),
         # except the read that completes the body, which stays for `readany`.
         response = self.response
+        if response is not None and response._on_head is not None and response.status == 200:
+            response._head_out()
         if response is not None and response._chunks and not response._complete:
             if response._sink is not None:
                 response._deliver()
@@ -507,6 +521,7 @@ class HttpClient:
         body: bytes = b"",
         *,
         deadline: float | None = None,
+        on_head: Callable[[Response], None] | None = None,
         on_first: Callable[[bytes], bool] | None = None,
     ) -> Response:
         """Send one request and return once the response's status and headers have arrived.
@@ -523,7 +538,9 @@ class HttpClient:
         `on_first`, for a 200 whose body does not end in the read that brings its first bytes, is called with those
         bytes from that read (the connection's callback, before any task wakes) and returns whether it sent them on:
         a stream's first event can reach the client without waiting for the request's task. `Response.sent_early`
-        then counts them; `readany` still returns them. `disarm()` drops it."""
+        then counts them; `readany` still returns them. `on_head`, for a 200, is called with the response from the read
+        that parsed its head, before `on_first` and before this returns: a stream's head can go on to the client while
+        the upstream computes its first event. `disarm()` drops both."""
         pool = self._pools.get(target.origin)
         if pool is None:
             tls = None
@@ -537,6 +554,7 @@ class HttpClient:
             connection, reused = await pool.acquire(self._connect_timeout_s, deadline)
             response = connection.send(data)
             response._on_first = on_first
+            response._on_head = on_head
             if deadline is not None:
                 response._expiry = asyncio.get_running_loop().call_at(deadline, response._expire)
             waiter = connection.headers_arrived

@@ -590,20 +590,33 @@ class Cycle:
         """Start a chunked 200 with `first` as its first chunk, head and chunk in one write, synchronously (from a
         protocol callback, without a step of the request's task). False, and nothing done, where `send` would not
         write at once: a response already started, a client gone or with a full buffer, a HEAD request."""
-        if (
+        if not first or not self._writes_now():
+            return False
+        self.transport.writelines((self._stream_head(headers), b"%x\r\n%b\r\n" % (len(first), first)))
+        return True
+
+    def open_stream(self, headers: Any) -> bool:
+        """Start a chunked 200 now, its head alone, synchronously; the chunks follow through `send` or a ChunkWriter.
+        False, and nothing done, where `start_stream` would refuse."""
+        if not self._writes_now():
+            return False
+        self.transport.writelines((self._stream_head(headers),))  # not held for a first chunk: that is the point
+        return True
+
+    def _writes_now(self) -> bool:
+        return not (
             self.response_started
             or self.disconnected
             or self._protocol.write_paused
             or self.transport.is_closing()
             or self.scope["method"] == "HEAD"
-            or not first
-        ):
-            return False
+        )
+
+    def _stream_head(self, headers: Any) -> bytes:
         head = self._head(200, headers)
         if not self.chunked_encoding:
-            raise RuntimeError("start_stream: the headers give the body a length; a stream is chunked.")
-        self.transport.writelines((head, b"%x\r\n%b\r\n" % (len(first), first)))
-        return True
+            raise RuntimeError("a stream is chunked: its headers must not give the body a length")
+        return head
 
     def _head(self, status: int, headers: Any) -> bytes:
         """The response's head, and the response's state from its headers (framing, keep-alive)."""
@@ -748,6 +761,13 @@ def start_stream(send: Any, headers: Any, first: bytes) -> bool:
     sends `http.response.start` and the first body itself."""
     cycle = _cycle_of(send)
     return cycle is not None and cycle.start_stream(headers, first)
+
+
+def open_stream(send: Any, headers: Any) -> bool:
+    """Start the response that `send` (an ASGI send callable) belongs to as a chunked 200 now, with its head alone
+    (`Cycle.open_stream`). False where it cannot, or where `send` is not this protocol's."""
+    cycle = _cycle_of(send)
+    return cycle is not None and cycle.open_stream(headers)
 
 
 def chunk_writer(send: Any) -> ChunkWriter | None:

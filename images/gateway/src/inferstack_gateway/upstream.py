@@ -235,14 +235,17 @@ async def open_upstream(
     tier: str,
     model: str,
     extra_headers: dict[str, str] | None = None,
+    on_head: Callable[[Response], None] | None = None,
     on_first: Callable[[bytes], bool] | None = None,
 ) -> Opened:
-    """Try each upstream in order; fail over on connect errors, 5xx and timeouts before the first byte.
+    """Try each upstream in order; fail over on connect errors, 5xx and timeouts before the first event.
 
     `deadline` is the request's deadline on the loop clock; `model` the name an upstream without its own `model` is
     asked for; `extra_headers` (trace context) go to every upstream
-    tried; `on_first` (streams) is given to the client's request (`HttpClient.request`): a 200's first body bytes are
-    the stream's answer, never failed over from, so they may go on to the client before this returns. Raises
+    tried; `on_head` and `on_first` (streams) are given to the client's request (`HttpClient.request`): a 200's head
+    may go on to the client before its first event (a later failure before that event still fails over, behind the
+    head already sent), and a 200's first body bytes are the stream's answer, never failed over from, so they may go
+    on to the client before this returns. Raises
     GatewayError 503 (every upstream down or open) or 504 (out of time).
     """
     loop = asyncio.get_running_loop()
@@ -281,7 +284,7 @@ async def open_upstream(
             headers = upstream.headers if extra_headers is None else {**upstream.headers, **extra_headers}
             response = await client.request(
                 b"POST", upstream.targets[path], headers, payload(upstream), deadline=started + limit,
-                on_first=on_first if stream else None,
+                on_head=on_head if stream else None, on_first=on_first if stream else None,
             )  # fmt: skip
             latency = loop.time() - started
             # A remote upstream is the hub's gateway: its 429 is its limit on the burst key this whole stack shares
@@ -330,7 +333,7 @@ async def open_upstream(
             if response is not None:
                 response.close()
             timed_out = True
-            reason = "timeout before the first byte" if stream else "timeout"
+            reason = "timeout before the first event" if stream else "timeout"
             failures.append(f"{upstream.name}: {reason} ({limit * 1000:.0f} ms)")
             upstream.error("timeout")
             continue
