@@ -543,7 +543,7 @@ def main() -> int:
     parser.add_argument(
         "--upstream-head-with-first-event", action="store_true",
         help="the stand-in sends a stream's head with its first event, after the TTFT (the default until 2026-11-28 "
-        "17:30 UTC); by default it sends the head at once, as vLLM's server does",
+        "17:24 UTC); by default it sends the head at once, as vLLM's server does",
     )  # fmt: skip
     parser.add_argument("--requests", type=int, default=200, help="requests per path and run at c=1 (default 200)")
     parser.add_argument("--requests-c8", type=int, default=400, help="at c=8 (default 400)")
