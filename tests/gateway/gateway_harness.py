@@ -7,6 +7,7 @@ import contextlib
 import copy
 import hashlib
 import http.client
+import json
 import os
 import shutil
 import socket
@@ -270,8 +271,10 @@ async def start_app(app: Any) -> tuple[Any, str]:
 @dataclass
 class StandIn:
     """An OpenAI-compatible server. Modes: ok, error500, error400, error429 (a hub over its key's limits), error404
-    (a hub serving no such model), hang (no headers), truncate (no [DONE]), stall (headers, then nothing), reset (a
-    TCP reset after two tokens), and answers that are not completions: redirect (302), no-content (204), html (a 200
+    (a hub serving no such model), error400-pretty (a refusal in OpenAI's error shape, indented, as api.openai.com
+    sends it), hang (no headers), truncate (no [DONE]), stall (headers, then nothing), error-event (a stream whose
+    first event is an error, as vLLM ends a request its engine failed, then [DONE]), reset (a TCP reset after two
+    tokens), and answers that are not completions: redirect (302), no-content (204), html (a 200
     HTML page, as a misconfigured proxy in front would send). With `echo`, the answer's first word is the last
     message's content (or the prompt), so that a test can tell whose answer a stream carries."""
 
@@ -339,6 +342,10 @@ async def stand_in_handler(stand_in: StandIn, request: Any) -> Any:
                            "type": "invalid_request_error", "code": "model_not_found"}},
                 status=404,
             )  # fmt: skip
+        if stand_in.mode == "error400-pretty":
+            error = {"error": {"message": "max_tokens is too large", "type": "invalid_request_error", "param": None,
+                               "code": None}}  # fmt: skip
+            return web.Response(body=json.dumps(error, indent=2), status=400, content_type="application/json")
         if stand_in.mode == "error400":
             return web.json_response(
                 {"object": "error", "message": "max_tokens is too large", "type": "BadRequestError"}, status=400
@@ -368,6 +375,11 @@ async def stand_in_handler(stand_in: StandIn, request: Any) -> Any:
             await asyncio.sleep(3600)
         if stand_in.head_first and not (stand_in.role_first and chat):
             await asyncio.sleep(stand_in.ttft_s)
+        if stand_in.mode == "error-event":
+            error = {"error": {"object": "error", "message": "the engine died", "type": "InternalServerError"}}
+            await response.write(b"data: " + json.dumps(error).encode() + b"\n\ndata: [DONE]\n\n")
+            await response.write_eof()
+            return response
 
         async def event(choices: list[dict[str, Any]], **extra: Any) -> None:
             kind = "chat.completion.chunk" if chat else "text_completion"

@@ -697,3 +697,40 @@ def test_on_first_is_not_called_after_disarm_or_once_the_body_is_piped(then: str
 
     # THEN the body's bytes go to readany (or the sink) only, and the callback is never called
     assert run(handler, client_side) == ([], [b"data: 1data: 2"], 0)
+
+
+# -- on_head: a 200's head, offered from the read that parses it ---------------------------------------------------
+
+
+@pytest.mark.parametrize("head_alone", [True, False], ids=["head-alone", "head-with-first-event"])
+def test_on_head_is_called_for_a_head_that_comes_alone_and_left_to_on_first_when_the_first_event_comes_with_it(
+    head_alone: bool,
+) -> None:
+    # GIVEN a chunked 200 whose head comes alone, its first event in a later write (vLLM's server), or with it
+    first, rest = (b"", b"7\r\ndata: 1\r\n") if head_alone else (b"7\r\ndata: 1\r\n", b"")
+    handler, steps = writes_in_steps(CHUNKED_200, first, rest, b"0\r\n\r\n")
+
+    async def client_side(http: HttpClient, target: Target) -> tuple[list[Any], bytes]:
+        calls: list[Any] = []
+
+        def on_first(data: bytes) -> bool:
+            calls.append(("first", data))
+            return True
+
+        # WHEN it is asked for with both callbacks
+        async with asyncio.timeout(2):  # a safety net, as above
+            response = await http.request(
+                b"POST", target, {}, b"{}", on_head=lambda r: calls.append(("head", r.status)), on_first=on_first
+            )
+            steps[0].set()
+            body = await response.readany()
+            steps[1].set()
+            body += await response.read()
+        response.close()
+        return calls, body
+
+    # THEN a head alone goes to on_head at once and its first event to on_first; a head that brings its first event
+    # goes to on_first with it (the caller writes both at once), never to on_head
+    calls, body = run(handler, client_side)
+    assert calls == ([("head", 200), ("first", b"data: 1")] if head_alone else [("first", b"data: 1")])
+    assert body == b"data: 1"

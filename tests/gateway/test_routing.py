@@ -153,36 +153,88 @@ def test_a_streams_head_reaches_the_client_when_the_upstreams_does(gateway: Any,
     assert text == "main#1 w1 w2 w3 w4"
 
 
-def test_a_stream_fails_over_behind_a_head_already_sent(gateway: Any, upstreams: Any) -> None:
-    # GIVEN a tier whose first upstream sends its head and then nothing, and a second upstream that answers
-    a, b = upstreams("a", mode="stall"), upstreams("b")
-    gw = gateway(
+def two_upstreams(gateway: Any, a: StandIn, b: StandIn) -> Any:
+    return gateway(
         None,
         upstreams={"a": {"url": a.base}, "b": {"url": b.base}},
         tiers={"small": {"upstreams": ["a", "b"]}},
         budgets={"upstream_ttft_ms": 200},
     )
-    # WHEN a stream is asked for, THEN the client gets b's answer, whole, in the response a's head opened
+
+
+def requests_counted(gw: Any, status: str) -> float:
+    return float(gw.metric(
+        "inferstack_gateway_requests_total", route="/v1/chat/completions", status=status, cache="bypass",
+        model="local", upstream_kind="none",
+    ))  # fmt: skip
+
+
+def test_a_stream_fails_over_behind_a_head_already_sent(gateway: Any, upstreams: Any) -> None:
+    # GIVEN a tier whose first upstream sends its head and then nothing, and a second upstream that answers
+    a, b = upstreams("a", mode="stall"), upstreams("b")
+    gw = two_upstreams(gateway, a, b)
+    started = time.perf_counter()
+    # WHEN a stream is asked for
+    raw = gw.client().chat.completions.with_raw_response.create(
+        model="local", messages=[{"role": "user", "content": "hi"}], stream=True, temperature=1
+    )
+    head_after = time.perf_counter() - started
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in raw.parse() if chunk.choices)
+    # THEN the client has a's head at once, and then b's answer, whole, in the response that head opened (b is asked
+    # once a's TTFT budget of 200 ms has run out)
+    assert head_after < 0.15, head_after
+    assert text == "b#1 w1 w2 w3 w4"
+    assert len(a.requests) == 1 and len(b.requests) == 1
+
+
+@pytest.mark.parametrize("head_first", [True, False], ids=["head-first", "head-with-the-event"])
+def test_a_stream_whose_first_event_is_an_error_fails_over(gateway: Any, upstreams: Any, head_first: bool) -> None:
+    # GIVEN a tier whose first upstream's stream begins with an error event (vLLM's, for a request its engine failed;
+    # or a hub gateway's whose own upstreams failed behind its head), and a second upstream that answers
+    a, b = upstreams("a", mode="error-event", head_first=head_first), upstreams("b")
+    gw = two_upstreams(gateway, a, b)
+    # WHEN a stream is asked for, THEN the client gets b's answer and never a's error
     assert stream_text(gw) == "b#1 w1 w2 w3 w4"
     assert len(a.requests) == 1 and len(b.requests) == 1
 
 
-def test_an_upstream_refusal_behind_a_head_already_sent_ends_the_stream_with_it(
+def test_a_stream_that_no_upstream_answers_behind_a_head_is_counted_as_the_failure(
     gateway: Any, upstreams: Any
 ) -> None:
-    # GIVEN a tier whose first upstream sends its head and then nothing, and a second that refuses the request (4xx)
-    a, b = upstreams("a", mode="stall"), upstreams("b", mode="error400")
-    gw = gateway(
-        None,
-        upstreams={"a": {"url": a.base}, "b": {"url": b.base}},
-        tiers={"small": {"upstreams": ["a", "b"]}},
-        budgets={"upstream_ttft_ms": 200},
+    # GIVEN a tier whose upstreams both send a stream's head and then an error event
+    a, b = upstreams("a", mode="error-event", head_first=True), upstreams("b", mode="error-event", head_first=True)
+    gw = two_upstreams(gateway, a, b)
+    # WHEN a stream is asked for, THEN it ends with the gateway's error event, naming both failures
+    with pytest.raises(openai.APIError) as caught:
+        stream_text(gw)
+    assert not isinstance(caught.value, openai.APIStatusError)
+    assert caught.value.message == (
+        "Every upstream of tier 'small' is unavailable (a: StreamBroken an error event before any output: the engine "
+        "died; b: StreamBroken an error event before any output: the engine died)."
     )
-    # WHEN a stream is asked for, THEN the refusal ends the stream as an error event (the status line has gone out)
+    # AND the request is counted as the 503 it is (the error rate and its alert see it), not as the 200 status line
+    assert wait_for(lambda: requests_counted(gw, "503") == 1)
+    assert requests_counted(gw, "200") == 0
+
+
+@pytest.mark.parametrize("mode", ["error400", "error400-pretty"])
+def test_an_upstream_refusal_behind_a_head_already_sent_ends_the_stream_with_it(
+    gateway: Any, upstreams: Any, mode: str
+) -> None:
+    # GIVEN a tier whose first upstream sends its head and then nothing, and a second that refuses the request (4xx),
+    # in a compact body or in OpenAI's shape, indented (as api.openai.com sends it)
+    a, b = upstreams("a", mode="stall"), upstreams("b", mode=mode)
+    gw = two_upstreams(gateway, a, b)
+    # WHEN a stream is asked for, THEN the refusal ends the stream as one error event (the status line has gone out),
+    # which the client reads as the refusal, and the request is counted as the 400 it is
     with pytest.raises(openai.APIError) as caught:
         stream_text(gw)
     assert not isinstance(caught.value, openai.APIStatusError)
     assert "max_tokens is too large" in caught.value.message
+    assert wait_for(lambda: gw.metric(
+        "inferstack_gateway_requests_total", route="/v1/chat/completions", status="400", cache="bypass",
+        model="local", upstream_kind="local",
+    ) == 1)  # fmt: skip
 
 
 def test_the_request_budget_ends_a_non_streamed_request_with_504(gateway: Any, upstreams: Any) -> None:

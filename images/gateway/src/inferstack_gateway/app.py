@@ -45,7 +45,7 @@ from inferstack_gateway.server import chunk_writer, on_lost, open_stream, start_
 from inferstack_gateway.spillover import build_routes
 from inferstack_gateway.store import LocalLimiter, RedisStore, close_quietly, retry_after_s
 from inferstack_gateway.tracing import Tracer, setup_tracing
-from inferstack_gateway.upstream import Opened, Upstream, open_upstream, retry_headers
+from inferstack_gateway.upstream import ERROR_EVENT, Opened, Upstream, open_upstream, retry_headers
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -173,15 +173,20 @@ class Gateway:
                 if _unread_body(exchange, extra):
                     extra = [*extra, CONNECTION_CLOSE]
                 await self._send(send, exchange, exc.status, exc.body(), JSON, extra)
+            elif not exchange.finished:  # a stream's head is out (`on_head`): the error is its last event
+                await self._end_stream(send, exchange, exc.status, exc.body(), exc.message)
         except ClientGone:
             exchange.status = 499
             self.metrics.client_disconnects.inc()
         except Exception:
             logger.exception("unhandled error", extra={"request_id": request_id, "path": path})
+            body = error_body("The gateway failed to handle the request. It has been logged.", "server_error")
             if not exchange.response_started:
-                body = error_body("The gateway failed to handle the request. It has been logged.", "server_error")
                 extra = [CONNECTION_CLOSE] if _unread_body(exchange, []) else []
                 await self._send(send, exchange, 500, body, JSON, extra)
+            elif not exchange.finished:
+                with contextlib.suppress(Exception):  # best effort: the protocol closes an unfinished response
+                    await self._end_stream(send, exchange, 500, body, "unhandled error")
         finally:
             if exchange.route.startswith("/v1/"):
                 self._observe(exchange)
@@ -747,6 +752,8 @@ class Gateway:
             """A stream's first event (and its head, unless `on_head` sent it), sent from the upstream connection's
             read (`HttpClient.request`)."""
             nonlocal first_out_at
+            if data.startswith(ERROR_EVENT):  # not an answer: `open_upstream` fails over from it
+                return False
             if exchange.response_started:
                 writer = chunk_writer(send)
                 if writer is None:
@@ -771,7 +778,7 @@ class Gateway:
             if resident and route.remote:
                 exc.message += " This request stays in this tier (residency: local): it is never sent to the hub."
             if exchange.response_started:  # an upstream's head went out, and then no upstream sent a first event
-                await self._end_stream(send, exchange, exc.body(), exc.message)
+                await self._end_stream(send, exchange, exc.status, exc.body(), exc.message)
                 return
             raise
         exchange.upstream = opened.upstream.name
@@ -782,7 +789,8 @@ class Gateway:
             exchange.cache = "bypass" if keys is None else exchange.cache
             body = _as_openai_error(opened.first, opened.status)
             if exchange.response_started:  # behind the head of an upstream that failed before its first event
-                await self._end_stream(send, exchange, body, f"HTTP {opened.status} from {opened.upstream.name}")
+                detail = f"HTTP {opened.status} from {opened.upstream.name}"
+                await self._end_stream(send, exchange, opened.status, body, detail)
                 return
             await self._send(send, exchange, opened.status, body, JSON, retry_headers(opened.response.headers))
             return
@@ -809,8 +817,8 @@ class Gateway:
         """Relay the SSE body chunk by chunk as it arrives. Returns the whole body if it ended with [DONE].
 
         `sent`: when the request went to the tier's upstreams (the start of the upstream's TTFT). And when the
-        response's head and first bytes went out from the upstream's read (`on_first` in `_relay`), if they did:
-        `first_out_at`."""
+        response's first bytes went out from the upstream's read (`on_first` in `_relay`; the head with them, or
+        before them from the read of the upstream's head, `on_head`), if they did: `first_out_at`."""
         response = opened.response
         early = response.sent_early
         # Arrival times only, on the relay path: the histograms are filled in the deferred batch after the response.
@@ -877,17 +885,27 @@ class Gateway:
             error = "The upstream ended the stream without [DONE]."
             opened.upstream.error("truncated_stream")
         if error is not None:
-            await self._end_stream(send, exchange, error_body(error, "server_error", None, "upstream_stream"), error)
+            # The answer had started: the request is counted as served (200), its error in the access log's detail.
+            body = error_body(error, "server_error", None, "upstream_stream")
+            await self._end_stream(send, exchange, exchange.status, body, error)
             return None
         exchange.finished = True
         await send({"type": "http.response.body", "body": b""})
         return b"".join(chunks)
 
-    async def _end_stream(self, send: Send, exchange: Exchange, error: bytes, detail: str) -> None:
+    async def _end_stream(self, send: Send, exchange: Exchange, status: int, error: bytes, detail: str) -> None:
         """End a started stream with an error event (`error`, OpenAI's error object), which the official clients raise
-        as an APIError: the status line has gone out."""
+        as an APIError: the status line has gone out. `status` is what the request is counted as (metrics, access log,
+        trace): the failure's own status when no answer had started (a 503 or 504 behind an upstream's head), so that
+        the error rate and its alert see an outage whatever the status line said."""
+        exchange.status = status
         exchange.finished = True
         exchange.detail["stream_error"] = detail
+        if b"\n" in error:  # an upstream's pretty-printed error object: one event's data is one line
+            try:
+                error = orjson.dumps(orjson.loads(error))
+            except orjson.JSONDecodeError:
+                error = error_body(detail, "server_error")
         await send({"type": "http.response.body", "body": b"data: " + error + b"\n\n"})
 
     # -- after the response -------------------------------------------------------------------------------------------

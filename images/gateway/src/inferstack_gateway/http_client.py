@@ -316,7 +316,10 @@ class _Connection(asyncio.Protocol):
         # except the read that completes the body, which stays for `readany`.
         response = self.response
         if response is not None and response._on_head is not None and response.status == 200:
-            response._head_out()
+            if response._chunks and response._on_first is not None and not response._complete:
+                response._on_head = None  # the first event came with the head: `on_first` sends both, in one write
+            else:
+                response._head_out()
         if response is not None and response._chunks and not response._complete:
             if response._sink is not None:
                 response._deliver()

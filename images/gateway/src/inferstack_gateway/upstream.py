@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import orjson
+
 from inferstack_gateway.config import BudgetsConfig, ConfigError, UpstreamConfig, read_utf8
 from inferstack_gateway.errors import GatewayError
 from inferstack_gateway.http_client import HttpClient, HttpClientError, Response, StreamBroken, Target
@@ -167,6 +169,21 @@ def retry_after_s(headers: dict[bytes, bytes]) -> float | None:
     if when.tzinfo is None:  # RFC 9110's IMF-fixdate is GMT; an obsolete form without a zone is read as such
         when = when.replace(tzinfo=datetime.UTC)
     return max(0.0, (when - datetime.datetime.now(datetime.UTC)).total_seconds())
+
+
+ERROR_EVENT = b'data: {"error"'
+"""How an OpenAI-compatible stream's error event starts (vLLM writes `data: {"error": {...}}`, this gateway
+`data: {"error":{...}}`)."""
+
+
+def _event_message(data: bytes) -> str:
+    """The message of the error event that `data` starts with, or its first bytes."""
+    line = data.partition(b"\n")[0][len(b"data: ") :]
+    try:
+        error = orjson.loads(line)["error"]
+        return str(error["message"])[:300]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return line[:300].decode("utf-8", "replace")
 
 
 def _not_an_answer(response: Response, stream: bool, *, hub: bool = False) -> str | None:
@@ -328,6 +345,10 @@ async def open_upstream(
                 response.disarm()  # the stream's reads are timed by the request budget from here on
                 if not first:
                     raise StreamBroken("the stream closed before its first event")
+                if first.startswith(ERROR_EVENT):
+                    # No answer has started: an upstream that fails as its first event (vLLM's error event; a hub
+                    # gateway whose own upstreams failed behind the head it sent) is failed over from, like a 5xx.
+                    raise StreamBroken(f"an error event before any output: {_event_message(first)}")
         except TimeoutError:
             upstream.inflight -= 1
             if response is not None:
