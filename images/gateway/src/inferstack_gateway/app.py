@@ -777,10 +777,7 @@ class Gateway:
         except GatewayError as exc:
             if resident and route.remote:
                 exc.message += " This request stays in this tier (residency: local): it is never sent to the hub."
-            if exchange.response_started:  # an upstream's head went out, and then no upstream sent a first event
-                await self._end_stream(send, exchange, exc.status, exc.body(), exc.message)
-                return
-            raise
+            raise  # `_http` answers it: as the stream's last event if an upstream's head went out (`on_head`)
         exchange.upstream = opened.upstream.name
         exchange.upstream_kind = opened.upstream.kind
         exchange.observe_later(opened.upstream.latency, opened.latency_s)

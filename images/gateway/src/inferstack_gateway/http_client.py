@@ -315,16 +315,18 @@ class _Connection(asyncio.Protocol):
         # Piping: what this read parsed goes to the sink (before an error too, as `readany` would have returned it),
         # except the read that completes the body, which stays for `readany`.
         response = self.response
-        if response is not None and response._on_head is not None and response.status == 200:
-            if response._chunks and response._on_first is not None and not response._complete:
-                response._on_head = None  # the first event came with the head: `on_first` sends both, in one write
-            else:
-                response._head_out()
-        if response is not None and response._chunks and not response._complete:
-            if response._sink is not None:
-                response._deliver()
-            elif response._on_first is not None and response.status == 200:
-                response._first_out()
+        if response is not None:
+            body_goes_on = bool(response._chunks) and not response._complete
+            if response._on_head is not None and response.status == 200:
+                if body_goes_on and response._on_first is not None:
+                    response._on_head = None  # the first event came with the head: `on_first` sends both, in one write
+                else:
+                    response._head_out()
+            if body_goes_on:
+                if response._sink is not None:
+                    response._deliver()
+                elif response._on_first is not None and response.status == 200:
+                    response._first_out()
         if error is not None:
             self._fail(StreamBroken(f"unparseable response: {error}"))
             self.close()
