@@ -574,3 +574,36 @@ def test_near_cache_mb_0_turns_it_off(gateway: Any, upstreams: Any) -> None:
     assert [ask(gw, "Say hi far") for _ in range(3)] == [(first, "hit")] * 3
     assert gw.app.metrics.registry.get_sample_value("inferstack_gateway_near_cache_hits_total") is None
     assert gw.app.store is not None and gw.app.store.reads is not None and gw.app.store.reads.near is None
+
+
+def test_a_miss_on_a_key_redis_never_held_costs_no_round_trip_and_its_answer_is_then_a_hit(
+    gateway: Any, upstreams: Any, redis_server: Any
+) -> None:
+    upstream: StandIn = upstreams("up")
+    gw = gateway(upstream, models={"local": {"cache": {"semantic": {"enabled": False}}}})
+    # The gateway opens its lookup connection at start, and with it starts the SCAN of the exact keys
+    assert wait_for(lambda: gw.metric("inferstack_gateway_miss_filter_ready") == 1)
+    assert gw.metric("inferstack_gateway_miss_filter_builds_total") == 1
+    # The key's first request reserves its lease of the shared limits, in a round trip that carries the lookup
+    ask(gw, "A first request, which takes the key's lease")
+    skips = gw.metric("inferstack_gateway_miss_filter_skips_total")
+    # WHEN five questions never asked before arrive
+    answers = [ask(gw, f"A question never asked before, number {i}") for i in range(5)]
+    # THEN each is a miss that the filter answered without asking Redis, and goes upstream
+    assert [cache for _, cache in answers] == ["miss"] * 5
+    assert gw.metric("inferstack_gateway_miss_filter_skips_total") - skips == 5
+    assert len(upstream.requests) == 6
+    # AND once written back, each is an exact hit: the filter has learned the keys that were written
+    assert wait_for(lambda: gw.metric("inferstack_gateway_cache_writes_total", kind="exact", outcome="stored") == 6)
+    assert [ask(gw, f"A question never asked before, number {i}") for i in range(5)] == [
+        (answer, "hit") for answer, _ in answers
+    ]
+    assert len(upstream.requests) == 6
+
+
+def test_miss_filter_keys_0_turns_it_off(gateway: Any, upstreams: Any) -> None:
+    upstream: StandIn = upstreams("up")
+    gw = gateway(upstream, redis={"miss_filter_keys": 0})
+    assert ask(gw, "Say hi unfiltered")[1] == "miss"
+    assert gw.app.metrics.registry.get_sample_value("inferstack_gateway_miss_filter_skips_total") is None
+    assert gw.app.store is not None and gw.app.store.reads is not None and not gw.app.store.reads.known_keys

@@ -288,6 +288,8 @@ class Gateway:
             self.shared_limits = SharedLimiter(self.store)
             if self.store.reads is not None and self.store.reads.near is not None:
                 self.metrics.watch_near_cache(self.store.reads)
+            if self.store.reads is not None and self.store.reads.known_keys:
+                self.metrics.watch_miss_filter(self.store.reads)
         if config.embeddings.url is not None:
             self.embedder = Embedder(config.embeddings, self.http)
             self.metrics.watch_embeddings(self.embedder)
@@ -298,7 +300,9 @@ class Gateway:
                 await asyncio.wait_for(self.store.ensure_index(), 2)
             except (RedisError, OSError, TimeoutError) as exc:
                 self.store.failed("create_index", exc)  # retried on the first semantic lookup
-        await asyncio.gather(*(self._warm(u) for u in self.upstreams.values()), self._first_probe())
+        await asyncio.gather(
+            *(self._warm(u) for u in self.upstreams.values()), self._first_probe(), self._open_exact_lookup()
+        )
         if self.embedder is not None:
             self._embeddings_watch = asyncio.create_task(self.embedder.watch())
         self.ready = True
@@ -316,6 +320,17 @@ class Gateway:
                     response.close()
         except (OSError, TimeoutError) as exc:
             logger.warning("upstream not reachable at startup", extra={"upstream": upstream.name, "error": repr(exc)})
+
+    async def _open_exact_lookup(self) -> None:
+        """Open the exact lookup's Redis connection before the first request, which starts the SCAN that builds its
+        miss filter (a failure starts an outage window as any other does; the first lookup tries again)."""
+        store = self.store
+        if store is not None and store.reads is not None:
+            try:
+                async with asyncio.timeout(2):
+                    await store.reads.open()
+            except (RedisError, OSError, TimeoutError) as exc:
+                store.failed("connect", exc)
 
     async def _first_probe(self) -> None:
         """Try the embeddings endpoint once before the first request, so that /readyz reports what was observed. A

@@ -49,6 +49,39 @@ class _NearCacheCollector(Collector):
         )
 
 
+class MissFilter(Protocol):
+    """What the miss filter's metrics read (resp.FastReads)."""
+
+    known_skips: int
+    known_builds: int
+
+    def known_ready(self) -> bool: ...
+
+
+class _MissFilterCollector(Collector):
+    def __init__(self, reads: MissFilter) -> None:
+        self._reads = reads
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        reads = self._reads
+        yield CounterMetricFamily(
+            "inferstack_gateway_miss_filter_skips",
+            "Exact lookups answered as misses by this worker's filter of the keys Redis holds, with no round trip",
+            value=reads.known_skips,
+        )
+        yield CounterMetricFamily(
+            "inferstack_gateway_miss_filter_builds",
+            "SCANs of the exact keys completed into a new miss filter (one per connection, then one an hour)",
+            value=reads.known_builds,
+        )
+        yield GaugeMetricFamily(
+            "inferstack_gateway_miss_filter_ready",
+            "1 while the miss filter is built on the lookup connection and answers, 0 while every lookup is a round "
+            "trip",
+            value=1 if reads.known_ready() else 0,
+        )
+
+
 class EmbeddingsState(Protocol):
     state: Literal["unknown", "up", "down"]
 
@@ -72,6 +105,10 @@ class Metrics:
     def watch_near_cache(self, near: NearCache) -> None:
         """Export the near cache's counts, read at scrape time."""
         self.registry.register(_NearCacheCollector(near))
+
+    def watch_miss_filter(self, reads: MissFilter) -> None:
+        """Export the miss filter's counts, read at scrape time."""
+        self.registry.register(_MissFilterCollector(reads))
 
     def watch_embeddings(self, embedder: EmbeddingsState) -> None:
         """Export the embeddings endpoint's state, read at scrape time."""

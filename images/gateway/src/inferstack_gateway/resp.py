@@ -44,6 +44,22 @@ A Redis that refuses `HELLO 3` or `CLIENT TRACKING` (older than 6, or the comman
 near cache off for that connection, logged once; the reads work as without it. Size, least-recently-used eviction
 and per-entry expiry are cachetools' `TLRUCache`. redis-py has client-side caching of its own, but only on its
 synchronous client.
+
+The miss filter (`known_prefix` and `known_keys` > 0): a Bloom filter (rbloom) of every key under the prefix that Redis
+holds, so that a key it has never seen is answered as a miss with no round trip, which is what most exact lookups are.
+The connection's tracking is then `CLIENT TRACKING ON BCAST PREFIX <prefix>`: Redis pushes an invalidation for every
+key written, deleted, expired or evicted under the prefix by any client, and each one is added to the filter (a
+push does not say which of these it was; a key added for its deletion only costs a round trip later). Once tracking
+is on, a SCAN of the prefix adds the keys already there (SCAN returns every key present from its start to its end;
+one written meanwhile is pushed), and only when the SCAN is complete does the filter answer. So the filter holds a
+superset of Redis's keys: a key it lacks is absent, except one written by another replica so recently that its push
+has not been read yet (which is a miss either way: the lookup would have raced the write). It is never emptied by a
+push except a flush's, so deleted and expired keys stay in it until the next SCAN, `KNOWN_REBUILD_S` later, which
+builds a new filter beside it (pushes go to both) and replaces it when complete. The filter answers only under the
+near cache's own conditions (the connection alive, and heard from within `NEAR_FRESH_S`), and dies with its
+connection: a new connection scans again. Past `known_keys` keys it still answers truly, with more false positives
+(each one a round trip). With the filter on, the near cache keeps only keys under the prefix, the ones whose writes
+Redis pushes.
 """
 
 from __future__ import annotations
@@ -52,12 +68,15 @@ import asyncio
 import collections
 import logging
 import math
+import random
+import re
 import ssl
 from collections.abc import Callable
 from typing import Any, cast
 
 import hiredis
 from cachetools import TLRUCache
+from rbloom import Bloom
 from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection, parse_url
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -79,6 +98,16 @@ bytes, measured with tracemalloc), the entry's tuple and the two bytes objects' 
 NEAR_MAX_AGE_S = 60.0
 """The longest an entry is served from memory, whatever its TTL: a bound on anything that changes Redis's keyspace
 without a tracked write (SWAPDB, a replica promoted with other data under the same connection name)."""
+
+KNOWN_REBUILD_S = 3600.0
+"""How often the miss filter is rebuilt from a new SCAN (spread by up to a tenth either way, so that the workers of a
+fleet do not scan together): deleted and expired keys stay in a filter until then."""
+
+KNOWN_FALSE_POSITIVES = 0.01
+"""The miss filter's rate of false positives (a round trip for a key Redis does not hold) at its sized key count."""
+
+SCAN_COUNT = b"1000"
+"""Keys Redis looks at per SCAN of the miss filter's build (each a command of well under a millisecond)."""
 
 _SUPPORTED = {"host", "port", "db", "username", "password", "path", "connection_class"}
 
@@ -106,6 +135,10 @@ class _Connection(asyncio.Protocol):
         self._fill: tuple[Any, int] | None = (
             None  # a GET's reply and the owner's invalidation count then, until its PTTL
         )
+        # The miss filter that answers (set once a SCAN completed on this connection), and the one a SCAN is filling.
+        self.known: Bloom | None = None
+        self.filling: Bloom | None = None
+        self.rebuild: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -140,23 +173,34 @@ class _Connection(asyncio.Protocol):
                 future.set_result(reply)
 
     def _pushed(self, push: list[Any]) -> None:
-        """An out-of-band RESP3 message: `invalidate` with the keys written since they were read, or None for all."""
-        near = self.owner.near
-        if near is None or not push or push[0] != b"invalidate":
+        """An out-of-band RESP3 message: `invalidate` with the keys written since they were read (with the miss filter,
+        every key written under its prefix), or None for all (a flush)."""
+        if not push or push[0] != b"invalidate":
             return
         self.owner.near_invalidations += 1
+        near = self.owner.near
         keys = push[1] if len(push) > 1 else None
         if keys is None:
-            near.clear()
-        else:
+            if near is not None:
+                near.clear()
+            for known in (self.known, self.filling):
+                if known is not None:
+                    known.clear()
+            return
+        if near is not None:
             for key in keys:
                 near.pop(key, None)
+        for known in (self.known, self.filling):
+            if known is not None:
+                known.update(keys)
 
     def _store(self, key: bytes | None, pttl: Any, sent: float) -> None:
         fill, self._fill = self._fill, None
         near = self.owner.near
         if near is None or key is None or fill is None:
             return
+        if self.owner.known_keys and not key.startswith(self.owner.known_prefix):
+            return  # broadcast tracking pushes the prefix's writes only: another key's copy could not be kept true
         value, invalidations = fill
         # Stored only if nothing was invalidated between the GET's reply and this one (the key may have been
         # rewritten in between: the PTTL would then be the new value's), and only a key that exists (-2: gone).
@@ -207,6 +251,10 @@ class _Connection(asyncio.Protocol):
     def fail(self, error: RedisError) -> None:
         self.lost = True
         self.tracking = False
+        self.known = self.filling = None  # its pushes stop: the filter it kept true goes with it
+        if self.rebuild is not None:
+            self.rebuild.cancel()
+            self.rebuild = None
         if self.transport is not None:
             self.transport.abort()
         waiting, self.waiting = self.waiting, collections.deque()
@@ -233,6 +281,8 @@ class FastReads:
         timeout_s: float,
         on_timeout: Callable[[RedisError], None] | None = None,
         near_bytes: int = 0,
+        known_prefix: bytes | None = None,
+        known_keys: int = 0,
     ) -> None:
         self._host = host
         self._port = port
@@ -259,10 +309,23 @@ class FastReads:
         self.near_hits = 0
         self.near_invalidations = 0
         self._near_refused = False  # logged once: this Redis does not do tracking
+        # The miss filter: keys under known_prefix, sized for known_keys (0: off).
+        self.known_keys = known_keys if known_prefix else 0
+        self.known_prefix = known_prefix if known_prefix and self.known_keys else b""
+        self.known_skips = 0  # lookups the filter answered as misses, with no round trip
+        self.known_builds = 0  # SCANs completed
+        self._scan_refused = False  # logged once
+        self._scans: set[asyncio.Task[None]] = set()
 
     @classmethod
     def from_url(
-        cls, url: str, timeout_s: float, on_timeout: Callable[[RedisError], None] | None = None, near_bytes: int = 0
+        cls,
+        url: str,
+        timeout_s: float,
+        on_timeout: Callable[[RedisError], None] | None = None,
+        near_bytes: int = 0,
+        known_prefix: bytes | None = None,
+        known_keys: int = 0,
     ) -> FastReads | None:
         """A reader for a redis://, rediss:// or unix:// URL, or None for a URL with options it does not take on."""
         options = parse_url(url)
@@ -285,6 +348,8 @@ class FastReads:
             timeout_s=timeout_s,
             on_timeout=on_timeout,
             near_bytes=near_bytes,
+            known_prefix=known_prefix,
+            known_keys=known_keys,
         )
 
     def near_bytes(self) -> int:
@@ -292,6 +357,19 @@ class FastReads:
 
     def near_entries(self) -> int:
         return len(self.near) if self.near is not None else 0
+
+    def known_ready(self) -> bool:
+        """Whether the miss filter is built on the current connection (it answers while that connection is fresh)."""
+        connection = self._connection
+        return connection is not None and connection.known is not None
+
+    def expect(self, key: bytes) -> None:
+        """Add a key this process is about to write: its push follows the write, and a lookup in between would miss."""
+        connection = self._connection
+        if connection is not None:
+            for known in (connection.known, connection.filling):
+                if known is not None:
+                    known.add(key)
 
     def _now(self) -> float:
         loop = self.loop
@@ -304,16 +382,22 @@ class FastReads:
         reply, when it comes, is dropped. It fails the reply's future from a timer rather than wrapping the call in
         `asyncio.timeout()`, which on a cold path costs three times as much (benchmarks/cold_calls.py).
 
-        A value in the near cache is returned at once, without a round trip (see the module's text)."""
+        A value in the near cache is returned at once, and so is None for a key the miss filter has never seen, both
+        without a round trip (see the module's text)."""
         connection = self._connection
-        near = self.near
-        if near is not None and connection is not None and connection.tracking:
+        if connection is not None and connection.tracking:
             assert self.loop is not None
             if self.loop.time() - connection.heard < NEAR_FRESH_S:
-                held = near.get(key)
-                if held is not None:
-                    self.near_hits += 1
-                    return held[0]
+                near = self.near
+                if near is not None:
+                    held = near.get(key)
+                    if held is not None:
+                        self.near_hits += 1
+                        return held[0]
+                known = connection.known
+                if known is not None and key not in known and key.startswith(self.known_prefix):
+                    self.known_skips += 1
+                    return None
         left_s = budget_s
         if connection is None or connection.lost:
             started = asyncio.get_running_loop().time()
@@ -327,8 +411,7 @@ class FastReads:
             self._timed_out(connection, f"{MAX_IN_FLIGHT} commands sent to Redis are unanswered")
             raise RedisTimeoutError("Redis is not answering")
         future = connection.send_get(key)
-        if self._watchdog is None:
-            self._watchdog = loop.call_at(loop.time() + self._timeout_s, self._check)
+        self._arm()
         if left_s is None or budget_s is None:
             reply = await future
         else:
@@ -341,6 +424,11 @@ class FastReads:
             raise ResponseError(str(reply))
         return cast(bytes | None, reply)
 
+    async def open(self) -> None:
+        """Open the connection now rather than at the first read (with the miss filter, its SCAN starts)."""
+        if self._connection is None or self._connection.lost:
+            await self._connect()
+
     def close(self) -> None:
         if self._watchdog is not None:
             self._watchdog.cancel()
@@ -349,6 +437,8 @@ class FastReads:
             self._connecting.cancel()
         if self._connection is not None:
             self._connection.fail(RedisConnectionError("the gateway is closing its Redis connection"))
+        for scan in self._scans:
+            scan.cancel()
 
     def forget(self, connection: _Connection) -> None:
         """A lost connection: its invalidations stop, so the near cache it kept true goes with it."""
@@ -356,6 +446,12 @@ class FastReads:
             self._connection = None
         if self.near is not None:
             self.near.clear()
+
+    def _arm(self) -> None:
+        """Arm the watchdog for a command just sent, unless it is armed already."""
+        if self._watchdog is None:
+            assert self.loop is not None
+            self._watchdog = self.loop.call_at(self.loop.time() + self._timeout_s, self._check)
 
     def _check(self) -> None:
         """The watchdog: fail the connection if its oldest command has waited `timeout_s` (armed while any wait)."""
@@ -412,7 +508,7 @@ class FastReads:
                     for reply in replies:
                         if isinstance(reply, hiredis.ReplyError):
                             raise _refused(where, str(reply))
-                if self.near is not None:
+                if self.near is not None or self.known_keys:
                     await self._track(connection, where)
         except BaseException as exc:
             if connection is not None:
@@ -425,21 +521,84 @@ class FastReads:
                 raise RedisConnectionError(f"cannot connect to Redis at {where}: {exc.strerror or exc}") from None
             raise
         self._connection = connection
+        if connection.tracking and self.known_keys:
+            self._build(connection)
         return connection
 
     async def _track(self, connection: _Connection, where: str) -> None:
-        """RESP3 and CLIENT TRACKING ON for the near cache; a Redis that refuses either leaves it off."""
-        for command in (_command(b"HELLO", b"3"), _command(b"CLIENT", b"TRACKING", b"ON")):
+        """RESP3 and CLIENT TRACKING ON for the near cache, in broadcast mode on the prefix for the miss filter; a Redis
+        that refuses either leaves both off."""
+        tracking = [b"CLIENT", b"TRACKING", b"ON"]
+        if self.known_keys:
+            tracking += [b"BCAST", b"PREFIX", self.known_prefix]
+            # Filled from the first push on, which may be read together with the reply that turns tracking on.
+            connection.filling = self._new_filter()
+        for command in (_command(b"HELLO", b"3"), _command(*tracking)):
             reply = await connection.send(command, 1)[0]
             if isinstance(reply, hiredis.ReplyError):
+                connection.filling = None
                 if not self._near_refused:
                     self._near_refused = True
                     logger.warning(
-                        "redis does not do client tracking: the near cache is off, every exact lookup is a round trip",
+                        "redis does not do client tracking: the near cache and the miss filter are off, every exact "
+                        "lookup is a round trip",
                         extra={"redis": where, "error": str(reply)},
                     )
                 return
         connection.tracking = True
+
+    def _new_filter(self) -> Bloom:
+        return Bloom(self.known_keys, KNOWN_FALSE_POSITIVES)
+
+    def _build(self, connection: _Connection) -> None:
+        """Start a SCAN that fills a new miss filter (the first on a connection, or a rebuild beside the one in use)."""
+        if connection.lost:
+            return
+        connection.rebuild = None
+        if connection.filling is None:
+            connection.filling = self._new_filter()  # before the first SCAN: every push from now on goes in it
+        assert self.loop is not None
+        scan = self.loop.create_task(self._scan(connection))
+        self._scans.add(scan)
+        scan.add_done_callback(self._scans.discard)
+
+    async def _scan(self, connection: _Connection) -> None:
+        assert self.loop is not None
+        match = _glob_escape(self.known_prefix) + b"*"
+        cursor = b"0"
+        try:
+            while True:
+                sent = connection.send(_command(b"SCAN", cursor, b"MATCH", match, b"COUNT", SCAN_COUNT), 1)[0]
+                self._arm()
+                reply = await sent
+                filling = connection.filling
+                if filling is None:  # the connection was lost
+                    return
+                if isinstance(reply, hiredis.ReplyError):
+                    connection.filling = None
+                    if not self._scan_refused:
+                        self._scan_refused = True
+                        logger.warning(
+                            "redis refused SCAN: the exact cache's miss filter is off, every exact lookup is a round "
+                            "trip",
+                            extra={"error": str(reply)},
+                        )
+                    return
+                cursor, keys = reply
+                filling.update(keys)
+                if cursor == b"0":
+                    break
+        except RedisError:
+            return  # the connection failed; the next one scans again
+        connection.known, connection.filling = connection.filling, None
+        self.known_builds += 1
+        spread = KNOWN_REBUILD_S * (0.9 + 0.2 * random.random())
+        connection.rebuild = self.loop.call_later(spread, self._build, connection)
+
+
+def _glob_escape(prefix: bytes) -> bytes:
+    """The prefix as a SCAN MATCH pattern that matches it literally."""
+    return re.sub(rb"([*?\[\]\\])", rb"\\\1", prefix)
 
 
 def _expires_at(key: bytes, entry: tuple[bytes, float, int], now: float) -> float:

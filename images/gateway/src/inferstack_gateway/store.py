@@ -66,7 +66,12 @@ class RedisStore:
         # The exact lookup's GETs, pipelined on one connection (resp.py); None for a URL with options only redis-py
         # takes, and then redis-py reads them too.
         self.reads = FastReads.from_url(
-            config.url, timeout, on_timeout=lambda exc: self.failed("get", exc), near_bytes=config.near_cache_mb << 20
+            config.url,
+            timeout,
+            on_timeout=lambda exc: self.failed("get", exc),
+            near_bytes=config.near_cache_mb << 20,
+            known_prefix=f"{self.prefix}x:".encode(),
+            known_keys=config.miss_filter_keys,
         )
         metrics.redis_up.set(1)
 
@@ -166,7 +171,10 @@ class RedisStore:
         """Store an answer under its exact key (ttl_s) and/or in the semantic index (vector, tenant, partition, ttl)."""
         pipe = self.client.pipeline(transaction=False)
         if ttl_s is not None:
-            pipe.set(f"{self.prefix}x:{exact_key}", value, ex=ttl_s)
+            key = f"{self.prefix}x:{exact_key}"
+            if self.reads is not None:
+                self.reads.expect(key.encode())  # Redis's push for this write comes a round trip after it
+            pipe.set(key, value, ex=ttl_s)
         if semantic is not None:
             vector, tenant_tag, partition, semantic_ttl_s = semantic
             doc = f"{self.documents}{exact_key}"

@@ -1,0 +1,334 @@
+"""The exact lookup's miss filter (resp.py): a Bloom filter of the keys Redis holds, so a miss costs no round trip.
+
+Each test runs the reader against a real Redis and writes keys behind its back through another client, as another
+gateway replica would. What must never happen is a key that Redis holds being answered as a miss once the writer's
+push has been read: every test that writes checks the reads against Redis's own GET count and values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import pytest
+import redis.asyncio as aioredis
+from gateway_harness import RedisServer, run_on_uvloop
+
+from inferstack_gateway import resp
+from inferstack_gateway.resp import FastReads
+
+PREFIX = b"p:x:"
+
+
+def filtered_reads(url: str, *, near_bytes: int = 0, keys: int = 10_000, timeout_s: float = 0.5) -> FastReads:
+    reader = FastReads.from_url(url, timeout_s, near_bytes=near_bytes, known_prefix=PREFIX, known_keys=keys)
+    assert reader is not None and reader.known_keys == keys
+    return reader
+
+
+def gets_served(server: RedisServer) -> int:
+    stats = server.command("INFO", "commandstats")
+    return int(stats.get("cmdstat_get", {}).get("calls", 0))
+
+
+async def settle() -> None:
+    """Let a push from Redis reach the reader (one loopback round trip, with room for a busy box)."""
+    await asyncio.sleep(0.05)
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.005)
+
+
+async def built(reader: FastReads) -> None:
+    """The first read opens the connection and starts the SCAN; wait until the filter answers."""
+    await reader.get(PREFIX + b"opening-read")
+    await until(reader.known_ready)
+
+
+def test_keys_already_there_are_found_and_a_key_never_written_costs_no_round_trip(own_redis: RedisServer) -> None:
+    for i in range(50):
+        own_redis.command("SET", PREFIX + b"old:%d" % i, b"v%d" % i)
+
+    async def main() -> tuple[list[bytes | None], list[bytes | None], int, int, int]:
+        reader = filtered_reads(own_redis.url)
+        try:
+            await built(reader)
+            served_before = gets_served(own_redis)
+            found = [await reader.get(PREFIX + b"old:%d" % i) for i in range(50)]
+            served_found = gets_served(own_redis) - served_before
+            missing = [await reader.get(PREFIX + b"new:%d" % i) for i in range(200)]
+            served_missing = gets_served(own_redis) - served_before - served_found
+            return found, missing, served_found, served_missing, reader.known_skips
+        finally:
+            reader.close()
+
+    found, missing, served_found, served_missing, skips = run_on_uvloop(main)
+    assert found == [b"v%d" % i for i in range(50)]
+    assert served_found == 50  # every held key is read from Redis
+    assert missing == [None] * 200
+    # At 1% false positives a few of the 200 may still go to Redis; nearly all are answered here.
+    assert served_missing <= 12 and skips == 200 - served_missing
+
+
+def test_the_filter_answers_only_once_its_scan_is_complete(
+    own_redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A SCAN of 10 keys a step over 3,000 keys takes many round trips: until the last, every lookup goes to Redis.
+    monkeypatch.setattr(resp, "SCAN_COUNT", b"10")
+    own_redis.command("EVAL", "for i=1,3000 do redis.call('SET', KEYS[1] .. i, 'v') end", "1", PREFIX + b"bulk:")
+
+    async def main() -> tuple[int, bool, int, int]:
+        reader = filtered_reads(own_redis.url)
+        try:
+            served_before = gets_served(own_redis)
+            await reader.get(PREFIX + b"absent:0")  # opens the connection, starts the SCAN
+            early = 0
+            while not reader.known_ready():
+                await reader.get(PREFIX + b"absent:%d" % early)
+                early += 1
+            served_early = gets_served(own_redis) - served_before
+            bulk = [await reader.get(PREFIX + b"bulk:%d" % i) for i in range(1, 3001)]
+            assert bulk == [b"v"] * 3000
+            return early, reader.known_ready(), served_early, reader.known_builds
+        finally:
+            reader.close()
+
+    early, ready, served_early, builds = run_on_uvloop(main)
+    assert early > 0 and ready and builds == 1
+    assert served_early == early + 1  # none was answered before the SCAN was done
+
+
+def test_keys_written_by_another_client_during_and_after_the_scan_are_never_taken_for_misses(
+    own_redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The writer runs from before the reader connects until after its filter is built: keys written while tracking
+    # turns on, while the SCAN walks the keyspace and after it, each read back once its push has been read.
+    monkeypatch.setattr(resp, "SCAN_COUNT", b"20")
+    own_redis.command("EVAL", "for i=1,2000 do redis.call('SET', KEYS[1] .. i, 'v') end", "1", PREFIX + b"filler:")
+
+    async def main() -> tuple[int, list[bytes], list[bytes | None]]:
+        reader = filtered_reads(own_redis.url)
+        other = aioredis.Redis.from_url(own_redis.url)
+        written: list[bytes] = []
+        stop = asyncio.Event()
+
+        async def write() -> None:
+            i = 0
+            while not stop.is_set():
+                key = PREFIX + b"live:%d" % i
+                await other.set(key, key)
+                written.append(key)
+                i += 1
+
+        try:
+            writer = asyncio.create_task(write())
+            await asyncio.sleep(0.02)
+            await built(reader)
+            await asyncio.sleep(0.1)
+            stop.set()
+            await writer
+            await settle()
+            return len(written), written, [await reader.get(key) for key in written]
+        finally:
+            reader.close()
+            await other.aclose()
+
+    count, written, values = run_on_uvloop(main)
+    assert count > 50
+    assert values == written  # each key's value is its own name: none answered as a miss
+
+
+def test_a_flush_empties_it_and_what_is_written_after_is_found(own_redis: RedisServer) -> None:
+    own_redis.command("SET", PREFIX + b"a", b"one")
+
+    async def main() -> tuple[bytes | None, int, bytes | None, int]:
+        reader = filtered_reads(own_redis.url)
+        other = aioredis.Redis.from_url(own_redis.url)
+        try:
+            await built(reader)
+            assert await reader.get(PREFIX + b"a") == b"one"
+            await other.flushall()
+            await settle()
+            served = gets_served(own_redis)
+            after_flush = await reader.get(PREFIX + b"a")  # gone, and known to be: no round trip
+            served_after_flush = gets_served(own_redis) - served
+            await other.set(PREFIX + b"a", b"two")
+            await settle()
+            return after_flush, served_after_flush, await reader.get(PREFIX + b"a"), reader.known_skips
+        finally:
+            reader.close()
+            await other.aclose()
+
+    after_flush, served_after_flush, rewritten, skips = run_on_uvloop(main)
+    assert after_flush is None and served_after_flush == 0 and skips >= 1
+    assert rewritten == b"two"
+
+
+def test_a_lost_connection_drops_it_and_the_next_connection_scans_again(own_redis: RedisServer) -> None:
+    own_redis.command("SET", PREFIX + b"k", b"before")
+
+    async def main() -> tuple[bool, bytes | None, int]:
+        reader = filtered_reads(own_redis.url)
+        try:
+            await built(reader)
+            assert await reader.get(PREFIX + b"k") == b"before"
+            own_redis.stop()  # its pushes stop with it: a write while it is gone would go unseen
+            await until(lambda: reader._connection is None)
+            ready_when_lost = reader.known_ready()
+            own_redis.start()  # a Redis with other data, as after a failover to another node
+            own_redis.command("SET", PREFIX + b"elsewhere", b"there")
+            await built(reader)
+            return ready_when_lost, await reader.get(PREFIX + b"elsewhere"), reader.known_builds
+        finally:
+            reader.close()
+
+    ready_when_lost, elsewhere, builds = run_on_uvloop(main)
+    assert not ready_when_lost
+    assert elsewhere == b"there" and builds == 2
+
+
+def test_a_rebuild_drops_deleted_keys_and_keeps_what_is_written_meanwhile(
+    own_redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(resp, "KNOWN_REBUILD_S", 0.2)
+    own_redis.command("SET", PREFIX + b"doomed", b"v")
+
+    async def main() -> tuple[int, int, int, bytes | None]:
+        reader = filtered_reads(own_redis.url)
+        other = aioredis.Redis.from_url(own_redis.url)
+        try:
+            await built(reader)
+            await other.delete(PREFIX + b"doomed")
+            await settle()
+            served = gets_served(own_redis)
+            await reader.get(PREFIX + b"doomed")  # pushed for its deletion: still in the filter, so a round trip
+            before_rebuild = gets_served(own_redis) - served
+            await until(lambda: reader.known_builds >= 2)
+            await other.set(PREFIX + b"fresh", b"new")
+            await settle()
+            served = gets_served(own_redis)
+            await reader.get(PREFIX + b"doomed")
+            after_rebuild = gets_served(own_redis) - served
+            return before_rebuild, after_rebuild, reader.known_builds, await reader.get(PREFIX + b"fresh")
+        finally:
+            reader.close()
+            await other.aclose()
+
+    before_rebuild, after_rebuild, builds, fresh = run_on_uvloop(main)
+    assert before_rebuild == 1 and after_rebuild == 0 and builds >= 2
+    assert fresh == b"new"
+
+
+def test_keys_outside_the_prefix_always_go_to_redis_and_are_not_kept_in_the_near_cache(
+    own_redis: RedisServer,
+) -> None:
+    own_redis.command("SET", b"other:k", b"v")
+    own_redis.command("SET", PREFIX + b"k", b"w")
+
+    async def main() -> tuple[list[bytes | None], int, int]:
+        reader = filtered_reads(own_redis.url, near_bytes=1 << 20)
+        try:
+            await built(reader)
+            served = gets_served(own_redis)
+            values = [await reader.get(b"other:k") for _ in range(3)] + [await reader.get(b"other:absent")]
+            values += [await reader.get(PREFIX + b"k") for _ in range(3)]  # under the prefix: kept, one round trip
+            return values, gets_served(own_redis) - served, reader.near_hits
+        finally:
+            reader.close()
+
+    values, served, near_hits = run_on_uvloop(main)
+    assert values == [b"v", b"v", b"v", None, b"w", b"w", b"w"]
+    assert served == 5 and near_hits == 2
+
+
+def test_a_connection_gone_quiet_is_not_trusted(stoppable_redis: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Silence could be a cut with no reset, hiding pushes: past NEAR_FRESH_S the lookup goes to Redis again.
+    monkeypatch.setattr(resp, "NEAR_FRESH_S", 0.2)
+
+    async def main() -> tuple[int, int]:
+        reader = filtered_reads(stoppable_redis.url)
+        try:
+            await built(reader)
+            served = gets_served(stoppable_redis)
+            await reader.get(PREFIX + b"absent")
+            fresh = gets_served(stoppable_redis) - served
+            await asyncio.sleep(0.3)
+            served = gets_served(stoppable_redis)
+            await reader.get(PREFIX + b"absent")
+            return fresh, gets_served(stoppable_redis) - served
+        finally:
+            reader.close()
+
+    fresh, quiet = run_on_uvloop(main)
+    assert fresh == 0 and quiet == 1
+
+
+def test_a_redis_that_refuses_scan_leaves_it_off_says_so_once_and_still_reads(caplog: pytest.LogCaptureFixture) -> None:
+    server = RedisServer()
+    server.start()
+    try:
+        server.command("ACL", "SETUSER", "default", "-scan")
+        server.command("SET", PREFIX + b"k", b"v")
+
+        async def main() -> tuple[list[bytes | None], int, bool]:
+            reader = filtered_reads(server.url)
+            try:
+                values = [await reader.get(PREFIX + b"k"), await reader.get(PREFIX + b"absent")]
+                await asyncio.sleep(0.1)
+                values += [await reader.get(PREFIX + b"k"), await reader.get(PREFIX + b"absent")]
+                assert reader._connection is not None
+                reader._connection.fail(resp.RedisConnectionError("dropped by the test"))
+                values.append(await reader.get(PREFIX + b"absent"))  # refused again on a new connection, not logged
+                await asyncio.sleep(0.1)
+                return values, gets_served(server), reader.known_ready()
+            finally:
+                reader.close()
+
+        with caplog.at_level(logging.WARNING, logger="inferstack_gateway.resp"):
+            values, served, ready = run_on_uvloop(main)
+        assert values == [b"v", None, b"v", None, None]
+        assert served == 5 and not ready
+        assert len([r for r in caplog.records if "refused SCAN" in r.getMessage()]) == 1
+    finally:
+        server.cleanup()
+
+
+def test_a_prefix_with_glob_characters_is_scanned_literally(own_redis: RedisServer) -> None:
+    prefix = b"we*ird?[x]\\:x:"
+    own_redis.command("SET", prefix + b"k", b"v")
+    own_redis.command("SET", b"weXirdY[x]\\:x:k", b"not under the prefix")
+
+    async def main() -> tuple[bytes | None, bytes | None, int]:
+        reader = FastReads.from_url(own_redis.url, 0.5, known_prefix=prefix, known_keys=1000)
+        assert reader is not None
+        try:
+            await reader.get(prefix + b"opening")
+            await until(reader.known_ready)
+            return await reader.get(prefix + b"k"), await reader.get(prefix + b"absent"), reader.known_skips
+        finally:
+            reader.close()
+
+    found, absent, skips = run_on_uvloop(main)
+    assert found == b"v" and absent is None and skips == 1
+
+
+@pytest.mark.parametrize(("keys", "flags"), [(10_000, b" flags=tB "), (0, b" flags=t ")])
+def test_on_it_tracks_in_broadcast_mode_and_off_tracking_stays_as_the_near_cache_had_it(
+    own_redis: RedisServer, keys: int, flags: bytes
+) -> None:
+    async def main() -> bytes:
+        reader = FastReads.from_url(own_redis.url, 0.5, near_bytes=1 << 20, known_prefix=PREFIX, known_keys=keys)
+        assert reader is not None and reader.known_keys == keys
+        try:
+            await reader.get(PREFIX + b"k")
+            return own_redis.command("CLIENT", "LIST")
+        finally:
+            reader.close()
+
+    clients = run_on_uvloop(main)
+    (line,) = [line for line in clients.split(b"\n") if b" resp=3" in line]
+    assert flags in line  # t: tracking; B: broadcast
