@@ -344,7 +344,7 @@ def test_embeddings_down_or_slow_skips_the_semantic_cache(
     )
     assert raw.http_response.status_code == 200 and raw.headers["x-inferstack-cache"] == "miss"
     reason = "embeddings" if fault == "down" else "budget"
-    assert gw.metric("inferstack_gateway_cache_skipped_total", kind="semantic", reason=reason) == 1
+    assert wait_for(lambda: gw.metric("inferstack_gateway_cache_skipped_total", kind="semantic", reason=reason) == 1)
     if fault == "slow":
         # The embedding finished after the budget; the write-back still files the answer in the semantic index.
         assert wait_for(lambda: gw.metric("inferstack_gateway_cache_writes_total", kind="semantic", outcome="stored"))
@@ -368,7 +368,9 @@ def test_a_prompt_longer_than_the_embedding_window_skips_the_semantic_cache_with
     assert ask("Summarize the following store inventory report for the weekly meeting, please: " * 2) == "miss"
     # THEN it is answered without an embeddings call, and counted as skipped for its length
     assert embeddings_server.control.calls == 0
-    assert gw.metric("inferstack_gateway_cache_skipped_total", kind="semantic", reason="too_long") == 1
+    assert wait_for(
+        lambda: gw.metric("inferstack_gateway_cache_skipped_total", kind="semantic", reason="too_long") == 1
+    )
     # AND the next short prompt still gets a semantic lookup (the endpoint was not marked down)
     assert ask("What is the capital of France?") == "miss"
     assert embeddings_server.control.calls >= 1
@@ -396,7 +398,9 @@ def test_an_input_the_estimate_let_through_but_the_model_refuses_does_not_take_t
     assert ask(chinese) == "miss"
     assert embeddings_server.control.calls == 1
     # THEN the refusal is counted as the input's length, not as an outage
-    assert gw.metric("inferstack_gateway_cache_skipped_total", kind="semantic", reason="too_long") == 1
+    assert wait_for(
+        lambda: gw.metric("inferstack_gateway_cache_skipped_total", kind="semantic", reason="too_long") == 1
+    )
     # AND the next short prompt still gets its semantic lookup
     assert ask("What is the capital of Italy?") == "miss"
     assert embeddings_server.control.calls == 2
@@ -406,7 +410,9 @@ def test_an_input_the_estimate_let_through_but_the_model_refuses_does_not_take_t
     assert ask("What is the capital of Spain?") == "miss"
     assert ask("What is the capital of Greece?") == "miss"
     assert embeddings_server.control.calls == 3
-    assert gw.metric("inferstack_gateway_cache_skipped_total", kind="semantic", reason="embeddings") == 2
+    assert wait_for(
+        lambda: gw.metric("inferstack_gateway_cache_skipped_total", kind="semantic", reason="embeddings") == 2
+    )
 
 
 def test_a_slow_semantic_lookup_does_not_block_other_requests(

@@ -466,7 +466,9 @@ def test_an_embedding_with_nulls_skips_the_semantic_cache_and_readyz_says_down(
         raw = ask(gw, "What is the capital of France?", temperature=0)
         # THEN it is answered by the upstream, the semantic stage skipped (it was a 500: the gateway failed)
         assert raw.http_response.status_code == 200 and raw.headers["x-inferstack-cache"] == "miss"
-        assert gw.metric("inferstack_gateway_cache_skipped_total", kind="semantic", reason="embeddings") == 1
+        assert wait_for(
+            lambda: gw.metric("inferstack_gateway_cache_skipped_total", kind="semantic", reason="embeddings") == 1
+        )
         # AND /readyz says the service is down: it answers nothing the semantic cache can use
         assert _readyz(gw)["embeddings"] == "down"
     finally:

@@ -113,6 +113,11 @@ class Gateway:
         self.metrics.in_flight.set_function(lambda: self._in_flight)
         self._exact_lookup_seconds = self.metrics.cache_lookup.labels("exact")
         self._semantic_lookup_seconds = self.metrics.cache_lookup.labels("semantic")
+        # The skips counted on the path to the first token (others are counted where they happen).
+        self._skipped = {
+            labels: self.metrics.cache_skipped.labels(*labels)
+            for labels in (("semantic", "too_long"), ("semantic", "embeddings"), ("exact", "budget"))
+        }
         # Label children resolved once: a labels() call takes a lock and validates on every request.
         self._model_metrics = {
             (alias, kind): (self.metrics.ttft.labels(alias, kind), self.metrics.itl.labels(alias))
@@ -207,8 +212,8 @@ class Gateway:
             asked.inc()
         elapsed = time.perf_counter() - exchange.started
         if exchange.observations is not None:
-            for histogram, value in exchange.observations:
-                histogram.observe(value)
+            for record, value in exchange.observations:
+                record(value)
         if self.config.server.access_log:
             self._defer(lambda: _access_log(exchange, elapsed))
         if exchange.span is not None and self.tracer is not None:
@@ -474,10 +479,10 @@ class Gateway:
         window = self.config.embeddings.max_input_tokens
         if semantic and window is not None and request.single_turn_tokens_estimate > window:
             semantic = False  # longer than the embedding model reads: the endpoint would refuse it
-            self.metrics.cache_skipped.labels("semantic", "too_long").inc()
+            exchange.count_later(self._skipped["semantic", "too_long"])
         if semantic and self.embedder is not None and not self.embedder.available():
             semantic = False  # the embeddings endpoint failed a moment ago: skipping it costs nothing
-            self.metrics.cache_skipped.labels("semantic", "embeddings").inc()
+            exchange.count_later(self._skipped["semantic", "embeddings"])
         if semantic and not overloaded and self._redis_ok():
             assert keys is not None and request.single_turn_text is not None
             looked_up = True
@@ -598,7 +603,8 @@ class Gateway:
         try:
             if leased:
                 assert exact is not None
-                cached = await store.get_exact(exact.exact, budget_s)  # applies the budget itself, at less cost
+                if not store.exact_absent(exact.exact):  # most lookups are misses: the filter answers them here
+                    cached = await store.get_exact(exact.exact, budget_s)  # applies the budget itself, at less cost
             else:
                 async with asyncio.timeout(budget_s):
                     refused, cached = await limiter.admit(principal, tokens, exact.exact if exact else None)
@@ -607,7 +613,7 @@ class Gateway:
         except TimeoutError:
             # An overrun skips this stage only: under load the event loop itself can lag past a few ms, and
             # treating that as an outage would turn every hit into upstream traffic for retry_after_ms.
-            self.metrics.cache_skipped.labels("exact", "budget").inc()
+            exchange.count_later(self._skipped["exact", "budget"])
         except (RedisError, OSError) as exc:
             store.failed("admit", exc)
         if exact is not None and answered:

@@ -5,6 +5,7 @@ It sits below both app.py and tracing.py, so that tracing depends on nothing abo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,8 +37,9 @@ class Exchange:
     span: Any = None
     """The request's OpenTelemetry span, when tracing is on."""
     detail: dict[str, Any] = field(default_factory=dict)
-    observations: list[tuple[Any, float]] | None = None
-    """(histogram child, value) pairs measured before the answer went out and observed after it (`observe_later`)."""
+    observations: list[tuple[Callable[[float], None], float]] | None = None
+    """(a histogram child's observe or a counter child's inc, value) pairs measured before the answer went out and
+    recorded after it (`observe_later`, `count_later`)."""
 
     def observe_later(self, histogram: Any, value: float) -> None:
         """Record a measurement now and put it in `histogram` once the response has been sent.
@@ -46,6 +48,13 @@ class Exchange:
         a cold path such as one request every few tens of milliseconds (benchmarks/cold_calls.py), and none of it
         need be spent before the client has its answer."""
         if self.observations is None:
-            self.observations = [(histogram, value)]
+            self.observations = [(histogram.observe, value)]
         else:
-            self.observations.append((histogram, value))
+            self.observations.append((histogram.observe, value))
+
+    def count_later(self, counter: Any) -> None:
+        """Add one to `counter` (a counter child) once the response has been sent, as `observe_later` does."""
+        if self.observations is None:
+            self.observations = [(counter.inc, 1)]
+        else:
+            self.observations.append((counter.inc, 1))

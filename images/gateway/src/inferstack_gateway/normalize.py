@@ -330,13 +330,36 @@ def _digest(material: Any) -> str:
     return hashlib.sha256(orjson.dumps(material, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-@dataclass(frozen=True, slots=True)
 class CacheKeys:
-    exact: str
-    """Hex digest over tenant, model version, prompt version, tier, output-relevant parameters and the prompt."""
-    partition: str
-    """Semantic partition: the same, minus the user message (system and developer messages included)."""
-    tenant_tag: str
+    """A request's cache keys. Only the exact key is taken before the first token on every cacheable request; the
+    semantic stage's two are digested when first asked for (by a semantic lookup or a write-back), since a cold
+    digest costs tens of microseconds (benchmarks/cold_calls.py) and a request whose semantic stage is skipped needs
+    neither before its answer."""
+
+    __slots__ = ("_instructions", "_partition", "_scope", "_tenant", "_tenant_tag", "exact")
+
+    def __init__(self, scope: list[Any], prompt: Any, instructions: Any, tenant: str) -> None:
+        self.exact: str = _digest([*scope, prompt])
+        """Hex digest over tenant, model version, prompt version, tier, output-relevant parameters and the prompt."""
+        self._scope = scope
+        self._instructions = instructions
+        self._tenant = tenant
+        self._partition: str | None = None
+        self._tenant_tag: str | None = None
+
+    @property
+    def partition(self) -> str:
+        """Semantic partition: the exact key's material minus the user message (system and developer messages
+        included)."""
+        if self._partition is None:
+            self._partition = _digest([*self._scope, self._instructions])
+        return self._partition
+
+    @property
+    def tenant_tag(self) -> str:
+        if self._tenant_tag is None:
+            self._tenant_tag = hashlib.sha256(self._tenant.encode()).hexdigest()[:32]
+        return self._tenant_tag
 
 
 def cache_keys(
@@ -344,11 +367,7 @@ def cache_keys(
 ) -> CacheKeys:
     params = {k: v for k, v in request.body.items() if k not in NON_OUTPUT_FIELDS and k not in ("messages", "prompt")}
     scope = [KEY_SCHEMA, request.kind, tenant, alias, model_version, prompt_version, tier, params]
-    return CacheKeys(
-        exact=_digest([*scope, request.prompt]),
-        partition=_digest([*scope, request.instructions]),
-        tenant_tag=hashlib.sha256(tenant.encode()).hexdigest()[:32],
-    )
+    return CacheKeys(scope, request.prompt, request.instructions, tenant)
 
 
 def unknown_model(model: str, known: list[str]) -> GatewayError:

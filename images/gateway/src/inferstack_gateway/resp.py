@@ -363,6 +363,24 @@ class FastReads:
         connection = self._connection
         return connection is not None and connection.known is not None
 
+    def surely_absent(self, key: bytes) -> bool:
+        """Whether the miss filter answers that Redis does not hold `key`, with no round trip (counted when it does).
+
+        It answers only once built on the current connection and while that connection has been heard from within
+        `NEAR_FRESH_S`; a key outside its prefix is never absent to it. A key it lacks cannot be in the near cache
+        either (every key read is in it), so it is asked first."""
+        connection = self._connection
+        if connection is None:
+            return False
+        known = connection.known
+        if known is None or key in known or not key.startswith(self.known_prefix):
+            return False
+        assert self.loop is not None
+        if self.loop.time() - connection.heard >= NEAR_FRESH_S:
+            return False
+        self.known_skips += 1
+        return True
+
     def expect(self, key: bytes) -> None:
         """Add a key this process is about to write: its push follows the write, and a lookup in between would miss."""
         connection = self._connection
@@ -384,20 +402,17 @@ class FastReads:
 
         A value in the near cache is returned at once, and so is None for a key the miss filter has never seen, both
         without a round trip (see the module's text)."""
+        if self.surely_absent(key):
+            return None
         connection = self._connection
-        if connection is not None and connection.tracking:
+        near = self.near
+        if near is not None and connection is not None and connection.tracking:
             assert self.loop is not None
             if self.loop.time() - connection.heard < NEAR_FRESH_S:
-                near = self.near
-                if near is not None:
-                    held = near.get(key)
-                    if held is not None:
-                        self.near_hits += 1
-                        return held[0]
-                known = connection.known
-                if known is not None and key not in known and key.startswith(self.known_prefix):
-                    self.known_skips += 1
-                    return None
+                held = near.get(key)
+                if held is not None:
+                    self.near_hits += 1
+                    return held[0]
         left_s = budget_s
         if connection is None or connection.lost:
             started = asyncio.get_running_loop().time()

@@ -143,6 +143,12 @@ class RedisStore:
         result = await pipe.execute()
         return [int(total) for total in result[::2]]
 
+    def exact_absent(self, exact_key: str) -> bool:
+        """Whether the exact lookup's miss filter knows that Redis does not hold this key: a miss with no round trip
+        (resp.FastReads.surely_absent), answered without a coroutine."""
+        reads = self.reads
+        return reads is not None and reads.surely_absent(f"{self.prefix}x:{exact_key}".encode())
+
     async def get_exact(self, exact_key: str, budget_s: float) -> bytes | None:
         """The exact lookup: one GET, the only Redis command on a leased request's path (pipelined, resp.py).
 
