@@ -24,6 +24,9 @@ from typing import Any
 import gateway_bench as bench
 import uvloop
 from prometheus_client import CollectorRegistry, Gauge, Histogram
+from rbloom import Bloom
+
+from inferstack_gateway.normalize import cache_keys, parse_chat
 
 TRASH = bytearray(64 << 20)
 PAGE = 4096
@@ -64,6 +67,25 @@ def cases() -> dict[str, Callable[[], Awaitable[None]]]:
     async def sha256() -> None:
         hashlib.sha256(b"sk-an-api-key-of-usual-length-0123456789").hexdigest()
 
+    request = parse_chat(
+        {"model": "local", "messages": [{"role": "user", "content": "What is the capital of Kenya?"}],
+         "temperature": 0, "stream": True, "max_tokens": 16}
+    )  # fmt: skip
+    scope = {"tenant": "tenant-a", "alias": "local", "model_version": "v1", "prompt_version": "", "tier": "small"}
+
+    async def exact_key() -> None:
+        cache_keys(request, **scope)
+
+    async def all_keys() -> None:
+        keys = cache_keys(request, **scope)
+        keys.partition, keys.tenant_tag  # noqa: B018 (digested when read)
+
+    bloom = Bloom(1_000_000, 0.01)
+    bloom.update(b"inferstack:x:%064d" % i for i in range(1000))
+
+    async def bloom_miss() -> None:
+        b"inferstack:x:" + b"f" * 64 in bloom  # noqa: B015
+
     return {
         "nothing (the timer's own cost)": nothing,
         "int += 1": int_add,
@@ -74,6 +96,9 @@ def cases() -> dict[str, Callable[[], Awaitable[None]]]:
         "loop.call_at() + cancel()": call_at,
         "loop.create_task() + cancel()": task,
         "hashlib.sha256(key).hexdigest()": sha256,
+        "cache_keys(): the exact key only (a semantic stage skipped)": exact_key,
+        "cache_keys() with the semantic partition and tenant tag": all_keys,
+        "the miss filter's lookup (rbloom, a key it lacks)": bloom_miss,
     }
 
 
