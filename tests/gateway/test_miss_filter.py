@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any, cast
 
+import hiredis
 import pytest
 import redis.asyncio as aioredis
 from gateway_harness import RedisServer, run_on_uvloop
@@ -152,7 +154,7 @@ def test_a_flush_empties_it_and_what_is_written_after_is_found(own_redis: RedisS
             await built(reader)
             assert await reader.get(PREFIX + b"a") == b"one"
             await other.flushall()
-            await settle()
+            await until(lambda: reader.known_builds == 2)  # rebuilt by a new SCAN, of an empty database
             served = gets_served(own_redis)
             after_flush = await reader.get(PREFIX + b"a")  # gone, and known to be: no round trip
             served_after_flush = gets_served(own_redis) - served
@@ -194,7 +196,7 @@ def test_a_lost_connection_drops_it_and_the_next_connection_scans_again(own_redi
 def test_a_rebuild_drops_deleted_keys_and_keeps_what_is_written_meanwhile(
     own_redis: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(resp, "KNOWN_REBUILD_S", 0.2)
+    monkeypatch.setattr(resp, "KNOWN_REBUILD_S", 100.0)
     own_redis.command("SET", PREFIX + b"doomed", b"v")
 
     async def main() -> tuple[int, int, int, bytes | None]:
@@ -202,11 +204,15 @@ def test_a_rebuild_drops_deleted_keys_and_keeps_what_is_written_meanwhile(
         other = aioredis.Redis.from_url(own_redis.url)
         try:
             await built(reader)
+            connection = reader._connection
+            assert connection is not None and connection.rebuild is not None
+            assert 90 <= connection.rebuild.when() - asyncio.get_running_loop().time() <= 110  # the next, spread
             await other.delete(PREFIX + b"doomed")
             await settle()
             served = gets_served(own_redis)
             await reader.get(PREFIX + b"doomed")  # pushed for its deletion: still in the filter, so a round trip
             before_rebuild = gets_served(own_redis) - served
+            reader.rescan(connection)  # what that timer runs, now
             await until(lambda: reader.known_builds >= 2)
             await other.set(PREFIX + b"fresh", b"new")
             await settle()
@@ -332,3 +338,158 @@ def test_on_it_tracks_in_broadcast_mode_and_off_tracking_stays_as_the_near_cache
     clients = run_on_uvloop(main)
     (line,) = [line for line in clients.split(b"\n") if b" resp=3" in line]
     assert flags in line  # t: tracking; B: broadcast
+
+
+def test_a_flush_of_another_database_or_a_reload_never_hides_the_keys_still_held() -> None:
+    # Redis pushes "all keys" (a null list) for a flush of any database, and for DEBUG RELOAD and a replica's full
+    # resync, which then load keys that are never pushed one by one: the filter must walk the keys again.
+    server = RedisServer("--enable-debug-command", "yes")
+    server.start()
+    try:
+        server.command("SET", PREFIX + b"held", b"kept")
+
+        async def main() -> tuple[list[bytes | None], int]:
+            reader = filtered_reads(server.url)
+            other = aioredis.Redis.from_url(server.url.rsplit("/", 1)[0] + "/3")
+            try:
+                await built(reader)
+                seen = [await reader.get(PREFIX + b"held")]
+                await other.flushdb()  # database 3, not the reader's
+                await settle()
+                seen.append(await reader.get(PREFIX + b"held"))
+                await until(reader.known_ready)
+                seen.append(await reader.get(PREFIX + b"held"))
+                # DEBUG RELOAD saves and loads the data again: Redis empties and refills the keyspace unannounced
+                server.command("SET", PREFIX + b"saved-then-loaded", b"there")
+                builds = reader.known_builds
+                server.command("DEBUG", "RELOAD")
+                await until(lambda: reader.known_builds > builds)
+                seen += [await reader.get(PREFIX + b"held"), await reader.get(PREFIX + b"saved-then-loaded")]
+                return seen, reader.known_builds
+            finally:
+                reader.close()
+                await other.aclose()
+
+        seen, builds = run_on_uvloop(main)
+        assert seen == [b"kept", b"kept", b"kept", b"kept", b"there"]
+        assert builds == 3
+    finally:
+        server.cleanup()
+
+
+def test_a_key_this_process_writes_is_found_before_its_push_is_read(own_redis: RedisServer) -> None:
+    import redis
+
+    async def main() -> tuple[bytes | None, bytes | None]:
+        reader = filtered_reads(own_redis.url)
+        writer = redis.Redis.from_url(own_redis.url)  # blocking: the loop reads no push while it writes
+        try:
+            await built(reader)
+            reader.expect(PREFIX + b"mine")  # what the store does before its write-back
+            writer.set(PREFIX + b"mine", b"written")
+            writer.set(PREFIX + b"theirs", b"written")  # another replica's write: its push has not been read
+            theirs = await reader.get(PREFIX + b"theirs")  # answered at once: the loop has not run since the writes
+            return await reader.get(PREFIX + b"mine"), theirs
+        finally:
+            reader.close()
+            writer.close()
+
+    mine, theirs = run_on_uvloop(main)
+    assert mine == b"written"
+    assert theirs is None  # the one race the filter allows: a write whose push is still unread is a miss
+
+
+class Scripted(asyncio.Protocol):
+    """A RESP3 server that answers each command with what `answer(arguments)` returns."""
+
+    def __init__(self, answer: Callable[[list[bytes]], bytes], served: list[list[bytes]]) -> None:
+        self.answer = answer
+        self.served = served
+        self.buffer = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        reader = hiredis.Reader()
+        reader.feed(self.buffer)
+        self.buffer = b""
+        while (command := reader.gets()) is not False:
+            self.served.append(command)
+            self.transport.write(self.answer(command))
+
+
+async def scripted_server(answer: Callable[[list[bytes]], bytes], served: list[list[bytes]]) -> tuple[Any, str]:
+    server = await asyncio.get_running_loop().create_server(lambda: Scripted(answer, served), "127.0.0.1", 0)
+    return server, f"redis://127.0.0.1:{server.sockets[0].getsockname()[1]}/0"
+
+
+def test_a_scan_answered_with_loading_is_tried_again_until_it_completes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(resp, "SCAN_RETRY_S", 0.02)
+    served: list[list[bytes]] = []
+    scans = 0
+
+    def answer(command: list[bytes]) -> bytes:
+        nonlocal scans
+        if command[0] == b"HELLO":
+            return b"%1\r\n$5\r\nproto\r\n:3\r\n"
+        if command[0] == b"SCAN":
+            scans += 1
+            if scans <= 2:
+                return b"-LOADING Redis is loading the dataset in memory\r\n"
+            return b"*2\r\n$1\r\n0\r\n*1\r\n$7\r\np:x:old\r\n"
+        if command[0] == b"GET":
+            return b"$5\r\nvalue\r\n" if command[1] == b"p:x:old" else b"_\r\n"
+        return b"+OK\r\n"
+
+    async def main() -> tuple[list[bytes | None], int]:
+        server, url = await scripted_server(answer, served)
+        reader = filtered_reads(url)
+        try:
+            await built(reader)
+            return [await reader.get(PREFIX + b"old"), await reader.get(PREFIX + b"absent")], reader.known_skips
+        finally:
+            reader.close()
+            server.close()
+
+    values, skips = run_on_uvloop(main)
+    assert values == [b"value", None] and skips == 1
+    assert scans == 3
+    assert [b"CLIENT", b"TRACKING", b"ON", b"BCAST", b"PREFIX", PREFIX] in served
+
+
+def test_a_redis_without_broadcast_tracking_keeps_the_near_cache_and_says_so_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    served: list[list[bytes]] = []
+
+    def answer(command: list[bytes]) -> bytes:
+        if command[0] == b"HELLO":
+            return b"%1\r\n$5\r\nproto\r\n:3\r\n"
+        if command[:2] == [b"CLIENT", b"TRACKING"]:
+            return b"-ERR syntax error\r\n" if b"BCAST" in command else b"+OK\r\n"
+        if command[0] == b"GET":
+            return b"$5\r\nvalue\r\n"
+        if command[0] == b"PTTL":
+            return b":-1\r\n"
+        return b"-ERR unexpected\r\n"
+
+    async def main() -> tuple[list[bytes | None], int, bool]:
+        server, url = await scripted_server(answer, served)
+        reader = filtered_reads(url, near_bytes=1 << 20)
+        try:
+            values = [await reader.get(PREFIX + b"k") for _ in range(3)]
+            assert reader._connection is not None
+            reader._connection.fail(resp.RedisConnectionError("dropped by the test"))
+            values.append(await reader.get(PREFIX + b"k"))  # refused again on a new connection, not logged again
+            return values, reader.near_hits, reader.known_ready()
+        finally:
+            reader.close()
+            server.close()
+
+    with caplog.at_level(logging.WARNING, logger="inferstack_gateway.resp"):
+        values, near_hits, ready = run_on_uvloop(main)
+    assert values == [b"value"] * 4 and near_hits == 2 and not ready
+    assert not any(command[0] == b"SCAN" for command in served)
+    assert len([r for r in caplog.records if "refused broadcast tracking" in r.getMessage()]) == 1

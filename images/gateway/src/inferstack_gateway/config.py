@@ -128,12 +128,14 @@ class RedisConfig(_Frozen):
     so that a repeated hit costs no Redis round trip. Kept true by Redis's client tracking (RESP3 invalidations on
     every write, delete, expiry and flush, Redis 6 or later); a Redis that refuses it leaves this off. An entry is
     re-read at least every 60 s (SWAPDB is not invalidated). 0: off."""
-    miss_filter_keys: int = Field(default=1_000_000, ge=0, le=1_000_000_000)
+    miss_filter_keys: int = Field(default=1_000_000, ge=0, le=100_000_000)
     """Each worker keeps a Bloom filter of the exact-cache keys Redis holds, sized for this many keys at 1% false
     positives (1.2 MB at 1,000,000), so that a key Redis has never held is a miss with no round trip. Learned by a SCAN
     of the prefix when the lookup connection opens and again every hour, and kept up by Redis's client tracking in
     broadcast mode on that prefix (a push for every exact key written, deleted or expired, Redis 6 or later). Past this
-    many keys it still answers truly, with more round trips. 0: off, every exact lookup is a round trip."""
+    many keys it still answers truly, with more round trips. At most 100,000,000 (120 MB, twice that during a
+    rebuild). SWAPDB is not pushed: the keys it brings in are misses until the next rebuild. 0: off, every exact lookup
+    is a round trip."""
 
     @field_validator("url")
     @classmethod

@@ -53,13 +53,18 @@ push does not say which of these it was; a key added for its deletion only costs
 is on, a SCAN of the prefix adds the keys already there (SCAN returns every key present from its start to its end;
 one written meanwhile is pushed), and only when the SCAN is complete does the filter answer. So the filter holds a
 superset of Redis's keys: a key it lacks is absent, except one written by another replica so recently that its push
-has not been read yet (which is a miss either way: the lookup would have raced the write). It is never emptied by a
-push except a flush's, so deleted and expired keys stay in it until the next SCAN, `KNOWN_REBUILD_S` later, which
-builds a new filter beside it (pushes go to both) and replaces it when complete. The filter answers only under the
-near cache's own conditions (the connection alive, and heard from within `NEAR_FRESH_S`), and dies with its
-connection: a new connection scans again. Past `known_keys` keys it still answers truly, with more false positives
-(each one a round trip). With the filter on, the near cache keeps only keys under the prefix, the ones whose writes
-Redis pushes.
+has not been read yet (which is a miss either way: the lookup would have raced the write). Nothing is ever taken out
+of it, so deleted and expired keys stay in it until the next SCAN, `KNOWN_REBUILD_S` later, which builds a new filter
+beside it (pushes go to both) and replaces it when complete. A push with no key list (a flush of any database, but
+also DEBUG RELOAD and a replica's full resync, which load keys that are never pushed) stops the filter answering
+until a new SCAN is complete. A SCAN refused (NOPERM, an unknown command) leaves the filter off on that connection;
+another error (LOADING, BUSY) is tried again, `SCAN_RETRY_S` later and doubling. What no push reports is not seen:
+SWAPDB brings another database's keys in unannounced, and they are taken for misses (an upstream call, never a wrong
+answer) until the next rebuild. The filter answers only under the near cache's own conditions (the connection alive,
+and heard from within `NEAR_FRESH_S`), and dies with its connection: a new connection scans again. Past `known_keys`
+keys it still answers truly, with more false positives (each one a round trip). With the filter on, the near cache
+keeps only keys under the prefix, the ones whose writes Redis pushes; a Redis that refuses broadcast tracking
+(Dragonfly has none) leaves the filter off and the near cache on, with tracking in its default mode.
 """
 
 from __future__ import annotations
@@ -109,6 +114,11 @@ KNOWN_FALSE_POSITIVES = 0.01
 SCAN_COUNT = b"1000"
 """Keys Redis looks at per SCAN of the miss filter's build (each a command of well under a millisecond)."""
 
+SCAN_RETRY_S = 0.5
+SCAN_RETRY_MAX_S = 30.0
+"""A SCAN answered with an error other than a refusal (LOADING, BUSY) is tried again after SCAN_RETRY_S, doubling up to
+SCAN_RETRY_MAX_S."""
+
 _SUPPORTED = {"host", "port", "db", "username", "password", "path", "connection_class"}
 
 logger = logging.getLogger(__name__)
@@ -135,10 +145,13 @@ class _Connection(asyncio.Protocol):
         self._fill: tuple[Any, int] | None = (
             None  # a GET's reply and the owner's invalidation count then, until its PTTL
         )
-        # The miss filter that answers (set once a SCAN completed on this connection), and the one a SCAN is filling.
+        # The miss filter that answers (set once a SCAN completed on this connection), the one a SCAN is filling (a
+        # SCAN whose filter is no longer this one stops), the timer of the next rebuild or retry, and the SCANs that
+        # failed in a row.
         self.known: Bloom | None = None
         self.filling: Bloom | None = None
         self.rebuild: asyncio.TimerHandle | None = None
+        self.scan_failures = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -183,9 +196,12 @@ class _Connection(asyncio.Protocol):
         if keys is None:
             if near is not None:
                 near.clear()
-            for known in (self.known, self.filling):
-                if known is not None:
-                    known.clear()
+            if self.known is not None or self.filling is not None:
+                # Not only a flush of this database: a flush of any other, DEBUG RELOAD and a replica's full resync
+                # send it too, and the last two load keys that are never pushed. The filter stops answering until a
+                # new SCAN has walked the keys again.
+                self.known = None
+                self.owner.rescan(self)
             return
         if near is not None:
             for key in keys:
@@ -315,6 +331,7 @@ class FastReads:
         self.known_skips = 0  # lookups the filter answered as misses, with no round trip
         self.known_builds = 0  # SCANs completed
         self._scan_refused = False  # logged once
+        self._broadcast_refused = False  # logged once
         self._scans: set[asyncio.Task[None]] = set()
 
     @classmethod
@@ -536,48 +553,81 @@ class FastReads:
                 raise RedisConnectionError(f"cannot connect to Redis at {where}: {exc.strerror or exc}") from None
             raise
         self._connection = connection
-        if connection.tracking and self.known_keys:
-            self._build(connection)
+        if connection.filling is not None:
+            self._start_scan(connection, connection.filling)
         return connection
 
     async def _track(self, connection: _Connection, where: str) -> None:
-        """RESP3 and CLIENT TRACKING ON for the near cache, in broadcast mode on the prefix for the miss filter; a Redis
-        that refuses either leaves both off."""
-        tracking = [b"CLIENT", b"TRACKING", b"ON"]
+        """RESP3 and CLIENT TRACKING ON for the near cache, in broadcast mode on the prefix for the miss filter. A Redis
+        that refuses broadcast mode (Dragonfly has none) leaves the filter off and the near cache on; one that refuses
+        RESP3 or tracking leaves both off."""
+        reply = await connection.send(_command(b"HELLO", b"3"), 1)[0]
+        if isinstance(reply, hiredis.ReplyError):
+            self._refused_tracking(where, str(reply))
+            return
         if self.known_keys:
-            tracking += [b"BCAST", b"PREFIX", self.known_prefix]
             # Filled from the first push on, which may be read together with the reply that turns tracking on.
             connection.filling = self._new_filter()
-        for command in (_command(b"HELLO", b"3"), _command(*tracking)):
-            reply = await connection.send(command, 1)[0]
-            if isinstance(reply, hiredis.ReplyError):
-                connection.filling = None
-                if not self._near_refused:
-                    self._near_refused = True
-                    logger.warning(
-                        "redis does not do client tracking: the near cache and the miss filter are off, every exact "
-                        "lookup is a round trip",
-                        extra={"redis": where, "error": str(reply)},
-                    )
+            broadcast = _command(b"CLIENT", b"TRACKING", b"ON", b"BCAST", b"PREFIX", self.known_prefix)
+            reply = await connection.send(broadcast, 1)[0]
+            if not isinstance(reply, hiredis.ReplyError):
+                connection.tracking = True
                 return
+            connection.filling = None
+            if not self._broadcast_refused:
+                self._broadcast_refused = True
+                logger.warning(
+                    "redis refused broadcast tracking: the exact cache's miss filter is off, every exact lookup that "
+                    "the near cache cannot answer is a round trip",
+                    extra={"redis": where, "error": str(reply)},
+                )
+        reply = await connection.send(_command(b"CLIENT", b"TRACKING", b"ON"), 1)[0]
+        if isinstance(reply, hiredis.ReplyError):
+            self._refused_tracking(where, str(reply))
+            return
         connection.tracking = True
+
+    def _refused_tracking(self, where: str, error: str) -> None:
+        if not self._near_refused:
+            self._near_refused = True
+            logger.warning(
+                "redis does not do client tracking: the near cache and the miss filter are off, every exact lookup is "
+                "a round trip",
+                extra={"redis": where, "error": error},
+            )
 
     def _new_filter(self) -> Bloom:
         return Bloom(self.known_keys, KNOWN_FALSE_POSITIVES)
 
-    def _build(self, connection: _Connection) -> None:
-        """Start a SCAN that fills a new miss filter (the first on a connection, or a rebuild beside the one in use)."""
+    def rescan(self, connection: _Connection) -> None:
+        """Build a new miss filter with a new SCAN, beside the one in use if any (every push from now on goes in it):
+        the hourly rebuild, and a restart after a push that emptied a database. A SCAN still filling an older one stops
+        at its next step."""
         if connection.lost:
             return
-        connection.rebuild = None
-        if connection.filling is None:
-            connection.filling = self._new_filter()  # before the first SCAN: every push from now on goes in it
-        assert self.loop is not None
-        scan = self.loop.create_task(self._scan(connection))
-        self._scans.add(scan)
-        scan.add_done_callback(self._scans.discard)
+        if connection.rebuild is not None:
+            connection.rebuild.cancel()
+            connection.rebuild = None
+        connection.filling = self._new_filter()
+        connection.scan_failures = 0
+        self._start_scan(connection, connection.filling)
 
-    async def _scan(self, connection: _Connection) -> None:
+    def _start_scan(self, connection: _Connection, filling: Bloom) -> None:
+        connection.rebuild = None
+        if connection.lost or connection.filling is not filling:
+            return
+        assert self.loop is not None
+        scan = self.loop.create_task(self._scan(connection, filling))
+        self._scans.add(scan)
+        scan.add_done_callback(self._scan_ended)
+
+    def _scan_ended(self, scan: asyncio.Task[None]) -> None:
+        self._scans.discard(scan)
+        if not scan.cancelled() and scan.exception() is not None:
+            logger.error("the miss filter's SCAN failed", exc_info=scan.exception())
+
+    async def _scan(self, connection: _Connection, filling: Bloom) -> None:
+        """Walk the prefix's keys into `filling`, and make it the filter that answers once the walk is complete."""
         assert self.loop is not None
         match = _glob_escape(self.known_prefix) + b"*"
         cursor = b"0"
@@ -586,18 +636,10 @@ class FastReads:
                 sent = connection.send(_command(b"SCAN", cursor, b"MATCH", match, b"COUNT", SCAN_COUNT), 1)[0]
                 self._arm()
                 reply = await sent
-                filling = connection.filling
-                if filling is None:  # the connection was lost
+                if connection.filling is not filling:  # the connection was lost, or a newer SCAN took over
                     return
                 if isinstance(reply, hiredis.ReplyError):
-                    connection.filling = None
-                    if not self._scan_refused:
-                        self._scan_refused = True
-                        logger.warning(
-                            "redis refused SCAN: the exact cache's miss filter is off, every exact lookup is a round "
-                            "trip",
-                            extra={"error": str(reply)},
-                        )
+                    self._scan_failed(connection, filling, str(reply))
                     return
                 cursor, keys = reply
                 filling.update(keys)
@@ -605,10 +647,29 @@ class FastReads:
                     break
         except RedisError:
             return  # the connection failed; the next one scans again
-        connection.known, connection.filling = connection.filling, None
+        connection.known, connection.filling = filling, None
+        connection.scan_failures = 0
         self.known_builds += 1
         spread = KNOWN_REBUILD_S * (0.9 + 0.2 * random.random())
-        connection.rebuild = self.loop.call_later(spread, self._build, connection)
+        connection.rebuild = self.loop.call_later(spread, self.rescan, connection)
+
+    def _scan_failed(self, connection: _Connection, filling: Bloom, error: str) -> None:
+        """An error reply to a SCAN: a refusal (an ACL, a server without SCAN) leaves the filter off on this connection;
+        anything else (LOADING while Redis loads its data, BUSY behind a long script) is tried again later, from the
+        start, into the same filter. A filter already answering goes on answering meanwhile: it is still a superset."""
+        assert self.loop is not None
+        if error.startswith(("NOPERM", "ERR unknown command")):
+            connection.filling = None
+            if not self._scan_refused:
+                self._scan_refused = True
+                logger.warning(
+                    "redis refused SCAN: the exact cache's miss filter is off, every exact lookup is a round trip",
+                    extra={"error": error},
+                )
+            return
+        delay = min(SCAN_RETRY_MAX_S, SCAN_RETRY_S * 2**connection.scan_failures)
+        connection.scan_failures += 1
+        connection.rebuild = self.loop.call_later(delay, self._start_scan, connection, filling)
 
 
 def _glob_escape(prefix: bytes) -> bytes:
