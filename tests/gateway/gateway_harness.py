@@ -512,6 +512,24 @@ def run_on_uvloop(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return uvloop.run(main())
 
 
+def gets_served(server: RedisServer) -> int:
+    """GET commands Redis has executed since its start."""
+    stats = server.command("INFO", "commandstats")
+    return int(stats.get("cmdstat_get", {}).get("calls", 0))
+
+
+async def settle() -> None:
+    """Let a push from Redis (an invalidation) reach a reader: one loopback round trip, with room for a busy box."""
+    await asyncio.sleep(0.05)
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Wait on the running loop for `condition()`; a TimeoutError after `timeout`."""
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.005)
+
+
 def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
     """Poll for an eventual effect (a background write-back, an upstream noticing a disconnect). It returns as soon
     as the effect shows; the timeout is generous because a semantic write-back embeds on CPU, which took over 5 s

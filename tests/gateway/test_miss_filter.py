@@ -15,7 +15,7 @@ from typing import Any, cast
 import hiredis
 import pytest
 import redis.asyncio as aioredis
-from gateway_harness import RedisServer, run_on_uvloop
+from gateway_harness import RedisServer, gets_served, run_on_uvloop, settle, until
 
 from inferstack_gateway import resp
 from inferstack_gateway.resp import FastReads
@@ -27,22 +27,6 @@ def filtered_reads(url: str, *, near_bytes: int = 0, keys: int = 10_000, timeout
     reader = FastReads.from_url(url, timeout_s, near_bytes=near_bytes, known_prefix=PREFIX, known_keys=keys)
     assert reader is not None and reader.known_keys == keys
     return reader
-
-
-def gets_served(server: RedisServer) -> int:
-    stats = server.command("INFO", "commandstats")
-    return int(stats.get("cmdstat_get", {}).get("calls", 0))
-
-
-async def settle() -> None:
-    """Let a push from Redis reach the reader (one loopback round trip, with room for a busy box)."""
-    await asyncio.sleep(0.05)
-
-
-async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.005)
 
 
 async def built(reader: FastReads) -> None:

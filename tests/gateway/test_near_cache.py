@@ -10,12 +10,11 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Callable
 from typing import cast
 
 import pytest
 import redis.asyncio as aioredis
-from gateway_harness import RedisServer, run_on_uvloop
+from gateway_harness import RedisServer, gets_served, run_on_uvloop, settle, until
 
 from inferstack_gateway import resp
 from inferstack_gateway.resp import NEAR_ENTRY_OVERHEAD, FastReads
@@ -27,17 +26,6 @@ def near_reads(url: str, near_bytes: int = MB, timeout_s: float = 0.5) -> FastRe
     reader = FastReads.from_url(url, timeout_s, near_bytes=near_bytes)
     assert reader is not None and reader.near is not None
     return reader
-
-
-def gets_served(server: RedisServer) -> int:
-    """GET commands Redis has executed since its start."""
-    stats = server.command("INFO", "commandstats")
-    return int(stats.get("cmdstat_get", {}).get("calls", 0))
-
-
-async def settle() -> None:
-    """Let an invalidation pushed by Redis reach the reader (one loopback round trip, with room for a busy box)."""
-    await asyncio.sleep(0.05)
 
 
 def test_a_repeated_read_is_answered_from_memory_without_a_round_trip(own_redis: RedisServer) -> None:
@@ -170,7 +158,7 @@ def test_a_lost_connection_empties_it_and_a_new_connection_starts_empty(own_redi
             await reader.get(b"near:k")
             assert await reader.get(b"near:k") == b"before" and reader.near_hits == 1
             own_redis.stop()  # its invalidations stop with it: a write while it is gone would go unseen
-            await wait_for_async(lambda: reader._connection is None)
+            await until(lambda: reader._connection is None)
             entries = reader.near_entries()
             own_redis.start()  # a new Redis with no data, as after a failover to an empty replica
             own_redis.command("SET", "near:k", "after")
@@ -181,12 +169,6 @@ def test_a_lost_connection_empties_it_and_a_new_connection_starts_empty(own_redi
     first_after, entries_when_lost, second_after = run_on_uvloop(main)
     assert entries_when_lost == 0
     assert first_after == b"after" and second_after == b"after"
-
-
-async def wait_for_async(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.01)
 
 
 def test_a_connection_gone_quiet_is_not_trusted_and_a_frozen_redis_is_then_found_out(
