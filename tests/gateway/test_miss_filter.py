@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -235,26 +237,43 @@ def test_keys_outside_the_prefix_always_go_to_redis_and_are_not_kept_in_the_near
     assert served == 5 and near_hits == 2
 
 
-def test_a_connection_gone_quiet_is_not_trusted(stoppable_redis: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Silence could be a cut with no reset, hiding pushes: past NEAR_FRESH_S the lookup goes to Redis again.
-    monkeypatch.setattr(resp, "NEAR_FRESH_S", 0.2)
+def test_an_idle_worker_stays_fresh_by_heartbeat_and_a_silent_redis_is_not_trusted(
+    stoppable_redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An idle connection PINGs Redis, so that a lone client's next lookup is still answered here; a Redis that stops
+    # answering (a cut with no reset could be hiding pushes) is not trusted past NEAR_FRESH_S: the lookup goes to Redis.
+    monkeypatch.setattr(resp, "NEAR_FRESH_S", 0.3)
+    assert stoppable_redis.process is not None
+    pid = stoppable_redis.process.pid
 
-    async def main() -> tuple[int, int]:
-        reader = filtered_reads(stoppable_redis.url)
+    def pings() -> int:
+        stats = stoppable_redis.command("INFO", "commandstats")
+        return int(stats.get("cmdstat_ping", {}).get("calls", 0))
+
+    async def main() -> tuple[int, int, int, BaseException | bytes | None]:
+        reader = filtered_reads(stoppable_redis.url, timeout_s=2.0)
         try:
             await built(reader)
-            served = gets_served(stoppable_redis)
-            await reader.get(PREFIX + b"absent")
-            fresh = gets_served(stoppable_redis) - served
-            await asyncio.sleep(0.3)
-            served = gets_served(stoppable_redis)
-            await reader.get(PREFIX + b"absent")
-            return fresh, gets_served(stoppable_redis) - served
+            served, pinged, skips = gets_served(stoppable_redis), pings(), reader.known_skips
+            await asyncio.sleep(1.0)  # idle for over three times NEAR_FRESH_S
+            idle = await reader.get(PREFIX + b"absent")
+            assert idle is None
+            after_idle = (gets_served(stoppable_redis) - served, pings() - pinged, reader.known_skips - skips)
+            os.kill(pid, signal.SIGSTOP)
+            await asyncio.sleep(0.5)
+            try:
+                silent: BaseException | bytes | None = await reader.get(PREFIX + b"absent", 0.05)
+            except BaseException as exc:  # the test inspects what was raised
+                silent = exc
+            return (*after_idle, silent)
         finally:
+            os.kill(pid, signal.SIGCONT)
             reader.close()
 
-    fresh, quiet = run_on_uvloop(main)
-    assert fresh == 0 and quiet == 1
+    served, pinged, skips, silent = run_on_uvloop(main)
+    assert served == 0 and skips == 1  # answered here after a second idle
+    assert pinged >= 2  # the heartbeat kept the connection heard from
+    assert type(silent) is TimeoutError, silent  # asked of the frozen Redis, not answered from the filter
 
 
 def test_a_redis_that_refuses_scan_leaves_it_off_says_so_once_and_still_reads(caplog: pytest.LogCaptureFixture) -> None:

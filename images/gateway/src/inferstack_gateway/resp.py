@@ -39,7 +39,8 @@ invalidations are read in order with the replies:
 - everything is dropped when the connection is lost, and a new connection starts empty;
 - a value is served only while the connection has heard from Redis within `NEAR_FRESH_S`: a connection gone silent
   (a network cut with no reset) could be missing invalidations, so after that the GET goes to Redis again, which
-  also proves the connection alive (or fails it, through the watchdog).
+  also proves the connection alive (or fails it, through the watchdog); an idle connection PINGs Redis after a
+  third of that silence (`HEARTBEATS_PER_FRESH`), so that an idle worker's next lookup still finds it fresh.
 A Redis that refuses `HELLO 3` or `CLIENT TRACKING` (older than 6, or the command denied by an ACL) leaves the
 near cache off for that connection, logged once; the reads work as without it. Size, least-recently-used eviction
 and per-entry expiry are cachetools' `TLRUCache`. redis-py has client-side caching of its own, but only on its
@@ -95,6 +96,12 @@ SECOND_LOOK_S = 0.001
 
 NEAR_FRESH_S = 1.0
 """The near cache answers only while its connection has heard from Redis within this long (see the module's text)."""
+
+HEARTBEATS_PER_FRESH = 3
+"""A tracking connection that has heard nothing from Redis for NEAR_FRESH_S / HEARTBEATS_PER_FRESH, with no command
+waiting, sends a PING: an idle worker's near cache and miss filter stay fresh for its next lookup (a lone client's
+requests seconds apart would otherwise each pay a round trip), and a Redis gone silent is found out by the watchdog
+without a request waiting on it."""
 
 NEAR_ENTRY_OVERHEAD = 400
 """Bytes counted per near-cache entry on top of its key's and value's lengths: cachetools' structures (about 290
@@ -152,6 +159,7 @@ class _Connection(asyncio.Protocol):
         self.filling: Bloom | None = None
         self.rebuild: asyncio.TimerHandle | None = None
         self.scan_failures = 0
+        self.heartbeat: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -271,6 +279,9 @@ class _Connection(asyncio.Protocol):
         if self.rebuild is not None:
             self.rebuild.cancel()
             self.rebuild = None
+        if self.heartbeat is not None:
+            self.heartbeat.cancel()
+            self.heartbeat = None
         if self.transport is not None:
             self.transport.abort()
         waiting, self.waiting = self.waiting, collections.deque()
@@ -553,9 +564,23 @@ class FastReads:
                 raise RedisConnectionError(f"cannot connect to Redis at {where}: {exc.strerror or exc}") from None
             raise
         self._connection = connection
+        if connection.tracking:
+            self._beat(connection)
         if connection.filling is not None:
             self._start_scan(connection, connection.filling)
         return connection
+
+    def _beat(self, connection: _Connection) -> None:
+        """PING an idle tracking connection (see HEARTBEATS_PER_FRESH), and look again one interval later."""
+        connection.heartbeat = None
+        loop = self.loop
+        if connection.lost or loop is None:
+            return
+        interval = NEAR_FRESH_S / HEARTBEATS_PER_FRESH
+        if loop.time() - connection.heard >= interval and not connection.waiting:
+            connection.send(_command(b"PING"), 1)
+            self._arm()
+        connection.heartbeat = loop.call_later(interval, self._beat, connection)
 
     async def _track(self, connection: _Connection, where: str) -> None:
         """RESP3 and CLIENT TRACKING ON for the near cache, in broadcast mode on the prefix for the miss filter. A Redis
