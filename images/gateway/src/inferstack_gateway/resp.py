@@ -214,6 +214,10 @@ class _Connection(asyncio.Protocol):
         if near is not None:
             for key in keys:
                 near.pop(key, None)
+        self.learn(keys)
+
+    def learn(self, keys: list[bytes] | tuple[bytes, ...]) -> None:
+        """Add keys Redis holds, or may, to the miss filter in use and to the one a SCAN is filling."""
         for known in (self.known, self.filling):
             if known is not None:
                 known.update(keys)
@@ -411,11 +415,8 @@ class FastReads:
 
     def expect(self, key: bytes) -> None:
         """Add a key this process is about to write: its push follows the write, and a lookup in between would miss."""
-        connection = self._connection
-        if connection is not None:
-            for known in (connection.known, connection.filling):
-                if known is not None:
-                    known.add(key)
+        if self._connection is not None:
+            self._connection.learn((key,))
 
     def _now(self) -> float:
         loop = self.loop

@@ -40,6 +40,8 @@ class RedisStore:
     def __init__(self, config: RedisConfig, metrics: Metrics, embeddings: EmbeddingsConfig) -> None:
         assert config.url is not None
         self.prefix = config.key_prefix
+        self.exact_prefix = f"{config.key_prefix}x:"
+        """Every exact entry's key is this and the request's exact digest (the miss filter tracks this prefix)."""
         # One index per embedding model and size: vectors of two models are not comparable (a distance between them
         # means nothing, so an old entry would answer whatever question lay near it), and an index's DIM is fixed
         # (a vector of another size is refused by every search). The documents' prefix is not under an older index's.
@@ -70,7 +72,7 @@ class RedisStore:
             timeout,
             on_timeout=lambda exc: self.failed("get", exc),
             near_bytes=config.near_cache_mb << 20,
-            known_prefix=f"{self.prefix}x:".encode(),
+            known_prefix=self.exact_prefix.encode(),
             known_keys=config.miss_filter_keys,
         )
         metrics.redis_up.set(1)
@@ -129,7 +131,7 @@ class RedisStore:
         pipe.incrby(tokens_key, tokens)
         pipe.expire(tokens_key, 2 * WINDOW_S)
         if exact_key is not None:
-            pipe.get(f"{self.prefix}x:{exact_key}")
+            pipe.get(f"{self.exact_prefix}{exact_key}")
         result = await pipe.execute()
         return int(result[0]), int(result[2]), (result[4] if exact_key is not None else None)
 
@@ -147,7 +149,7 @@ class RedisStore:
         """Whether the exact lookup's miss filter knows that Redis does not hold this key: a miss with no round trip
         (resp.FastReads.surely_absent), answered without a coroutine."""
         reads = self.reads
-        return reads is not None and reads.surely_absent(f"{self.prefix}x:{exact_key}".encode())
+        return reads is not None and reads.surely_absent(f"{self.exact_prefix}{exact_key}".encode())
 
     async def get_exact(self, exact_key: str, budget_s: float) -> bytes | None:
         """The exact lookup: one GET, the only Redis command on a leased request's path (pipelined, resp.py).
@@ -156,7 +158,7 @@ class RedisStore:
         the key's pending token charges in the same pipeline; a pipeline of three costs redis-py about 1.5 times a
         single command in this position (cold, between requests), so the charges now go with the batched flush
         (limits.FLUSH_S) instead."""
-        key = f"{self.prefix}x:{exact_key}"
+        key = f"{self.exact_prefix}{exact_key}"
         value: bytes | str | None
         if self.reads is not None:
             value = await self.reads.get(key.encode(), budget_s)
@@ -177,7 +179,7 @@ class RedisStore:
         """Store an answer under its exact key (ttl_s) and/or in the semantic index (vector, tenant, partition, ttl)."""
         pipe = self.client.pipeline(transaction=False)
         if ttl_s is not None:
-            key = f"{self.prefix}x:{exact_key}"
+            key = f"{self.exact_prefix}{exact_key}"
             if self.reads is not None:
                 self.reads.expect(key.encode())  # Redis's push for this write comes a round trip after it
             pipe.set(key, value, ex=ttl_s)
