@@ -67,6 +67,9 @@ def cases() -> dict[str, Callable[[], Awaitable[None]]]:
     async def sha256() -> None:
         hashlib.sha256(b"sk-an-api-key-of-usual-length-0123456789").hexdigest()
 
+    async def blake2b() -> None:
+        hashlib.blake2b(b"sk-an-api-key-of-usual-length-0123456789", digest_size=32).hexdigest()
+
     request = parse_chat(
         {"model": "local", "messages": [{"role": "user", "content": "What is the capital of Kenya?"}],
          "temperature": 0, "stream": True, "max_tokens": 16}
@@ -96,6 +99,7 @@ def cases() -> dict[str, Callable[[], Awaitable[None]]]:
         "loop.call_at() + cancel()": call_at,
         "loop.create_task() + cancel()": task,
         "hashlib.sha256(key).hexdigest()": sha256,
+        "hashlib.blake2b(key, digest_size=32).hexdigest()": blake2b,
         "cache_keys(): the exact key only (a semantic stage skipped)": exact_key,
         "cache_keys() with the semantic partition and tenant tag": all_keys,
         "the miss filter's lookup (rbloom, a key it lacks)": bloom_miss,

@@ -296,6 +296,64 @@ def test_three_sequential_requests_on_one_connection_are_all_answered(serve: Cal
     assert len(clients) == 3 and len(set(clients)) == 1
 
 
+def test_a_connections_requests_run_in_its_one_task_and_a_closed_connection_leaves_no_task_behind(
+    serve: Callable[..., Served],
+) -> None:
+    # GIVEN an app that notes the task each request runs in
+    tasks: list[tuple[str, asyncio.Task[Any]]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        tasks.append((scope["path"], task))
+        await echo_path(scope, receive, send)
+
+    served = serve(app)
+    with served.connect() as one, served.connect() as two:
+        # WHEN three requests go on one connection and two on another, each once the previous is answered
+        for wire, paths in ((one, ("/1a", "/1b", "/1c")), (two, ("/2a", "/2b"))):
+            for path in paths:
+                wire.send(get(path))
+                assert wire.response().raw == expected(path.encode())
+        # THEN each connection's requests ran in one task of its own (none was created per request)
+        by_path = dict(tasks)
+        assert by_path["/1a"] is by_path["/1b"] is by_path["/1c"]
+        assert by_path["/2a"] is by_path["/2b"] and by_path["/2a"] is not by_path["/1a"]
+        # AND an idle connection's task waits for its next request
+        assert not by_path["/1a"].done() and not by_path["/2a"].done()
+    # AND once the connections close, their tasks end
+    assert wait_for(lambda: all(task.done() for _, task in tasks), timeout=3)
+    assert not any(task.cancelled() or task.exception() for _, task in tasks)
+
+
+def test_an_app_call_that_goes_on_after_its_response_holds_the_connections_next_request_until_it_returns(
+    serve: Callable[..., Served],
+) -> None:
+    # GIVEN an app whose call for /tail goes on for 0.3 s after its response is complete
+    events: list[tuple[str, float]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        events.append((f"start {scope['path']}", time.monotonic()))
+        await echo_path(scope, receive, send)
+        if scope["path"] == "/tail":
+            await asyncio.sleep(0.3)
+        events.append((f"end {scope['path']}", time.monotonic()))
+
+    served = serve(app)
+    with served.connect() as wire:
+        # WHEN the client sends its next request as soon as it has the first answer
+        wire.send(get("/tail"))
+        assert wire.response().raw == expected(b"/tail")
+        wire.send(get("/next"))
+        # THEN the next request is answered, its app call started once the first had returned, on this connection
+        assert wire.response().raw == expected(b"/next")
+        assert wait_for(lambda: len(events) == 4, timeout=3)
+        assert [name for name, _ in events] == ["start /tail", "end /tail", "start /next", "end /next"]
+        # AND the connection goes on serving
+        wire.send(get("/third"))
+        assert wire.response().raw == expected(b"/third")
+
+
 def test_an_http_1_0_request_without_keep_alive_is_answered_and_the_connection_closed(
     serve: Callable[..., Served],
 ) -> None:

@@ -194,6 +194,13 @@ class GatewayHttpProtocol(asyncio.Protocol):
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._expect_100 = False
+        self._task: asyncio.Task[None] | None = None
+        """The connection's task, which runs its requests' app calls one after another (`_serve`)."""
+        self._next: asyncio.Future[tuple[Cycle, Any] | None] | None = None
+        """While the connection's task waits for the next request: what `_start` gives it (None: the connection
+        closed)."""
+        self._queued: tuple[Cycle, Any] | None = None
+        """A request started while the task was still in the previous request's app call (its response complete)."""
 
     # -- the connection -----------------------------------------------------------------------------------------------
 
@@ -211,6 +218,9 @@ class GatewayHttpProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.discard(self)
+        waiter, self._next = self._next, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)  # the connection's task, waiting for a next request, ends
         if self._keep_alive_timer is not None:
             self._keep_alive_timer.cancel()
             self._keep_alive_timer = None
@@ -368,10 +378,51 @@ class GatewayHttpProtocol(asyncio.Protocol):
     # -- requests -----------------------------------------------------------------------------------------------------
 
     def _start(self, cycle: Cycle, app: Any) -> None:
+        """Run the request's app call in the connection's task: created for the connection's first request, and
+        handed each later one as it comes. A task created per request (a Task object, its context, its registration
+        with asyncio and its first step scheduled) cost about 20 µs on a cold path, on the way to every first token
+        (benchmarks/README.md, "The connection's task")."""
         self._running = cycle
-        task = self.loop.create_task(cycle.run_asgi(app))
-        task.add_done_callback(self.tasks.discard)
-        self.tasks.add(task)
+        waiter, self._next = self._next, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result((cycle, app))
+        elif self._task is None:
+            task = self._task = self.loop.create_task(self._serve(cycle, app))
+            task.add_done_callback(self._served)
+        else:  # the task is still in the previous request's app call, whose response is complete: it runs this next
+            self._queued = (cycle, app)
+
+    async def _serve(self, cycle: Cycle, app: Any) -> None:
+        """The connection's task: its requests' app calls in turn, until the connection closes. While a call runs
+        the task is in `tasks` (uvicorn's server state, which `limit_concurrency` counts and a graceful shutdown
+        waits for), as a request's own task used to be; an idle connection's task waits outside it. The requests
+        share the task's context: the gateway sets no context variable (and does not use uvicorn's
+        `reset_contextvars`)."""
+        task = asyncio.current_task()
+        assert task is not None
+        request: tuple[Cycle, Any] | None = (cycle, app)
+        while request is not None:
+            cycle, app = request
+            self.tasks.add(task)
+            try:
+                await cycle.run_asgi(app)
+            finally:
+                self.tasks.discard(task)
+            request, self._queued = self._queued, None
+            if request is None:
+                if task.cancelling() or self.transport.is_closing():
+                    return  # a cancel is for a lost connection (`on_lost`), or uvicorn's forced shutdown
+                waiter = self._next = self.loop.create_future()
+                request = await waiter
+
+    def _served(self, task: asyncio.Task[None]) -> None:
+        self._task = None
+        self._next = None
+        queued, self._queued = self._queued, None
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("the connection's task failed", exc_info=task.exception())
+        if queued is not None and not self.transport.is_closing():
+            self._start(*queued)
 
     def on_response_complete(self) -> None:
         self.server_state.total_requests += 1
