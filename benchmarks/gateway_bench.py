@@ -280,14 +280,19 @@ def wait_port(port: int, process: subprocess.Popen[bytes], timeout: float = 120)
 
 
 class Servers:
-    """A benchmark's server processes: each started with its output discarded and waited for on its port, all stopped
-    together at the end, the last started first (terminated, then killed after 10 s)."""
+    """A benchmark's server processes: each started with its output discarded (or its stderr kept in `log`) and waited
+    for on its port, all stopped together at the end, the last started first (terminated, then killed after 10 s)."""
 
     def __init__(self) -> None:
         self.processes: list[subprocess.Popen[bytes]] = []
 
-    def start(self, command: list[str], port: int, **kwargs: Any) -> subprocess.Popen[bytes]:
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
+    def start(self, command: list[str], port: int, log: Path | None = None, **kwargs: Any) -> subprocess.Popen[bytes]:
+        stderr = log.open("ab") if log else subprocess.DEVNULL
+        try:
+            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, **kwargs)
+        finally:
+            if log:
+                stderr.close()
         self.processes.append(process)
         wait_port(port, process)
         return process
@@ -620,12 +625,13 @@ def main() -> int:
                 f"      api_base: {upstream}\n      api_key: sk-none\n"
             )
             # LiteLLM refuses to start without a master key; with one (and no database) it checks it per request.
-            env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False",
-                   "LITELLM_MASTER_KEY": LITELLM_KEY}  # fmt: skip
-            pids["litellm"] = start(
-                [str(litellm), "--config", str(config), "--host", "127.0.0.1", "--port", str(ports["litellm"]),
-                 "--num_workers", "1", "--telemetry", "False"], ports["litellm"], env=env,
-            ).pid  # fmt: skip
+            litellm_env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False",
+                   "LITELLM_MASTER_KEY": LITELLM_KEY, "PYTHONFAULTHANDLER": "1"}  # fmt: skip
+            litellm_command = [str(litellm), "--config", str(config), "--host", "127.0.0.1", "--port",
+                               str(ports["litellm"]), "--num_workers", "1", "--telemetry", "False"]  # fmt: skip
+            litellm_log = workdir / "litellm.log"
+            litellm_process = start(litellm_command, ports["litellm"], log=litellm_log, env=litellm_env)
+            pids["litellm"] = litellm_process.pid
 
         urls = {
             "direct": upstream,
@@ -638,6 +644,24 @@ def main() -> int:
         runs: list[dict[str, dict[str, Any]]] = [{} for _ in range(args.runs)]
         rng = random.Random(7)
         servers = [embedder.pid, *pids.values()]
+        crashes: list[dict[str, Any]] = []
+
+        def revive_litellm(run: int, concurrency: int) -> None:
+            """LiteLLM's proxy started again if it has died (1.108.7 segfaulted in libpython once, 13 minutes into a
+            run), the death recorded for the report: the requests it failed stay counted as errors in its rows."""
+            nonlocal litellm_process
+            if litellm_process.poll() is None:
+                return
+            code = litellm_process.returncode
+            died = f"signal {-code}" if code < 0 else f"exit {code}"
+            # With PYTHONFAULTHANDLER set, a fault leaves the Python stacks of its threads at the end of the log.
+            tail = litellm_log.read_text(errors="replace").strip().splitlines()[-40:] if litellm_log.exists() else []
+            crashes.append({"run": run + 1, "found_before": f"c={concurrency}", "died": died, "stderr": tail})
+            print(f"LiteLLM's proxy died ({died}); starting it again", flush=True)
+            servers.remove(litellm_process.pid)
+            litellm_process = start(litellm_command, ports["litellm"], log=litellm_log, env=litellm_env)
+            pids["litellm"] = litellm_process.pid
+            servers.append(litellm_process.pid)
 
         async def prepare(
             run: int, concurrency: int, path: str, clients: dict[str, Any]
@@ -674,11 +698,20 @@ def main() -> int:
             return (args.ttft_ms + (args.tokens - 1) * args.itl_ms) / 1000 / concurrency if concurrency > 1 else 0.0
 
         async def measure(run: int, concurrency: int, path: str, clients: dict[str, Any]) -> None:
+            if path == "litellm":
+                revive_litellm(run, concurrency)
             client, bodies, pid = await prepare(run, concurrency, path, clients)
             await settle(servers)
             # Warm the client's connections at this concurrency before timing.
             tag = f"r{run}c{concurrency}"
-            await asyncio.gather(*(one(client, chat(f"warm {tag} {i}", 1.0)) for i in range(concurrency)))
+            try:
+                await asyncio.gather(*(one(client, chat(f"warm {tag} {i}", 1.0)) for i in range(concurrency)))
+            except Exception:
+                if path != "litellm" or litellm_process.poll() is None:
+                    raise
+                revive_litellm(run, concurrency)  # it died warming up: once more on a new one
+                client, bodies, pid = await prepare(run, concurrency, path, clients)
+                await asyncio.gather(*(one(client, chat(f"warm {tag} {i}", 1.0)) for i in range(concurrency)))
             runs[run][f"{path}/c{concurrency}"] = await run_load(client, bodies, concurrency, pid, stagger(concurrency))
             print(f"run {run + 1}/{args.runs} c={concurrency} {path}: "
                   f"{summary(runs[run][f'{path}/c{concurrency}'])}", flush=True)  # fmt: skip
@@ -763,6 +796,7 @@ def main() -> int:
         },
         "client": "official openai AsyncOpenAI (aiohttp transport) on uvloop, streaming, one process",
         "litellm": litellm_note,
+        "litellm_restarts": crashes,
         "runs": len(runs),
         "requests": counts,
         "results": median_rows(runs),
@@ -863,6 +897,11 @@ def render_table(report: dict[str, Any]) -> str:
         f"TTFT = first content token. LiteLLM: {report['litellm']}.",
         f"Median of {report['runs']} interleaved runs ({requests} requests per path and run); [min..max] over runs; "
         "CPU and RSS of the proxy's whole process tree.",
+        *(
+            f"LiteLLM's proxy died ({crash['died']}) in run {crash['run']}, found before its {crash['found_before']} "
+            "measurement, and was started again; the requests it failed are counted as errors in its rows."
+            for crash in report.get("litellm_restarts", ())
+        ),
         "",
         "| conc. | path | TTFT p50 ms | TTFT p99 ms | added p50 ms | added p99 ms | req/s | vs direct | CPU ms/req "
         "| peak RSS MB | cache |",
