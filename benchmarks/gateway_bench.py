@@ -626,7 +626,7 @@ def main() -> int:
             )
             # LiteLLM refuses to start without a master key; with one (and no database) it checks it per request.
             litellm_env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False",
-                   "LITELLM_MASTER_KEY": LITELLM_KEY, "PYTHONFAULTHANDLER": "1"}  # fmt: skip
+                           "LITELLM_MASTER_KEY": LITELLM_KEY, "PYTHONFAULTHANDLER": "1"}  # fmt: skip
             litellm_command = [str(litellm), "--config", str(config), "--host", "127.0.0.1", "--port",
                                str(ports["litellm"]), "--num_workers", "1", "--telemetry", "False"]  # fmt: skip
             litellm_log = workdir / "litellm.log"
@@ -643,7 +643,11 @@ def main() -> int:
         paths = ["direct", *(p for p in RELAY_PATHS if p in pids), *GATEWAY_PATHS[1:]]
         runs: list[dict[str, dict[str, Any]]] = [{} for _ in range(args.runs)]
         rng = random.Random(7)
-        servers = [embedder.pid, *pids.values()]
+
+        def servers() -> list[int]:
+            """The pids whose trees `settle` waits on: the embedder and every proxy (a restarted LiteLLM's new one)."""
+            return [embedder.pid, *pids.values()]
+
         crashes: list[dict[str, Any]] = []
 
         def revive_litellm(run: int, concurrency: int) -> None:
@@ -658,10 +662,8 @@ def main() -> int:
             tail = litellm_log.read_text(errors="replace").strip().splitlines()[-40:] if litellm_log.exists() else []
             crashes.append({"run": run + 1, "found_before": f"c={concurrency}", "died": died, "stderr": tail})
             print(f"LiteLLM's proxy died ({died}); starting it again", flush=True)
-            servers.remove(litellm_process.pid)
             litellm_process = start(litellm_command, ports["litellm"], log=litellm_log, env=litellm_env)
             pids["litellm"] = litellm_process.pid
-            servers.append(litellm_process.pid)
 
         async def prepare(
             run: int, concurrency: int, path: str, clients: dict[str, Any]
@@ -701,7 +703,7 @@ def main() -> int:
             if path == "litellm":
                 revive_litellm(run, concurrency)
             client, bodies, pid = await prepare(run, concurrency, path, clients)
-            await settle(servers)
+            await settle(servers())
             # Warm the client's connections at this concurrency before timing.
             tag = f"r{run}c{concurrency}"
             try:
@@ -710,7 +712,7 @@ def main() -> int:
                 if path != "litellm" or litellm_process.poll() is None:
                     raise
                 revive_litellm(run, concurrency)  # it died warming up: once more on a new one
-                client, bodies, pid = await prepare(run, concurrency, path, clients)
+                pid = pids["litellm"]
                 await asyncio.gather(*(one(client, chat(f"warm {tag} {i}", 1.0)) for i in range(concurrency)))
             runs[run][f"{path}/c{concurrency}"] = await run_load(client, bodies, concurrency, pid, stagger(concurrency))
             print(f"run {run + 1}/{args.runs} c={concurrency} {path}: "
@@ -718,7 +720,7 @@ def main() -> int:
 
         async def measure_in_turn(run: int, concurrency: int, together: list[str], clients: dict[str, Any]) -> None:
             jobs = {path: await prepare(run, concurrency, path, clients) for path in together}
-            await settle(servers)
+            await settle(servers())
             tag = f"r{run}c{concurrency}"
             for path, (client, _, _) in jobs.items():  # each path's connections warm at this concurrency
                 await asyncio.gather(*(one(client, chat(f"warm {tag} {path} {i}", 1.0)) for i in range(concurrency)))
@@ -728,7 +730,11 @@ def main() -> int:
                 # Blocks of BLOCK_WAVES waves each, every block started on idle servers, its workers spread over one
                 # request's duration.
                 rows = await run_in_turn(
-                    jobs, concurrency, BLOCK_WAVES * concurrency, stagger(concurrency), between=lambda: settle(servers)
+                    jobs,
+                    concurrency,
+                    BLOCK_WAVES * concurrency,
+                    stagger(concurrency),
+                    between=lambda: settle(servers()),
                 )
             for path, row in rows.items():
                 runs[run][f"{path}/c{concurrency}"] = row
