@@ -41,6 +41,11 @@ own, their work after an answer would fall on the next path's requests: LiteLLM'
 case), and miss's write-back, which embeds the prompt on the same two cores; the hit paths need their entry
 prepared. Their added TTFT is still taken against the run's direct.
 
+The client: at c=1, this process; above it, four processes of the official client (`ClientProcesses`), worker i in
+process i mod 4. One process carrying 32 streams was the bottleneck of the whole run: direct's TTFT p50 at c=32 read
+92 to 120 ms where the upstream answers in 20, the client timing its own backlog (2026-12-07,
+results/history/gateway_bench-2026-12-07T1808-c32-client-processes.md). `--client-processes 1` keeps the old way.
+
 Added TTFT is the path's TTFT minus direct's, at the same concurrency in the same run. The table shows the median
 over runs, with the spread (min..max) of added TTFT and of throughput relative to direct. Throughput, CPU ms per
 request and peak RSS are read from /proc for the whole process tree of the proxy being measured.
@@ -55,9 +60,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import datetime
 import gc
 import json
+import multiprocessing
 import os
 import platform
 import random
@@ -88,6 +95,8 @@ GATEWAY_PATHS = ("gateway", "miss", "miss-nemb", "exact-hit", "semantic-hit")
 # The paths measured in turn: request by request at c=1, in blocks above it (see the docstring for why the others
 # are not).
 TAKING_TURNS = ("direct", "relay", "gateway", "miss-nemb")
+CLIENT_PROCESSES = 4
+"""Processes of the official client carrying the loads above c=1 (`ClientProcesses`)."""
 BLOCK_WAVES = 10
 """Above c=1, a block of the paths taking turns is this many requests per worker: at c=32, 320 requests, about 1 s."""
 TARGETS = {
@@ -397,6 +406,17 @@ async def drive(
 ) -> None:
     """Send `bodies` through `concurrency` workers started `stagger_s` apart (a steady stream's spacing, not one
     burst), each request's TTFT and result recorded."""
+    if isinstance(client, Remote):
+        await client.drive(bodies, concurrency, stagger_s, ttfts, results)
+        return
+    await run_workers(client, bodies, [i * stagger_s for i in range(concurrency)], ttfts, results)
+
+
+async def run_workers(
+    client: Any, bodies: list[dict[str, Any]], delays: list[float], ttfts: list[float],
+    results: collections.Counter[str],
+) -> None:  # fmt: skip
+    """One worker per delay, each started that long after the call, all taking their requests from `bodies`."""
     queue = iter(bodies)
 
     async def worker(delay: float) -> None:
@@ -404,7 +424,138 @@ async def drive(
         for body in queue:
             await timed(client, body, ttfts, results)
 
-    await asyncio.gather(*(worker(i * stagger_s) for i in range(concurrency)))
+    await asyncio.gather(*(worker(delay) for delay in delays))
+
+
+async def warm(client: Any, concurrency: int, tag: str) -> None:
+    """Open (or check) `concurrency` connections to the client's server, as many requests at once."""
+    if isinstance(client, Remote):
+        await client.warm(concurrency, tag)
+        return
+    await asyncio.gather(*(one(client, chat(f"warm {tag} {i}", 1.0)) for i in range(concurrency)))
+
+
+def new_client(url: str, key: str) -> Any:
+    import openai
+
+    return openai.AsyncOpenAI(
+        base_url=url, api_key=key, max_retries=0, timeout=60, http_client=openai.DefaultAioHttpClient()
+    )
+
+
+def client_process(conn: Any, urls: dict[str, str], keys: dict[str, str]) -> None:
+    """A client process of `ClientProcesses`: its own official clients, one per server, on its own uvloop, answering
+    the commands that come down `conn` (warm, drive, close) one at a time."""
+    import uvloop
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        clients = {name: new_client(url, keys[name]) for name, url in urls.items()}
+        # Collected between commands, never while a load runs (see `bench`).
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        conn.send("ready")
+        # The pipe is read in a thread and stays blocking: a reader on the loop would make it non-blocking, and a
+        # message longer than the pipe's buffer (a load's bodies) would then break off mid-read.
+        while (message := await loop.run_in_executor(None, conn.recv))[0] != "close":
+            kind, target, *rest = message
+            try:
+                if kind == "warm":
+                    await warm(clients[target], *rest)
+                    conn.send(("ok", None))
+                else:
+                    ttfts: list[float] = []
+                    results: collections.Counter[str] = collections.Counter()
+                    await run_workers(clients[target], rest[0], rest[1], ttfts, results)
+                    conn.send(("ok", (ttfts, dict(results))))
+            except Exception as exc:  # the caller raises it (a LiteLLM that died while warming up is started again)
+                conn.send(("error", f"{type(exc).__name__}: {exc}"))
+            gc.collect()
+        for client in clients.values():
+            await client.close()
+
+    uvloop.run(serve())
+
+
+class ClientProcesses:
+    """The client for the loads above c=1, spread over several processes of the official client.
+
+    One process carrying 32 streams is the busiest process on the machine and a queue of its own: its event loop,
+    parsing every chunk of every stream with pydantic (some 3.5 CPU-ms per request), fell behind at c=32, so that
+    direct's TTFT p50 read 41 to 46 ms where the upstream answers in 20, and its p99 52 to 92 ms across the five runs
+    of 2026-12-04 20:41 UTC: the load generator timing its own backlog, which lands on whichever path is running.
+    Worker i of a load runs in process i mod `count`, started i * stagger after the load's start, as in one process,
+    each process taking its requests from its own share of the bodies."""
+
+    def __init__(self, count: int, urls: dict[str, str], keys: dict[str, str]) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.conns: list[Any] = []
+        self.processes: list[Any] = []
+        for _ in range(count):
+            ours, theirs = context.Pipe()
+            process = context.Process(target=client_process, args=(theirs, urls, keys), daemon=True)
+            process.start()
+            theirs.close()
+            self.conns.append(ours)
+            self.processes.append(process)
+        for conn in self.conns:
+            if conn.recv() != "ready":
+                raise RuntimeError("a client process did not start")
+
+    async def _reply(self, conn: Any) -> Any:
+        # Read in a thread, the pipe left blocking (see `client_process`); EOFError: the process died.
+        status, value = await asyncio.get_running_loop().run_in_executor(None, conn.recv)
+        if status != "ok":
+            raise RuntimeError(f"client process: {value}")
+        return value
+
+    async def call(self, messages: list[tuple[Any, ...]]) -> list[Any]:
+        """Each message to its own process (the first len(messages) of them), at once; their answers."""
+        for conn, message in zip(self.conns, messages, strict=False):
+            conn.send(message)
+        return list(await asyncio.gather(*(self._reply(conn) for conn in self.conns[: len(messages)])))
+
+    def close(self) -> None:
+        for conn, process in zip(self.conns, self.processes, strict=True):
+            with contextlib.suppress(OSError):  # a process that died has closed its end
+                conn.send(("close", None))
+            process.join(10)
+            if process.is_alive():
+                process.kill()
+
+
+class Remote:
+    """A server as the client processes send to it: `drive` and `warm` take it in place of an in-process client."""
+
+    def __init__(self, pool: ClientProcesses, target: str) -> None:
+        self.pool, self.target = pool, target
+
+    def _split(self, concurrency: int) -> list[list[int]]:
+        count = min(len(self.pool.conns), concurrency)
+        return [list(range(j, concurrency, count)) for j in range(count)]
+
+    async def drive(
+        self, bodies: list[dict[str, Any]], concurrency: int, stagger_s: float, ttfts: list[float],
+        results: collections.Counter[str],
+    ) -> None:  # fmt: skip
+        workers = self._split(concurrency)
+        # Each process's share of the bodies in proportion to its workers, taken in turn so that none runs dry early.
+        shares = [bodies[j :: len(workers)] for j in range(len(workers))]
+        answers = await self.pool.call(
+            [
+                ("drive", self.target, share, [i * stagger_s for i in mine])
+                for share, mine in zip(shares, workers, strict=True)
+            ]
+        )
+        for got, counts in answers:
+            ttfts.extend(got)
+            results.update(counts)
+
+    async def warm(self, concurrency: int, tag: str) -> None:
+        await self.pool.call(
+            [("warm", self.target, len(mine), f"{tag} p{j}") for j, mine in enumerate(self._split(concurrency))]
+        )
 
 
 def tree_cpu(pid: int | None) -> float:
@@ -557,6 +708,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="2 runs of 60/160/640 requests: a smoke run")
     parser.add_argument("--concurrency", type=int, nargs="+", default=list(CONCURRENCY), help="(default 1 8 32)")
     parser.add_argument("--no-litellm", action="store_true", help="leave LiteLLM out (no install)")
+    parser.add_argument(
+        "--client-processes", type=int, default=CLIENT_PROCESSES,
+        help=f"client processes for the loads above c=1 (default {CLIENT_PROCESSES}; 1: this process, as before "
+        "2026-12-07)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS / "gateway_bench.json")
     args = parser.parse_args()
     if args.serve_upstream:
@@ -574,6 +730,7 @@ def main() -> int:
     litellm, litellm_note = ensure_litellm(not args.no_litellm)
 
     workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
+    pool: ClientProcesses | None = None
     started = Servers()
     start = started.start
     load_before = os.getloadavg()
@@ -640,6 +797,10 @@ def main() -> int:
             "gateway": f"http://127.0.0.1:{ports['gw']}/v1",
             "gateway-nemb": f"http://127.0.0.1:{ports['gw_nemb']}/v1",
         }
+        targets = {name: url for name, url in urls.items() if name == "direct" or name in pids}
+        keys = {name: LITELLM_KEY if name == "litellm" else API_KEY for name in targets}
+        # Above c=1 the load comes from client processes (`ClientProcesses`); --client-processes 1: from this one.
+        pool = ClientProcesses(args.client_processes, targets, keys) if args.client_processes > 1 else None
         paths = ["direct", *(p for p in RELAY_PATHS if p in pids), *GATEWAY_PATHS[1:]]
         runs: list[dict[str, dict[str, Any]]] = [{} for _ in range(args.runs)]
         rng = random.Random(7)
@@ -675,6 +836,7 @@ def main() -> int:
             if path == "miss-nemb":
                 target = "gateway-nemb"
             client = clients[target]
+            load = Remote(pool, target) if pool is not None and concurrency > 1 else client
             if path in ("direct", "relay", "litellm", "gateway"):
                 bodies = [chat(f"relay {tag} {i}", 1.0) for i in range(n)]
             elif path in ("miss", "miss-nemb"):
@@ -692,7 +854,7 @@ def main() -> int:
                 await one(client, chat(f"What is the capital of {country}?", 0.0, "local-semantic"))
                 await asyncio.sleep(0.3)  # the write-back lands after the response
                 bodies = [chat(f"What's {country}'s capital city?", 0.0, "local-semantic")] * n
-            return client, bodies, pids.get(target)
+            return load, bodies, pids.get(target)
 
         def stagger(concurrency: int) -> float:
             """How far apart the workers of a load start: one request's duration (the upstream's TTFT and tokens)
@@ -707,13 +869,13 @@ def main() -> int:
             # Warm the client's connections at this concurrency before timing.
             tag = f"r{run}c{concurrency}"
             try:
-                await asyncio.gather(*(one(client, chat(f"warm {tag} {i}", 1.0)) for i in range(concurrency)))
+                await warm(client, concurrency, tag)
             except Exception:
                 if path != "litellm" or litellm_process.poll() is None:
                     raise
                 revive_litellm(run, concurrency)  # it died warming up: once more on a new one
                 pid = pids["litellm"]
-                await asyncio.gather(*(one(client, chat(f"warm {tag} {i}", 1.0)) for i in range(concurrency)))
+                await warm(client, concurrency, tag)
             runs[run][f"{path}/c{concurrency}"] = await run_load(client, bodies, concurrency, pid, stagger(concurrency))
             print(f"run {run + 1}/{args.runs} c={concurrency} {path}: "
                   f"{summary(runs[run][f'{path}/c{concurrency}'])}", flush=True)  # fmt: skip
@@ -723,7 +885,7 @@ def main() -> int:
             await settle(servers())
             tag = f"r{run}c{concurrency}"
             for path, (client, _, _) in jobs.items():  # each path's connections warm at this concurrency
-                await asyncio.gather(*(one(client, chat(f"warm {tag} {path} {i}", 1.0)) for i in range(concurrency)))
+                await warm(client, concurrency, f"{tag} {path}")
             if concurrency == 1:
                 rows = await run_in_turn(jobs)
             else:
@@ -741,26 +903,15 @@ def main() -> int:
                 print(f"run {run + 1}/{args.runs} c={concurrency} {path} (in turn): {summary(row)}", flush=True)
 
         async def bench() -> None:
-            import openai
-
-            clients = {
-                name: openai.AsyncOpenAI(
-                    base_url=url,
-                    api_key=LITELLM_KEY if name == "litellm" else API_KEY,
-                    max_retries=0,
-                    timeout=60,
-                    http_client=openai.DefaultAioHttpClient(),
-                )
-                for name, url in urls.items()
-                if name == "direct" or name in pids
-            }
+            clients = {name: new_client(url, keys[name]) for name, url in targets.items()}
             for name, client in clients.items():  # the first request of each pays for lazy imports and connections
                 try:
                     await one(client, chat("warm up", 1.0))
                 except Exception as exc:
                     raise RuntimeError(f"{name} at {urls[name]} did not answer") from exc
-            # The client is one process driving up to 32 streams: a full collection of its heap paused it for 20 to
-            # 50 ms, which landed on the p99 of whichever path was running. It runs in `settle` instead.
+            # A client process driving many streams: a full collection of its heap paused it for 20 to 50 ms, which
+            # landed on the p99 of whichever path was running. It runs in `settle` instead (the client processes
+            # collect between commands).
             gc.collect()
             gc.freeze()
             gc.disable()
@@ -781,6 +932,8 @@ def main() -> int:
 
         uvloop.run(bench())
     finally:
+        if pool is not None:
+            pool.close()
         started.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -800,7 +953,8 @@ def main() -> int:
             "tokens": args.tokens,
             "head": "with the first event" if args.upstream_head_with_first_event else "at once",
         },
-        "client": "official openai AsyncOpenAI (aiohttp transport) on uvloop, streaming, one process",
+        "client": "official openai AsyncOpenAI (aiohttp transport) on uvloop, streaming, "
+        + ("one process" if args.client_processes == 1 else f"{args.client_processes} processes above c=1"),
         "litellm": litellm_note,
         "litellm_restarts": crashes,
         "runs": len(runs),
