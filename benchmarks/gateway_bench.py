@@ -482,11 +482,10 @@ class ClientProcesses:
     """The client for the loads above c=1, spread over several processes of the official client.
 
     One process carrying 32 streams is the busiest process on the machine and a queue of its own: its event loop,
-    parsing every chunk of every stream with pydantic (some 3.5 CPU-ms per request), fell behind at c=32, so that
-    direct's TTFT p50 read 41 to 46 ms where the upstream answers in 20, and its p99 52 to 92 ms across the five runs
-    of 2026-12-04 20:41 UTC: the load generator timing its own backlog, which lands on whichever path is running.
-    Worker i of a load runs in process i mod `count`, started i * stagger after the load's start, as in one process,
-    each process taking its requests from its own share of the bodies."""
+    parsing every chunk of every stream with pydantic (some 3.5 CPU-ms per request), falls behind at c=32, and the
+    load generator times its own backlog, which lands on whichever path is running (the module's docstring has the
+    numbers). Worker i of a load runs in process i mod `count`, started i * stagger after the load's start, as in
+    one process, each process taking its requests from its own share of the bodies."""
 
     def __init__(self, count: int, urls: dict[str, str], keys: dict[str, str]) -> None:
         context = multiprocessing.get_context("spawn")
@@ -511,10 +510,17 @@ class ClientProcesses:
         return value
 
     async def call(self, messages: list[tuple[Any, ...]]) -> list[Any]:
-        """Each message to its own process (the first len(messages) of them), at once; their answers."""
+        """Each message to its own process (the first len(messages) of them), at once; their answers. Every answer is
+        read before the first error is raised, so that no thread is left reading a pipe the next call reads too."""
         for conn, message in zip(self.conns, messages, strict=False):
             conn.send(message)
-        return list(await asyncio.gather(*(self._reply(conn) for conn in self.conns[: len(messages)])))
+        answers = await asyncio.gather(
+            *(self._reply(conn) for conn in self.conns[: len(messages)]), return_exceptions=True
+        )
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+        return list(answers)
 
     def close(self) -> None:
         for conn, process in zip(self.conns, self.processes, strict=True):
